@@ -1,0 +1,77 @@
+"""The gateway's exception tree. SDK errors are mapped onto it in one place each
+(the LLM client for anthropic, each adapter for its platform library).
+
+    MnemoError
+    ├── ConfigError                  bad config.yaml / environment; names the key
+    ├── StartupError                 refuses to start (e.g. platform token, no LLM key)
+    ├── LLMError                     the model could not answer
+    │   ├── RateLimited(retry_after) 429 / 529 after the last retry
+    │   ├── TransientNetworkError    timeouts, connection errors, 5xx after retries
+    │   ├── ProviderAuthError        401 / 403 from the LLM endpoint
+    │   ├── ContextTooLong           the request does not fit the context window
+    │   └── BadLLMResponse           malformed or unexpected response body
+    └── PlatformError                a chat platform refused or failed a call
+        ├── PlatformRateLimited(retry_after)
+        ├── PlatformUnavailable      network down, 5xx; retry later
+        └── Forbidden                blocked by the user, no access to the chat
+
+Memory-layer errors live in ``memory/errors.py`` (memory never imports gateway).
+"""
+
+from __future__ import annotations
+
+
+class MnemoError(Exception):
+    """Base of every error mnemo raises on purpose."""
+
+
+class ConfigError(MnemoError):
+    pass
+
+
+class StartupError(MnemoError):
+    pass
+
+
+class LLMError(MnemoError):
+    pass
+
+
+class RateLimited(LLMError):
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class TransientNetworkError(LLMError):
+    pass
+
+
+class ProviderAuthError(LLMError):
+    pass
+
+
+class ContextTooLong(LLMError):
+    pass
+
+
+class BadLLMResponse(LLMError):
+    pass
+
+
+class PlatformError(MnemoError):
+    pass
+
+
+class PlatformRateLimited(PlatformError):
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PlatformUnavailable(PlatformError):
+    pass
+
+
+class Forbidden(PlatformError):
+    pass

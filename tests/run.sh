@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs into ./.venv and runs it.
+# Safe to re-run; used verbatim by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+
+# The web chat browser test drives Debian's chromium (never a downloaded browser).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing chromium for the browser test ..."
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "chromium is missing and cannot be installed here (need root + apt-get)" >&2
+    exit 1
+  fi
+fi
+
+exec .venv/bin/python -m pytest "$@"
