@@ -1,0 +1,23 @@
+"""Shared fixtures. Every test gets its own $MNEMO_HOME under tmp_path; nothing here
+touches the network beyond 127.0.0.1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.config import Settings, load_settings
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    return h
+
+
+@pytest.fixture
+def settings(home: Path) -> Settings:
+    # An empty environment: the host's variables never leak into a test.
+    return load_settings(home, environ={})
