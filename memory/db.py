@@ -1,0 +1,255 @@
+"""``state.db``: one process-wide SQLite database, one writer thread, readers off the loop.
+
+Every table in ``state.db`` (sessions, messages, inbox, and later outbox, jobs, cron
+jobs) goes through this object. The rules it enforces, and why:
+
+* **One writer connection on one dedicated thread.** Writes from every coroutine of
+  the process are queued onto a single-thread executor, so they never contend with
+  each other inside the process; ``BUSY`` can only come from *another* process.
+* **``BEGIN IMMEDIATE`` per write.** The write lock is taken at the start of the
+  transaction, so a transaction never fails half-way when it upgrades from read to
+  write. ``fn(conn)`` runs inside ``BEGIN IMMEDIATE … COMMIT``; an exception rolls it
+  back and propagates unchanged.
+* **Jittered application retry on ``SQLITE_BUSY``** (20-150 ms sleeps, bounded, then
+  ``StoreBusy``), over a short SQLite busy timeout: SQLite's own busy handler sleeps
+  on a fixed schedule, and several processes waiting on the same schedule wake in a
+  convoy. ``fn`` may therefore run more than once and must only touch ``conn``.
+* **WAL + ``synchronous=NORMAL``**: a commit is durable against a process crash (the
+  only crash the gateway has to survive without fsync on every commit) and readers
+  never block the writer.
+* **Passive checkpoints** every 50 writes and at close. Never ``TRUNCATE``: it waits
+  for readers and was reported to corrupt large databases under load.
+* **Readers** run on a small thread pool, each thread with its own connection
+  (``query_only``), so a long search never stalls the event loop or the writer.
+
+Usage from async code::
+
+    db = Database(settings.state_db)
+    await db.open()                                     # folder, WAL, migrations
+    new_id = await db.write(lambda c: c.execute("INSERT …").lastrowid)
+    rows = await db.read(lambda c: c.execute("SELECT …").fetchall())
+    await db.close()
+
+and from synchronous code (the CLI, a worker process): ``open_sync`` / ``write_sync``
+/ ``read_sync`` / ``close_sync`` do the same through the same threads (never call them
+from inside a running event loop: they block).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+import structlog
+
+from memory.errors import StoreBusy, StoreError
+from memory.migrations import MIGRATIONS, Migration, migrate
+
+T = TypeVar("T")
+log = structlog.get_logger(__name__)
+
+_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def is_busy(err: sqlite3.Error) -> bool:
+    """True when ``err`` is SQLITE_BUSY/LOCKED (any extended code), from its error code."""
+    code = getattr(err, "sqlite_errorcode", None)
+    return isinstance(code, int) and (code & 0xFF) in _BUSY_CODES
+
+
+class Database:
+    """The shared ``state.db`` handle. Create one per process; ``open`` before use."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        migrations: Sequence[Migration] = MIGRATIONS,
+        readers: int = 2,
+        busy_timeout_ms: int = 1000,
+        max_busy_retries: int = 40,
+        checkpoint_every: int = 50,
+    ) -> None:
+        self.path = Path(path)
+        self._migrations = tuple(migrations)
+        self._readers = readers
+        self._busy_timeout_ms = busy_timeout_ms
+        self._max_busy_retries = max_busy_retries
+        self._checkpoint_every = checkpoint_every
+        self._writer: ThreadPoolExecutor | None = None
+        self._reader_pool: ThreadPoolExecutor | None = None
+        self._wconn: sqlite3.Connection | None = None
+        self._local = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._writes_since_checkpoint = 0
+        self.busy_retries = 0  # total BUSY retries so far (for benchmarks and tests)
+        self.schema_version = 0
+
+    # --- lifecycle ----------------------------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return self._writer is not None
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self.open_sync)
+
+    def open_sync(self) -> None:
+        """Create the folder, switch to WAL and apply pending migrations. Idempotent."""
+        if self._writer is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemo-db-writer")
+        try:
+            self.schema_version = writer.submit(self._open_writer).result()
+        except BaseException:
+            writer.shutdown(wait=True)
+            raise
+        self._writer = writer
+        self._reader_pool = ThreadPoolExecutor(max_workers=self._readers, thread_name_prefix="mnemo-db-reader")
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves; check_same_thread=False
+        # only so close() may run from another thread after the pools are drained.
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout_ms / 1000
+        )
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+
+    def _open_writer(self) -> int:
+        conn = self._connect()
+        try:
+            mode = self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+            if str(mode).lower() != "wal":
+                raise StoreError(f"{self.path}: cannot switch to WAL (journal_mode={mode})")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            version = self._retry(lambda: migrate(conn, self._migrations, path=self.path))
+        except BaseException:
+            conn.close()
+            raise
+        self._wconn = conn
+        return version
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.close_sync)
+
+    def close_sync(self) -> None:
+        """Passive checkpoint, then close every connection. Idempotent."""
+        writer, pool = self._writer, self._reader_pool
+        if writer is None:
+            return
+        self._writer = self._reader_pool = None
+        if pool is not None:
+            pool.shutdown(wait=True)
+        writer.submit(self._close_writer).result()
+        writer.shutdown(wait=True)
+        with self._conns_lock:
+            conns, self._reader_conns = self._reader_conns, []
+        for c in conns:
+            c.close()
+
+    def _close_writer(self) -> None:
+        conn, self._wconn = self._wconn, None
+        if conn is None:
+            return
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as e:
+            # A checkpoint is an optimisation; closing must still happen.
+            log.warning("db.checkpoint_failed", path=str(self.path), error=str(e))
+        conn.close()
+
+    # --- writes -------------------------------------------------------------------
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction on the writer thread."""
+        return await asyncio.wrap_future(self._submit_write(fn))
+
+    def write_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return self._submit_write(fn).result()
+
+    def _submit_write(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
+        if self._writer is None:
+            raise StoreError(f"{self.path}: database is not open")
+        return self._writer.submit(self._run_write, fn)
+
+    def _run_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._wconn
+        assert conn is not None, "writer connection exists while the writer thread runs"
+
+        def transaction() -> T:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+
+        result = self._retry(transaction)
+        self._writes_since_checkpoint += 1
+        if self._writes_since_checkpoint >= self._checkpoint_every:
+            self._writes_since_checkpoint = 0
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error as e:
+                log.warning("db.checkpoint_failed", path=str(self.path), error=str(e))
+        return result
+
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        for n in range(self._max_busy_retries + 1):
+            try:
+                return attempt()
+            except sqlite3.OperationalError as e:
+                if not is_busy(e):
+                    raise
+                if n == self._max_busy_retries:
+                    raise StoreBusy(
+                        f"{self.path}: still locked by another process after {n + 1} attempts; "
+                        "is a second mnemo writing to the same profile?"
+                    ) from e
+                self.busy_retries += 1
+                time.sleep(random.uniform(0.020, 0.150))
+        raise AssertionError("unreachable")
+
+    # --- reads --------------------------------------------------------------------
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` on a reader connection (a consistent snapshot per call)."""
+        return await asyncio.wrap_future(self._submit_read(fn))
+
+    def read_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return self._submit_read(fn).result()
+
+    def _submit_read(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
+        if self._reader_pool is None:
+            raise StoreError(f"{self.path}: database is not open")
+        return self._reader_pool.submit(self._run_read, fn)
+
+    def _run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            conn.execute("PRAGMA query_only=ON")
+            self._local.conn = conn
+            with self._conns_lock:
+                self._reader_conns.append(conn)
+
+        def snapshot() -> T:
+            # One read transaction: every statement in fn sees the same snapshot.
+            conn.execute("BEGIN")
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("COMMIT")
+
+        return self._retry(snapshot)
