@@ -39,7 +39,7 @@ from memory.tokens import estimate_json_tokens
 
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 DEFAULT_LOOKBACK = 20
-_SWEEP_AT = 4096  # entries; expired ones are dropped once the table grows past this
+_SWEEP_MIN = 4096  # entries; expired ones are dropped once the table doubles past this
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +172,7 @@ class PromptCache:
         self.min_cacheable_tokens = min_cacheable_tokens
         self.lookback = lookback
         self._entries: dict[bytes, _Entry] = {}
+        self._sweep_at = _SWEEP_MIN
 
     def __len__(self) -> int:
         now = self._clock()
@@ -188,8 +189,10 @@ class PromptCache:
         if not breakpoints:
             return Usage(input_tokens=total)
         now = self._clock()
-        if len(self._entries) > _SWEEP_AT:
+        if len(self._entries) > self._sweep_at:
             self._entries = {k: e for k, e in self._entries.items() if e.expires_at > now}
+            # Doubling keeps sweeps amortised O(1) even when most entries are live.
+            self._sweep_at = max(_SWEEP_MIN, 2 * len(self._entries))
 
         hit = self._longest_hit(blocks, breakpoints, now)
         read = blocks[hit].tokens if hit >= 0 else 0

@@ -72,12 +72,17 @@ class Emulator:
         clock: Callable[[], float] | None = None,
         min_cacheable_tokens: int = 1024,
         responder: Responder | None = None,
+        *,
+        record_limit: int | None = None,
     ) -> None:
         self.host = host
+        # Tests keep every request; a long-running trial mode keeps only the newest ones.
+        self.record_limit = record_limit
         self.port = port
         self.clock: Callable[[], float] = clock or monotonic_clock
         self.default: Responder = responder or trial_reply
         self.requests: list[RecordedRequest] = []
+        self.received = 0  # requests ever arrived (``requests`` may be trimmed by record_limit)
         # The lambda reads ``self.clock`` at call time, so a test may swap the clock later.
         self.cache = PromptCache(lambda: self.clock(), min_cacheable_tokens)
         self._script: deque[ScriptItem] = deque()
@@ -166,6 +171,7 @@ class Emulator:
         """Forget the script, the recorded requests, the cache and random faults."""
         self._script.clear()
         self.requests.clear()
+        self.received = 0
         self.cache.clear()
         self._faults = FaultInjector()
 
@@ -188,7 +194,7 @@ class Emulator:
     async def wait_for_requests(self, count: int, timeout: float = 10.0) -> None:
         """Wait until at least ``count`` requests have arrived (for concurrency tests)."""
         async with self._arrived:
-            await asyncio.wait_for(self._arrived.wait_for(lambda: len(self.requests) >= count), timeout)
+            await asyncio.wait_for(self._arrived.wait_for(lambda: self.received >= count), timeout)
 
     # -- request handling ------------------------------------------------------------
 
@@ -206,6 +212,9 @@ class Emulator:
         except (ValueError, UnicodeDecodeError):
             rec.body = None
         self.requests.append(rec)
+        self.received += 1
+        if self.record_limit is not None and len(self.requests) > self.record_limit:
+            del self.requests[: len(self.requests) - self.record_limit]
         async with self._arrived:
             self._arrived.notify_all()
 
@@ -373,6 +382,10 @@ def _frame(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+def _block_start(index: int, block: dict[str, Any]) -> bytes:
+    return _frame("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+
+
 def _frames(message: dict[str, Any]) -> Iterator[bytes]:
     """The SSE sequence of a complete message, every frame with its ``event:`` line."""
     start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
@@ -381,13 +394,13 @@ def _frames(message: dict[str, Any]) -> Iterator[bytes]:
     yield _frame("ping", {"type": "ping"})
     for index, block in enumerate(message["content"]):
         if block["type"] == "text":
-            yield _frame("content_block_start", {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})
+            yield _block_start(index, {"type": "text", "text": ""})
             for i in range(0, len(block["text"]), _TEXT_CHUNK):
                 delta = {"type": "text_delta", "text": block["text"][i : i + _TEXT_CHUNK]}
                 yield _frame("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
         else:
             opening = {**block, "input": {}}
-            yield _frame("content_block_start", {"type": "content_block_start", "index": index, "content_block": opening})
+            yield _block_start(index, opening)
             encoded = json.dumps(block["input"], ensure_ascii=False)
             step = max(1, len(encoded) // 3 + 1)
             for i in range(0, len(encoded), step):

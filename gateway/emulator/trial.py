@@ -36,14 +36,17 @@ _FENCE = re.compile(r"<memory-context>.*?</memory-context>", re.S | re.I)
 _ROLE_LINE = re.compile(r"^\W*(user|human|assistant|tool)\b[^:\]]{0,40}[:\]]\s*(.*)$", re.I)
 _HEADING = re.compile(r"^(#{1,4})\s+(.+?)\s*$", re.M)
 _SEPARATOR = re.compile(r"^[═=─-]{10,}$")
+_RECALL_VERBS = r"(?:say|tell you|talk about|discuss|mention|decide)"
 _SEARCH = [
-    re.compile(r"\bwhat did (?:i|we|you) (?:say|tell you|talk about|discuss|mention|decide)\b(?:\s+(?:about|regarding|on))?\s*(.+)", re.I),
+    re.compile(rf"\bwhat did (?:i|we|you) {_RECALL_VERBS}\b(?:\s+(?:about|regarding|on))?\s*(.+)", re.I),
     re.compile(r"\bdid (?:i|we) (?:ever )?(?:talk|speak|say anything|tell you|mention)\b(?:\s+about)?\s*(.+)", re.I),
     re.compile(r"\bdo you remember\s+(.+)", re.I),
     re.compile(r"\bsearch\s+(?:(?:our|my|the|past|previous|old|conversations?|chats?|history)\s+)*(?:for\s+)?(.+)", re.I),
-]  # fmt: skip
+]
+# Leading filler of a captured query: "what I said about X" -> "X".
 _QUERY_NOISE = re.compile(
-    r"^(?:(?:what|when|where|how|that|if|whether|the)\s+)?(?:(?:i|we|you)\s+(?:said|told you|talked|mentioned|discussed)\s+)?(?:about\s+)?",
+    r"^(?:(?:what|when|where|how|that|if|whether|the)\s+)?"
+    r"(?:(?:i|we|you)\s+(?:said|told you|talked|mentioned|discussed)\s+)?(?:about\s+)?",
     re.I,
 )
 _REMEMBER = re.compile(r"\b(?:please\s+)?remember\s+(?:that\s+)?(.+)", re.I)
@@ -293,7 +296,9 @@ def _summary(instruction: str, messages: list[dict[str, Any]]) -> str:
 def _review(messages: list[dict[str, Any]]) -> Reply:
     """Memory flush/review: one add of the first preference found, else nothing."""
     candidates = [_user_text(m) for m in messages[:-1] if m.get("role") == "user"]
-    candidates += [m.group(2) for line in _user_text(messages[-1]).splitlines() if (m := _ROLE_LINE.match(line)) and m.group(1).lower() in ("user", "human")]
+    for line in _user_text(messages[-1]).splitlines():
+        if (m := _ROLE_LINE.match(line)) and m.group(1).lower() in ("user", "human"):
+            candidates.append(m.group(2))
     for text in candidates:
         if fact := fact_to_save(text):
             return Reply(
@@ -337,7 +342,10 @@ def _acknowledge(system: str, text: str) -> str:
     name = _user_name(entries)
     greeting = f"Hi {name}! " if name else ""
     said = f"You said: “{_short(text)}”." if text else "I got your message."
-    known = "What I remember about you: " + "; ".join(entries[:5]) if entries else "I have nothing saved about you yet."
+    if entries:
+        known = "What I remember about you: " + "; ".join(e.rstrip(".") for e in entries[:5]) + "."
+    else:
+        known = "I have nothing saved about you yet."
     return f"{TRIAL_LABEL} {greeting}{said} {known}"
 
 

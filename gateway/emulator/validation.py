@@ -33,6 +33,7 @@ _TOP_LEVEL = frozenset(
 )  # fmt: skip
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 _TTLS = ("5m", "1h")
+_EMPTY = "messages.{i}: all messages must have non-empty content except for the optional final assistant message"
 
 
 class _Invalid(Exception):
@@ -178,7 +179,10 @@ def _check_messages(messages: Any) -> None:
         if i == 0 and role != "user":
             _fail("messages: first message must use the \"user\" role")
         if i > 0 and role == messages[i - 1].get("role"):
-            _fail(f'messages: roles must alternate between "user" and "assistant", but found multiple "{role}" roles in a row')
+            _fail(
+                'messages: roles must alternate between "user" and "assistant", '
+                f'but found multiple "{role}" roles in a row'
+            )
         _check_content(msg.get("content"), i, role, final_assistant=(i == last and role == "assistant"))
         blocks = msg["content"] if isinstance(msg["content"], list) else []
         if role == "assistant":
@@ -194,12 +198,12 @@ def _check_content(content: Any, i: int, role: str, *, final_assistant: bool) ->
     where = f"messages.{i}.content"
     if isinstance(content, str):
         if not content and not final_assistant:
-            _fail(f"messages.{i}: all messages must have non-empty content except for the optional final assistant message")
+            _fail(_EMPTY.format(i=i))
         return
     if not isinstance(content, list):
         _fail(f"{where}: Input should be a valid string or a list of content blocks")
     if not content and not final_assistant:
-        _fail(f"messages.{i}: all messages must have non-empty content except for the optional final assistant message")
+        _fail(_EMPTY.format(i=i))
     seen_other = False
     for b, block in enumerate(content):
         at = f"{where}.{b}"
@@ -219,7 +223,10 @@ def _check_content(content: Any, i: int, role: str, *, final_assistant: bool) ->
                 _fail(f"{at}: `tool_result` blocks must come before any other content in a user message")
             _check_tool_result(block, at)
         else:
-            _fail(f"{at}: Input tag '{kind}' found using 'type' does not match any of the expected tags: 'text', 'image', 'tool_use', 'tool_result'")
+            _fail(
+                f"{at}: Input tag '{kind}' found using 'type' does not match any of the expected tags: "
+                "'text', 'image', 'tool_use', 'tool_result'"
+            )
         if kind != "tool_result":
             seen_other = True
 
@@ -282,37 +289,26 @@ def _blocks_of(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
 
 
 def _check_tool_pairing(messages: list[Any], i: int) -> None:
-    """Pairing is checked from both sides of message ``i`` once its content is known valid."""
+    """Checked at each user message, whose content (and the previous one's) is known valid:
+    its results answer the previous assistant turn, and that turn's calls are all answered."""
     msg = messages[i]
-    if msg["role"] == "user":
-        results = _blocks_of(msg, "tool_result")
-        if not results:
-            return
-        offered = {b["id"] for b in _blocks_of(messages[i - 1], "tool_use")} if i > 0 else set()
-        stray = [b["tool_use_id"] for b in results if b["tool_use_id"] not in offered]
-        if stray:
-            _fail(
-                f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
-                f"{', '.join(stray)}. Each `tool_result` block must have a corresponding "
-                "`tool_use` block in the previous message."
-            )
-        answered = [b["tool_use_id"] for b in results]
-        if len(answered) != len(set(answered)):
-            _fail(f"messages.{i}.content: each `tool_use` id may be answered by only one `tool_result` block")
+    if msg["role"] != "user" or i == 0:
         return
-    uses = [b["id"] for b in _blocks_of(msg, "tool_use")]
-    if not uses or i == len(messages) - 1:
-        return
-    nxt = messages[i + 1]
-    answered_next = {
-        b.get("tool_use_id")
-        for b in (nxt.get("content") if isinstance(nxt, dict) and isinstance(nxt.get("content"), list) else [])
-        if isinstance(b, dict) and b.get("type") == "tool_result"
-    }
-    missing = [u for u in uses if u not in answered_next]
+    uses = [b["id"] for b in _blocks_of(messages[i - 1], "tool_use")]
+    results = [b["tool_use_id"] for b in _blocks_of(msg, "tool_result")]
+    stray = [r for r in results if r not in uses]
+    if stray:
+        _fail(
+            f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+            f"{', '.join(stray)}. Each `tool_result` block must have a corresponding "
+            "`tool_use` block in the previous message."
+        )
+    if len(results) != len(set(results)):
+        _fail(f"messages.{i}.content: each `tool_use` id may be answered by only one `tool_result` block")
+    missing = [u for u in uses if u not in results]
     if missing:
         _fail(
-            f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks immediately "
+            f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
             f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding "
             "`tool_result` block in the next message."
         )
