@@ -8,6 +8,7 @@
     │   ├── StoreBusy            still locked after the bounded retries
     │   └── SchemaTooNew         state.db was written by a newer mnemo
     ├── InvalidSearchQuery       an empty or unusable search query
+    ├── InvalidDataset           a recall dataset file that cannot be read
     └── ProviderError            a memory provider failed (isolated by the manager)
 """
 
@@ -45,6 +46,10 @@ class SchemaTooNew(StoreError):
 
 
 class InvalidSearchQuery(MemoryLayerError, ValueError):
+    pass
+
+
+class InvalidDataset(MemoryLayerError, ValueError):
     pass
 
 

@@ -1,0 +1,188 @@
+"""Retrievers: from a parsed query to ranked message ids inside a chat scope.
+
+Both run synchronously on a reader connection (``Database.read``) and return
+``(message_id, score)`` pairs, best first, higher is better.
+
+``NaiveRetriever`` is the reference point the benchmark compares against: every raw
+word of the query OR-ed, the default unicode61 index (``messages_fts``), bm25.
+
+``FusionRetriever`` is what session_search ships. Measured on ``bench/data`` (see
+``mnemo bench recall``), each step below earned its place:
+
+1. **Analysis** (``memory/fts_query.py``): stopwords out, irregular forms in
+   (``bought`` also searches ``buy``), quoted phrases kept.
+2. **Lexical views fused**: the Porter-stemmed index ``messages_stem`` (``adopted`` ~
+   ``adopting``) plus, at a lower weight, word prefixes on the unstemmed index
+   (``allergy`` ~ ``allergic``, which Porter keeps apart); CJK runs are searched in
+   ``messages_cjk`` (bigrams). Each view's bm25 is normalised by its best score and
+   the views are summed with weights. (Adding the unstemmed exact view as well made
+   recall slightly worse, so it is not used.)
+3. **Neighbour context**: a turn is scored together with the turns right before and
+   after it in the same session. People state a fact in one turn and the reply restates
+   it in other words ("I adopted a puppy" / "Congratulations on the new dog!"), so a
+   question worded like the reply still finds the turn with the fact.
+4. **Name feedback** (pseudo-relevance feedback): the proper nouns of the three best
+   hits are searched in a second pass at a lower weight, which finds the other turns
+   about the same person, place or thing — what multi-hop questions need.
+
+Everything is computed from FTS5 scores of a bounded candidate pool, so the cost
+does not grow with the size of the chat beyond the FTS lookups themselves. Tried and
+dropped (no gain on the dataset): boosting sessions from a month named in the
+question, and a bonus for covering more of the query's words.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from memory.fts_query import (
+    WORD,
+    ParsedQuery,
+    any_of,
+    cjk_expression,
+    naive_expression,
+    prefix_expression,
+    scoped,
+    term_expression,
+)
+from memory.lexicon import STOPWORDS
+
+Ranked = list[tuple[int, float]]
+MAX_FEEDBACK_TERMS = 8
+
+
+class Retriever(Protocol):
+    """Ranks messages of the chats ``chat_nos`` for ``query``; called on a reader thread."""
+
+    name: str
+
+    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, chat_nos: Sequence[int], pool: int) -> Ranked:
+        ...
+
+
+def fts_scores(conn: sqlite3.Connection, table: str, expr: str | None, chat_nos: Sequence[int], pool: int) -> Ranked:
+    """Top ``pool`` rows of one FTS view by bm25 (column weights: text 1, scope 0)."""
+    if expr is None or not chat_nos:
+        return []
+    rows = conn.execute(
+        f"SELECT rowid, -bm25({table}, 1.0, 0.0) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s DESC LIMIT ?",
+        (scoped(chat_nos, expr), pool),
+    ).fetchall()
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class NaiveRetriever:
+    name: str = "baseline"
+
+    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, chat_nos: Sequence[int], pool: int) -> Ranked:
+        return fts_scores(conn, "messages_fts", naive_expression(query), chat_nos, pool)
+
+
+def _normalised(ranked: Ranked) -> dict[int, float]:
+    if not ranked:
+        return {}
+    top = max(s for _, s in ranked)
+    if top <= 0:
+        return {i: 1.0 for i, _ in ranked}
+    return {i: s / top for i, s in ranked}
+
+
+def neighbours(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
+    """For each message id: the previous and next message ids of the same session."""
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(
+        "SELECT m.id,"
+        " (SELECT p.id FROM messages p WHERE p.session_id = m.session_id AND p.id < m.id ORDER BY p.id DESC LIMIT 1),"
+        " (SELECT n.id FROM messages n WHERE n.session_id = m.session_id AND n.id > m.id ORDER BY n.id LIMIT 1)"
+        f" FROM messages m WHERE m.id IN ({marks})",
+        tuple(ids),
+    ).fetchall()
+    return {int(r[0]): (r[1], r[2]) for r in rows}
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def proper_nouns(text: str) -> list[str]:
+    """Capitalised words not at the start of a sentence (names, places, brands), lower-cased."""
+    out = []
+    for sentence in _SENTENCE.split(text):
+        for w in WORD.findall(sentence)[1:]:
+            if w[0].isupper() and w.lower() not in STOPWORDS:
+                out.append(w.lower())
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class FusionRetriever:
+    name: str = "shipped"
+    stem_weight: float = 1.0
+    prefix_weight: float = 0.3
+    cjk_weight: float = 1.0
+    neighbour_weight: float = 0.5
+    feedback_docs: int = 3
+    feedback_weight: float = 0.8
+    candidates: int = 200
+
+    def _views(self, conn: sqlite3.Connection, query: ParsedQuery, chat_nos: Sequence[int], n: int) -> dict[int, float]:
+        base: dict[int, float] = defaultdict(float)
+        views = (
+            (self.stem_weight, "messages_stem", term_expression(query)),
+            (self.prefix_weight, "messages_fts", prefix_expression(query)),
+            (self.cjk_weight, "messages_cjk", cjk_expression(query)),
+        )
+        for weight, table, expr in views:
+            if weight > 0:
+                for i, s in _normalised(fts_scores(conn, table, expr, chat_nos, n)).items():
+                    base[i] += weight * s
+        return base
+
+    def _with_neighbours(self, conn: sqlite3.Connection, base: Mapping[int, float]) -> dict[int, float]:
+        if self.neighbour_weight <= 0:
+            return dict(base)
+        final: dict[int, float] = defaultdict(float)
+        for i, (prev, nxt) in neighbours(conn, list(base)).items():
+            final[i] += base[i]
+            for j in (prev, nxt):
+                if j is not None:
+                    # The neighbour inherits part of this turn's score (and gives part of
+                    # its own back when it is a candidate too).
+                    final[j] += self.neighbour_weight * base[i]
+        return final
+
+    def _feedback_terms(self, conn: sqlite3.Connection, query: ParsedQuery, top: Sequence[int]) -> list[str]:
+        if not top:
+            return []
+        asked = {w for family in query.terms for w in family}
+        marks = ",".join("?" * len(top))
+        terms: list[str] = []
+        for (content,) in conn.execute(f"SELECT content FROM messages WHERE id IN ({marks})", tuple(top)):
+            terms += [w for w in proper_nouns(content) if w not in asked]
+        return list(dict.fromkeys(terms))[:MAX_FEEDBACK_TERMS]
+
+    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, chat_nos: Sequence[int], pool: int) -> Ranked:
+        n = max(pool, self.candidates)
+        base = self._views(conn, query, chat_nos, n)
+        if not base:
+            return []
+        final = self._with_neighbours(conn, base)
+        if self.feedback_docs > 0 and self.feedback_weight > 0:
+            top = [i for i, _ in sorted(final.items(), key=lambda kv: (-kv[1], kv[0]))[: self.feedback_docs]]
+            extra = self._feedback_terms(conn, query, top)
+            if extra:
+                # Second pass: the names found in the best hits lead to the other turns
+                # about the same person or thing ("my sister Clara" -> "Clara is a lawyer").
+                found = fts_scores(conn, "messages_stem", any_of("content", extra), chat_nos, n)
+                for i, s in _normalised(found).items():
+                    base[i] = base.get(i, 0.0) + self.feedback_weight * s
+                final = self._with_neighbours(conn, base)
+        ranked = sorted(final.items(), key=lambda kv: (-kv[1], kv[0]))
+        return ranked[:pool]
