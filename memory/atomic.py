@@ -42,7 +42,11 @@ def ensure_folder(folder: Path, root: Path | None = None) -> None:
             raise MemoryRefused(f"{folder} resolves outside {root}; refusing to write there.")
 
     check()
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Path.mkdir(parents=True) gives the parents default permissions; every folder made
+    # here is private, since folder names are user ids.
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    for p in reversed(missing):
+        p.mkdir(mode=0o700, exist_ok=True)
     check()
 
 

@@ -319,6 +319,13 @@ def test_lock_file_is_private_and_separate(shared: CuratedFile) -> None:
     assert stat.S_IMODE(shared.path.stat().st_mode) == 0o600
 
 
+def test_folders_created_for_a_user_are_private(files: MemoryFiles) -> None:
+    f = files.user(UserRef("telegram", "42"))
+    f.add("x")
+    for folder in (files.memories_dir, files.users_dir, files.users_dir / "telegram", f.path.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+
+
 def test_symlinked_lock_is_refused_and_its_target_untouched(shared: CuratedFile, tmp_path: Path) -> None:
     shared.path.parent.mkdir(parents=True)
     victim = tmp_path / "victim"
