@@ -91,7 +91,8 @@ class Reply:
 class Fault:
     status: int
     retry_after: float | None = None  # seconds, sent as the ``retry-after`` header
-    body: str | Mapping[str, Any] | None = None  # str: the error message; mapping: the whole JSON body
+    # str: the error message (the raw body when malformed); mapping: the whole JSON body.
+    body: str | Mapping[str, Any] | None = None
     delay: float = 0.0
     malformed: bool = False  # answer ``status`` (use 200) with a body that is not valid JSON
     # On a streaming request: start a normal stream, then send ``event: error`` (typed after

@@ -76,9 +76,9 @@ class Emulator:
         record_limit: int | None = None,
     ) -> None:
         self.host = host
+        self.port = port
         # Tests keep every request; a long-running trial mode keeps only the newest ones.
         self.record_limit = record_limit
-        self.port = port
         self.clock: Callable[[], float] = clock or monotonic_clock
         self.default: Responder = responder or trial_reply
         self.requests: list[RecordedRequest] = []
@@ -119,7 +119,8 @@ class Emulator:
             raise
         self.port = sock.getsockname()[1]
         await web.SockSite(runner, sock).start()
-        self._closing.clear()
+        # Fresh primitives per start: asyncio objects bind to the loop that first uses them.
+        self._closing, self._arrived = asyncio.Event(), asyncio.Condition()
         self._runner = runner
         return self
 

@@ -367,3 +367,29 @@ async def test_record_limit_keeps_the_newest_requests() -> None:
         assert emu.received == 5
         assert [r.body["messages"][0]["content"] for r in emu.requests] == ["m2", "m3", "m4"]
         await emu.wait_for_requests(5, timeout=1)
+
+
+async def test_stop_does_not_wait_for_a_held_responder() -> None:
+    never = asyncio.Event()
+
+    async def held(req: RecordedRequest) -> Reply:
+        await never.wait()
+        return Reply("never")
+
+    emu = Emulator(responder=held)
+    await emu.start()
+    call = asyncio.create_task(client(emu).messages.create(model=MODEL, max_tokens=5, messages=user("x")))
+    await emu.wait_for_requests(1)
+    await asyncio.wait_for(emu.stop(), timeout=30)  # a hang guard, not a speed check
+    with pytest.raises(anthropic.APIConnectionError):
+        await call
+    assert emu.requests[0].response_status is None
+
+
+async def test_restart_in_the_same_loop_keeps_working() -> None:
+    emu = Emulator(responder=lambda req: Reply("again"))
+    for _ in range(2):
+        await emu.start()
+        msg = await client(emu).messages.create(model=MODEL, max_tokens=5, messages=user("x"))
+        assert msg.content[0].text == "again"
+        await emu.stop()
