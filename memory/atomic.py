@@ -84,7 +84,7 @@ def _acquire(fd: int, lock_path: Path, timeout: float) -> None:
             if time.monotonic() >= deadline:
                 raise MemoryRefused(f"{lock_path.name} is held by another writer for over {timeout:g} s.") from None
             time.sleep(delay)
-            delay = min(delay * 2, 0.005)
+            delay = min(delay * 2, 0.002)
 
 
 def temp_prefix(path: Path) -> str:

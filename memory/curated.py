@@ -370,9 +370,9 @@ class CuratedFile:
             return self._failure(action, f"{e.reason} Nothing was saved.")
         except OSError as e:
             return self._failure(action, f"Writing {self.path.name} failed ({e.strerror or e}).")
-        done = "Saved — the write is complete; do not repeat it. Your system prompt shows it from the next session on."
-        if action is Action.REMOVE:
-            done = "Saved — the write is complete; do not repeat it."
+        done = "Saved — the write is complete; do not repeat it."
+        if action is not Action.REMOVE:
+            done += " Your system prompt shows it from the next session on."
         return WriteResult(
             True,
             f"{outcome.message} {done}",

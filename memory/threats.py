@@ -96,7 +96,7 @@ _SECRET_NAMES = (
 _PATTERNS: tuple[tuple[ThreatCategory, str, re.Pattern[str]], ...] = tuple(
     (cat, what, re.compile(rx, flags))
     for cat, what, rx, flags in (
-        # --- system override (before injection: "override your system prompt") ---------------------------------------------------------
+        # --- system override (before injection: "override your system prompt") -------
         (
             ThreatCategory.SYSTEM_OVERRIDE,
             "claims to override the system prompt",

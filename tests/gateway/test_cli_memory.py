@@ -67,7 +67,9 @@ def test_show_of_an_undecodable_file_warns_and_exits_1(home: Path, capsys: pytes
         ("add", "--target", "memory", "   "),
     ],
 )
-def test_refusals_print_the_result_and_exit_1(home: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
+def test_refusals_print_the_result_and_exit_1(
+    home: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
+) -> None:
     assert run(home, *argv) == 1
     out = result(capsys)
     assert out["success"] is False and out["message"]

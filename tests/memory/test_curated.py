@@ -49,7 +49,9 @@ def test_loading_a_missing_file_creates_nothing(files: MemoryFiles) -> None:
     assert not files.memories_dir.exists()
 
 
-@pytest.mark.parametrize("bad", [("tele/gram", "1"), ("telegram", "../1"), ("telegram", ".."), ("t", "a\x00b"), ("t", "")])
+@pytest.mark.parametrize(
+    "bad", [("tele/gram", "1"), ("telegram", "../1"), ("telegram", ".."), ("t", "a\x00b"), ("t", "")]
+)
 def test_bad_ids_are_refused_before_any_path_is_built(files: MemoryFiles, bad: tuple[str, str]) -> None:
     with pytest.raises(InvalidIdentifier):
         files.user(UserRef(*bad))

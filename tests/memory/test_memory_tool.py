@@ -1,6 +1,6 @@
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -28,9 +28,9 @@ def ctx(
     context: AgentContext = AgentContext.PRIMARY,
     speaker: UserRef | None = ANA,
     is_admin: bool = False,
-    shared_write: str = "admins",
+    shared_write: Literal["admins", "all"] = "admins",
 ) -> MemoryCallContext:
-    return MemoryCallContext(speaker=speaker, agent_context=context, is_admin=is_admin, shared_write=shared_write)  # type: ignore[arg-type]
+    return MemoryCallContext(speaker=speaker, agent_context=context, is_admin=is_admin, shared_write=shared_write)
 
 
 async def call(files: MemoryFiles, args: Any, c: MemoryCallContext | None = None, **kw: Any) -> dict[str, Any]:
