@@ -145,6 +145,9 @@ class WebSettings(Section):
 
 class AccessSettings(Section):
     admins: tuple[str, ...] = ()  # "platform:user_id"
+    # Extra allowlist entries on any platform: "platform:user_id", or "platform:*" to
+    # admit everyone on that platform (e.g. a private Discord server).
+    allowed: tuple[str, ...] = ()
     pairing: bool = True
     unauthorized_reply: Literal["refuse", "silent"] = "refuse"
     rate_limit_per_minute: int = Field(20, ge=0)  # 0 disables

@@ -9,6 +9,7 @@
     │   ├── TransientNetworkError    timeouts, connection errors, 5xx after retries
     │   ├── ProviderAuthError        401 / 403 from the LLM endpoint
     │   ├── ContextTooLong           the request does not fit the context window
+    │   ├── InvalidLLMRequest        400 for another reason (a bug on our side)
     │   └── BadLLMResponse           malformed or unexpected response body
     └── PlatformError                a chat platform refused or failed a call
         ├── PlatformRateLimited(retry_after)
@@ -52,6 +53,10 @@ class ProviderAuthError(LLMError):
 
 
 class ContextTooLong(LLMError):
+    pass
+
+
+class InvalidLLMRequest(LLMError):
     pass
 
 

@@ -116,3 +116,50 @@ def key_for(msg: InboundMessage, *, per_user: bool = True) -> str:
         msg.user_id,
         per_user=per_user and not msg.shared_room,
     )
+
+
+def to_payload(msg: InboundMessage) -> dict[str, object]:
+    """The JSON form stored in the durable inbox."""
+    return {
+        "platform": msg.platform,
+        "chat_id": msg.chat_id,
+        "user_id": msg.user_id,
+        "message_id": msg.message_id,
+        "text": msg.text,
+        "user_name": msg.user_name,
+        "chat_type": msg.chat_type.value,
+        "thread_id": msg.thread_id,
+        "mentioned": msg.mentioned,
+        "attachments": [{"kind": a.kind, "name": a.name, "size": a.size} for a in msg.attachments],
+        "reply_to": msg.reply_to,
+        "received_at": msg.received_at.isoformat(),
+        "agent_context": msg.agent_context.value,
+        "shared_room": msg.shared_room,
+    }
+
+
+def from_payload(data: dict[str, object]) -> InboundMessage:
+    atts = data.get("attachments") or []
+    return InboundMessage(
+        platform=str(data["platform"]),
+        chat_id=str(data["chat_id"]),
+        user_id=str(data["user_id"]),
+        message_id=str(data["message_id"]),
+        text=str(data.get("text") or ""),
+        user_name=str(data.get("user_name") or ""),
+        chat_type=ChatType(str(data.get("chat_type") or "dm")),
+        thread_id=None if data.get("thread_id") is None else str(data["thread_id"]),
+        mentioned=bool(data.get("mentioned")),
+        attachments=tuple(
+            Attachment(kind=str(a.get("kind", "")), name=str(a.get("name", "")), size=a.get("size"))
+            for a in atts  # type: ignore[union-attr]
+        ),
+        reply_to=None if data.get("reply_to") is None else str(data["reply_to"]),
+        received_at=datetime.fromisoformat(str(data["received_at"])) if data.get("received_at") else datetime.now(UTC),
+        agent_context=AgentContext(str(data.get("agent_context") or "primary")),
+        shared_room=bool(data.get("shared_room")),
+    )
+
+
+def chat_of(msg: InboundMessage) -> ChatRef:
+    return ChatRef(msg.platform, msg.chat_id, msg.thread_id)
