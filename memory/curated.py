@@ -52,10 +52,16 @@ class Action(StrEnum):
 _HEADERS = {Target.MEMORY: "MEMORY (your personal notes)", Target.USER: "USER PROFILE (who the user is)"}
 
 
+def clean_text(text: object) -> str:
+    """Entry text as stored: CRLF (a file edited on Windows) as LF, outer whitespace gone."""
+    return text.replace("\r\n", "\n").strip() if isinstance(text, str) else ""
+
+
 def parse_entries(text: str) -> tuple[str, ...]:
     """Split file text into entries: strip each, drop empties, keep the first of duplicates."""
     if text.startswith("\ufeff"):
         text = text[1:]
+    text = text.replace("\r\n", "\n")
     seen: dict[str, None] = {}
     for raw in text.split(ENTRY_DELIMITER):
         entry = raw.strip()
@@ -238,7 +244,7 @@ class CuratedFile:
     # --- writing ---------------------------------------------------------------------
     def add(self, content: str) -> WriteResult:
         def decide(current: tuple[str, ...]) -> _Change | WriteResult:
-            entry = content.strip() if isinstance(content, str) else ""
+            entry = clean_text(content)
             if not entry:
                 return self._refused(Action.ADD, current, "Content cannot be empty.")
             bad = self._check_content(Action.ADD, current, entry)
@@ -254,10 +260,10 @@ class CuratedFile:
 
     def replace(self, old_text: str, content: str) -> WriteResult:
         def decide(current: tuple[str, ...]) -> _Change | WriteResult:
-            old = old_text.strip() if isinstance(old_text, str) else ""
+            old = clean_text(old_text)
             if not old:
                 return self._refused(Action.REPLACE, current, "old_text cannot be empty.")
-            entry = content.strip() if isinstance(content, str) else ""
+            entry = clean_text(content)
             if not entry:
                 return self._refused(
                     Action.REPLACE, current, "Content cannot be empty (use remove to delete an entry)."
@@ -283,7 +289,7 @@ class CuratedFile:
 
     def remove(self, old_text: str) -> WriteResult:
         def decide(current: tuple[str, ...]) -> _Change | WriteResult:
-            old = old_text.strip() if isinstance(old_text, str) else ""
+            old = clean_text(old_text)
             if not old:
                 return self._refused(Action.REMOVE, current, "old_text cannot be empty.")
             found = self._find(Action.REMOVE, current, old)

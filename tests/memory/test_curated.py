@@ -145,6 +145,15 @@ def test_load_tolerates_bom_and_drops_empty_and_duplicate_entries(shared: Curate
     assert parse_entries("x\n§\ny") == ("x", "y")
 
 
+def test_windows_line_endings_are_read_and_stored_as_lf(shared: CuratedFile) -> None:
+    shared.path.parent.mkdir(parents=True)
+    shared.path.write_bytes(b"one\r\n\xc2\xa7\r\ntwo\r\nlines")
+    assert shared.load().entries == ("one", "two\nlines")
+    assert shared.add("three\r\nlines\r\n").success
+    assert shared.remove("two\r\nlines").success
+    assert raw(shared) == "one\n§\nthree\nlines"
+
+
 def test_over_limit_file_loads_with_a_warning_and_refuses_adds(tmp_path: Path) -> None:
     f = MemoryFiles(tmp_path, memory_limit=100).shared()
     f.path.write_text(ENTRY_DELIMITER.join(["x" * 60, "y" * 60]))

@@ -19,7 +19,7 @@ LIMIT = 60
 
 # A small alphabet so that substrings collide and separators appear; now and then a
 # zero-width space, which the threat scan refuses.
-_clean = st.text(alphabet=st.sampled_from(list("aabbc  §\n\té")), max_size=24)
+_clean = st.text(alphabet=st.sampled_from(list("aabbc  §\n\r\té")), max_size=24)
 texts = st.one_of(_clean, _clean, _clean, st.builds(lambda a, b: a + "\u200b" + b, _clean, _clean))
 
 
@@ -27,15 +27,19 @@ def joined_len(entries: tuple[str, ...]) -> int:
     return len(ENTRY_DELIMITER.join(entries))
 
 
+def stored_form(text: str) -> str:
+    return text.replace("\r\n", "\n").strip()
+
+
 def valid_content(text: str) -> str | None:
-    entry = text.strip()
+    entry = stored_form(text)
     if not entry or any(line.strip() == "§" for line in entry.split("\n")) or scan(entry) is not None:
         return None
     return entry
 
 
 def target_index(entries: tuple[str, ...], old_text: str) -> int | None:
-    old = old_text.strip()
+    old = stored_form(old_text)
     if not old:
         return None
     if old in entries:
