@@ -1,0 +1,469 @@
+"""SQLite storage of the holographic provider: facts, entities, vectors, banks.
+
+One file, ``$MNEMO_HOME/providers/holographic/facts.db``, WAL mode. Tables:
+
+* ``facts`` — content (unique per owner), category, tags, source (``tool`` / ``mirror``
+  / ``cli``), owner (``platform:id`` or ``shared``), trust in [0, 1] (0.5 to start),
+  retrieval and helpful counts, timestamps, and the HRR vector (uint16 phases);
+* ``entities`` — one row per name (case-insensitive), ``fact_entities`` links them;
+* ``facts_fts`` — FTS5 external-content index over content and tags, kept in sync by
+  triggers (trust/count updates do not touch it);
+* ``memory_banks`` — per (owner, category), the running sum of the members' phasors,
+  so adding or removing a fact updates the bank in O(dim) and
+  ``phase_of(sum)`` is the bundle of the category;
+* ``meta`` — the vector dimension.
+
+Migrations are named and append-only; ``PRAGMA user_version`` counts the applied ones,
+and a database from a newer mnemo is refused (``SchemaTooNew``).
+
+Threading: one connection shared by the manager's worker threads, serialized by a
+lock; every method is synchronous and must be called off the event loop. Scoping is
+not decided here: every read takes the ``owners`` it may see.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from memory.errors import SchemaTooNew, StoreError
+from providers.holographic import hrr
+from providers.holographic.entities import content_terms, extract_entities, ngrams
+
+SHARED = "shared"
+DEFAULT_TRUST = 0.5
+
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    (
+        "0001_facts_entities_banks",
+        """
+        CREATE TABLE facts (
+            id INTEGER PRIMARY KEY,
+            owner TEXT NOT NULL,
+            content TEXT NOT NULL,
+            category TEXT NOT NULL DEFAULT 'general',
+            tags TEXT NOT NULL DEFAULT '',
+            source TEXT NOT NULL DEFAULT 'tool',
+            trust REAL NOT NULL DEFAULT 0.5,
+            retrieval_count INTEGER NOT NULL DEFAULT 0,
+            helpful_count INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            vector BLOB NOT NULL,
+            UNIQUE (owner, content)
+        );
+        CREATE INDEX facts_owner_category ON facts(owner, category);
+        CREATE INDEX facts_owner_updated ON facts(owner, updated_at);
+        CREATE TABLE entities (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            name_lc TEXT NOT NULL UNIQUE,
+            type TEXT NOT NULL DEFAULT 'unknown'
+        );
+        CREATE TABLE fact_entities (
+            fact_id INTEGER NOT NULL REFERENCES facts(id) ON DELETE CASCADE,
+            entity_id INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+            PRIMARY KEY (fact_id, entity_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX fact_entities_entity ON fact_entities(entity_id, fact_id);
+        CREATE TABLE memory_banks (
+            owner TEXT NOT NULL,
+            category TEXT NOT NULL,
+            fact_count INTEGER NOT NULL,
+            phasor_sum BLOB NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (owner, category)
+        );
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE VIRTUAL TABLE facts_fts USING fts5(
+            content, tags, content='facts', content_rowid='id',
+            tokenize='porter unicode61 remove_diacritics 2'
+        );
+        CREATE TRIGGER facts_ai AFTER INSERT ON facts BEGIN
+            INSERT INTO facts_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
+        END;
+        CREATE TRIGGER facts_ad AFTER DELETE ON facts BEGIN
+            INSERT INTO facts_fts(facts_fts, rowid, content, tags)
+            VALUES ('delete', old.id, old.content, old.tags);
+        END;
+        CREATE TRIGGER facts_au AFTER UPDATE OF content, tags ON facts BEGIN
+            INSERT INTO facts_fts(facts_fts, rowid, content, tags)
+            VALUES ('delete', old.id, old.content, old.tags);
+            INSERT INTO facts_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
+        END;
+        """,
+    ),
+)
+
+_FACT_COLUMNS = (
+    "f.id, f.owner, f.content, f.category, f.tags, f.source, f.trust, "
+    "f.retrieval_count, f.helpful_count, f.created_at, f.updated_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    id: int
+    owner: str
+    content: str
+    category: str
+    tags: str
+    source: str
+    trust: float
+    retrieval_count: int
+    helpful_count: int
+    created_at: float
+    updated_at: float
+    entities: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NewFact:
+    owner: str
+    content: str
+    category: str = "general"
+    tags: str = ""
+    source: str = "tool"
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    fact: Fact
+    created: bool  # False: the owner already had this exact content
+
+
+def _placeholders(n: int) -> str:
+    return ",".join("?" * n)
+
+
+class FactStore:
+    def __init__(self, path: Path, dim: int = hrr.DEFAULT_DIM, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self.dim = dim
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = None
+
+    # --- lifecycle ----------------------------------------------------------------
+    def open(self) -> None:
+        """Open (creating if needed) and migrate. Raises ``StoreError`` when the file
+        is not a usable database — callers must fail loudly, never carry on."""
+        with self._lock:
+            if self._db is not None:
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=5.0)
+            except sqlite3.Error as e:
+                raise StoreError(f"{self.path}: cannot open: {e}") from e
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute("PRAGMA foreign_keys=ON")
+                self._migrate(db)
+                stored = db.execute("SELECT value FROM meta WHERE key='dim'").fetchone()
+                if stored is None:
+                    db.execute("INSERT INTO meta(key, value) VALUES ('dim', ?)", (str(self.dim),))
+                    stored_dim = self.dim
+                else:
+                    stored_dim = int(stored[0])
+            except (sqlite3.Error, ValueError) as e:
+                db.close()
+                raise StoreError(f"{self.path}: not a usable facts database: {e}") from e
+            except BaseException:
+                db.close()
+                raise
+            self._db = db
+            wanted, self.dim = self.dim, stored_dim
+        if wanted != stored_dim:
+            self.rebuild_all_vectors(wanted)
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > len(MIGRATIONS):
+            raise SchemaTooNew(f"{self.path}: schema version {version} is newer than this mnemo ({len(MIGRATIONS)})")
+        for index in range(version, len(MIGRATIONS)):
+            _, sql = MIGRATIONS[index]
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _split_sql(sql):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {index + 1}")
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                self._db.close()
+                self._db = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError("the facts database is not open")
+        return self._db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            db = self.db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield self.db
+
+    # --- writes -------------------------------------------------------------------
+    def add(self, new: NewFact) -> Added:
+        return self.add_many([new])[0]
+
+    def add_many(self, facts: Sequence[NewFact]) -> list[Added]:
+        """Insert facts in one transaction (existing content of the same owner is
+        returned as-is, not duplicated)."""
+        out: list[Added] = []
+        with self._write() as db:
+            for new in facts:
+                row = db.execute("SELECT id FROM facts WHERE owner=? AND content=?", (new.owner, new.content)).fetchone()
+                if row is not None:
+                    out.append(Added(self._fact(db, row[0]), created=False))
+                    continue
+                names = self._entities_in(db, new.content, (new.owner, SHARED))
+                vector = hrr.encode_fact(content_terms(new.content), names, self.dim)
+                now = self.clock()
+                cur = db.execute(
+                    "INSERT INTO facts(owner, content, category, tags, source, trust, created_at, updated_at, vector)"
+                    " VALUES (?,?,?,?,?,?,?,?,?)",
+                    (new.owner, new.content, new.category, new.tags, new.source, DEFAULT_TRUST, now, now, hrr.to_blob(vector)),
+                )
+                fact_id = int(cur.lastrowid or 0)
+                for name in names:
+                    entity_id = self._entity_id(db, name)
+                    db.execute("INSERT OR IGNORE INTO fact_entities(fact_id, entity_id) VALUES (?,?)", (fact_id, entity_id))
+                self._bank_add(db, new.owner, new.category, hrr.phasors(vector), +1)
+                out.append(Added(self._fact(db, fact_id), created=True))
+        return out
+
+    def remove(self, fact_id: int, owners: Sequence[str]) -> Fact | None:
+        """Delete a fact the caller can see; returns it, or None if there was none."""
+        with self._write() as db:
+            fact = self._fact(db, fact_id, owners)
+            if fact is None:
+                return None
+            self._delete(db, fact)
+            return fact
+
+    def remove_mirrored(self, owner: str, category: str, old_text: str) -> Fact | None:
+        """Delete the mirrored copy of a built-in entry: the exact content first, else
+        the newest mirrored fact containing ``old_text``."""
+        with self._write() as db:
+            row = db.execute(
+                "SELECT id FROM facts WHERE owner=? AND category=? AND source='mirror' AND content=?",
+                (owner, category, old_text),
+            ).fetchone()
+            if row is None:
+                row = db.execute(
+                    "SELECT id FROM facts WHERE owner=? AND category=? AND source='mirror' AND instr(content, ?) > 0"
+                    " ORDER BY updated_at DESC, id DESC LIMIT 1",
+                    (owner, category, old_text),
+                ).fetchone()
+            if row is None:
+                return None
+            fact = self._fact(db, row[0])
+            assert fact is not None
+            self._delete(db, fact)
+            return fact
+
+    def _delete(self, db: sqlite3.Connection, fact: Fact) -> None:
+        blob = db.execute("SELECT vector FROM facts WHERE id=?", (fact.id,)).fetchone()[0]
+        entity_ids = [r[0] for r in db.execute("SELECT entity_id FROM fact_entities WHERE fact_id=?", (fact.id,))]
+        db.execute("DELETE FROM facts WHERE id=?", (fact.id,))
+        self._bank_add(db, fact.owner, fact.category, hrr.phasors(hrr.from_blob(blob)), -1)
+        if entity_ids:
+            db.execute(
+                f"DELETE FROM entities WHERE id IN ({_placeholders(len(entity_ids))})"
+                " AND NOT EXISTS (SELECT 1 FROM fact_entities fe WHERE fe.entity_id = entities.id)",
+                entity_ids,
+            )
+
+    def feedback(self, fact_id: int, helpful: bool, owners: Sequence[str]) -> Fact | None:
+        """Helpful: trust +0.05 (and helpful_count +1); not helpful: −0.10; clamped."""
+        delta = 0.05 if helpful else -0.10
+        with self._write() as db:
+            if self._fact(db, fact_id, owners) is None:
+                return None
+            db.execute(
+                "UPDATE facts SET trust = min(1.0, max(0.0, trust + ?)), helpful_count = helpful_count + ?"
+                " WHERE id=?",
+                (delta, 1 if helpful else 0, fact_id),
+            )
+            return self._fact(db, fact_id)
+
+    def count_retrievals(self, fact_ids: Iterable[int]) -> None:
+        ids = sorted(set(fact_ids))
+        if not ids:
+            return
+        with self._write() as db:
+            db.execute(f"UPDATE facts SET retrieval_count = retrieval_count + 1 WHERE id IN ({_placeholders(len(ids))})", ids)
+
+    def rebuild_all_vectors(self, dim: int) -> int:
+        """Re-encode every fact at ``dim`` and rebuild the banks; returns the count.
+
+        Needed when the dimension changes; atoms are deterministic, so the result is
+        the same as if the facts had been added at ``dim`` in the first place."""
+        hrr.encode_atom("", dim)  # validates dim before anything is touched
+        with self._write() as db:
+            rows = db.execute("SELECT id, content, owner, category FROM facts ORDER BY id").fetchall()
+            links = self._entity_names(db, [r[0] for r in rows])
+            banks: dict[tuple[str, str], tuple[np.ndarray, int]] = {}
+            for fact_id, content, owner, category in rows:
+                vector = hrr.encode_fact(content_terms(content), links.get(fact_id, ()), dim)
+                db.execute("UPDATE facts SET vector=? WHERE id=?", (hrr.to_blob(vector), fact_id))
+                total, n = banks.get((owner, category), (np.zeros(dim, dtype=np.complex128), 0))
+                banks[(owner, category)] = (total + hrr.phasors(vector), n + 1)
+            db.execute("DELETE FROM memory_banks")
+            now = self.clock()
+            for (owner, category), (total, n) in banks.items():
+                db.execute(
+                    "INSERT INTO memory_banks(owner, category, fact_count, phasor_sum, updated_at) VALUES (?,?,?,?,?)",
+                    (owner, category, n, hrr.phasor_to_blob(total), now),
+                )
+            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('dim', ?)", (str(dim),))
+            self.dim = dim
+            return len(rows)
+
+    # --- entities -------------------------------------------------------------------
+    def _entities_in(self, db: sqlite3.Connection, text: str, owners: Sequence[str]) -> list[str]:
+        names = extract_entities(text)
+        seen = {n.lower() for n in names}
+        for _, name in self.known_entities(db, ngrams(text), owners).values():
+            if name.lower() not in seen:
+                seen.add(name.lower())
+                names.append(name)
+        return names
+
+    def known_entities(
+        self, db: sqlite3.Connection, names_lc: Iterable[str], owners: Sequence[str]
+    ) -> dict[str, tuple[int, str]]:
+        """Which of ``names_lc`` name an entity linked to a fact the owners can see
+        (lower-case name → (id, display name)). Entities only others can see stay
+        unknown, so extraction never reveals another user's vocabulary."""
+        keys = sorted(set(names_lc))
+        out: dict[str, tuple[int, str]] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            rows = db.execute(
+                f"SELECT e.name_lc, e.id, e.name FROM entities e WHERE e.name_lc IN ({_placeholders(len(chunk))})"
+                " AND EXISTS (SELECT 1 FROM fact_entities fe JOIN facts f ON f.id = fe.fact_id"
+                f" WHERE fe.entity_id = e.id AND f.owner IN ({_placeholders(len(owners))}))",
+                (*chunk, *owners),
+            )
+            out.update({lc: (eid, name) for lc, eid, name in rows})
+        return out
+
+    def _entity_id(self, db: sqlite3.Connection, name: str) -> int:
+        row = db.execute("SELECT id FROM entities WHERE name_lc=?", (name.lower(),)).fetchone()
+        if row is not None:
+            return int(row[0])
+        return int(db.execute("INSERT INTO entities(name, name_lc) VALUES (?,?)", (name, name.lower())).lastrowid or 0)
+
+    def _entity_names(self, db: sqlite3.Connection, fact_ids: Sequence[int]) -> dict[int, tuple[str, ...]]:
+        out: dict[int, list[str]] = {}
+        for start in range(0, len(fact_ids), 500):
+            chunk = list(fact_ids[start : start + 500])
+            rows = db.execute(
+                "SELECT fe.fact_id, e.name FROM fact_entities fe JOIN entities e ON e.id = fe.entity_id"
+                f" WHERE fe.fact_id IN ({_placeholders(len(chunk))}) ORDER BY e.name_lc",
+                chunk,
+            )
+            for fact_id, name in rows:
+                out.setdefault(fact_id, []).append(name)
+        return {k: tuple(v) for k, v in out.items()}
+
+    # --- reads ---------------------------------------------------------------------
+    def _fact(self, db: sqlite3.Connection, fact_id: int, owners: Sequence[str] | None = None) -> Fact | None:
+        found = self.facts(db, [fact_id], owners)
+        return found[0] if found else None
+
+    def facts(self, db: sqlite3.Connection, fact_ids: Sequence[int], owners: Sequence[str] | None = None) -> list[Fact]:
+        """Facts by id, in the order given, skipping ids the owners cannot see."""
+        if not fact_ids:
+            return []
+        by_id: dict[int, Fact] = {}
+        names = self._entity_names(db, list(fact_ids))
+        for start in range(0, len(fact_ids), 500):
+            chunk = list(fact_ids[start : start + 500])
+            sql = f"SELECT {_FACT_COLUMNS} FROM facts f WHERE f.id IN ({_placeholders(len(chunk))})"
+            params: list[object] = list(chunk)
+            if owners is not None:
+                sql += f" AND f.owner IN ({_placeholders(len(owners))})"
+                params.extend(owners)
+            for row in db.execute(sql, params):
+                by_id[row[0]] = Fact(*row, entities=names.get(row[0], ()))
+        return [by_id[i] for i in fact_ids if i in by_id]
+
+    def vectors(self, db: sqlite3.Connection, fact_ids: Sequence[int]) -> np.ndarray:
+        """The vectors of ``fact_ids`` as rows, in the order given."""
+        blobs: dict[int, bytes] = {}
+        for start in range(0, len(fact_ids), 500):
+            chunk = list(fact_ids[start : start + 500])
+            rows = db.execute(f"SELECT id, vector FROM facts WHERE id IN ({_placeholders(len(chunk))})", chunk)
+            blobs.update(rows.fetchall())
+        return hrr.from_blobs([blobs[i] for i in fact_ids], self.dim)
+
+    def banks(self, db: sqlite3.Connection, owners: Sequence[str]) -> list[tuple[str, str, int, np.ndarray]]:
+        """(owner, category, fact_count, bundle vector) of every visible bank."""
+        rows = db.execute(
+            f"SELECT owner, category, fact_count, phasor_sum FROM memory_banks WHERE owner IN ({_placeholders(len(owners))})"
+            " AND fact_count > 0 ORDER BY owner, category",
+            tuple(owners),
+        ).fetchall()
+        return [(o, c, n, hrr.phase_of(hrr.phasor_from_blob(b))) for o, c, n, b in rows]
+
+    def _bank_add(self, db: sqlite3.Connection, owner: str, category: str, phasor: np.ndarray, sign: int) -> None:
+        row = db.execute("SELECT fact_count, phasor_sum FROM memory_banks WHERE owner=? AND category=?", (owner, category)).fetchone()
+        if row is None:
+            count, total = 0, np.zeros(self.dim, dtype=np.complex128)
+        else:
+            count, total = row[0], hrr.phasor_from_blob(row[1])
+        count += sign
+        if count <= 0:
+            db.execute("DELETE FROM memory_banks WHERE owner=? AND category=?", (owner, category))
+            return
+        db.execute(
+            "INSERT OR REPLACE INTO memory_banks(owner, category, fact_count, phasor_sum, updated_at) VALUES (?,?,?,?,?)",
+            (owner, category, count, hrr.phasor_to_blob(total + sign * phasor), self.clock()),
+        )
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements, keeping trigger bodies whole."""
+    statements: list[str] = []
+    buf: list[str] = []
+    for line in script.splitlines():
+        buf.append(line)
+        candidate = "\n".join(buf).strip()
+        if candidate and sqlite3.complete_statement(candidate):
+            statements.append(candidate)
+            buf = []
+    tail = "\n".join(buf).strip()
+    if tail:
+        statements.append(tail)
+    return statements
