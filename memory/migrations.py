@@ -161,14 +161,24 @@ CREATE TABLE messages (
     meta                TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX messages_by_session ON messages(session_id, id);
+-- Counters kept by the database, so appending a message is one statement.
+CREATE TRIGGER messages_count_ai AFTER INSERT ON messages BEGIN
+    UPDATE sessions SET
+        message_count = message_count + 1,
+        tool_call_count = tool_call_count + coalesce(json_array_length(new.tool_calls), 0)
+    WHERE id = new.session_id;
+END;
 
--- FTS5 external-content index. The 'scope' column holds one token per chat ('c' ||
--- chat_no) so a scoped query is an AND inside the index and bm25 is computed only
--- for the chat's own rows. The view is the content table: FTS5 reads it for
--- 'rebuild', 'integrity-check' and snippets.
+-- FTS5 external-content index, Porter-stemmed ('adopted' finds 'adopting'). The
+-- 'scope' column holds one token per chat ('c' || chat_no) so a scoped query is an AND
+-- inside the index and bm25 is computed only for the chat's own rows. The view is the
+-- content table: FTS5 reads it for 'rebuild', 'integrity-check' and snippets.
+-- One index only on this hot path: every extra FTS index roughly halves the
+-- one-transaction-per-message write rate.
 CREATE VIEW messages_fts_docs AS SELECT id, content, 'c' || chat_no AS scope FROM messages;
 CREATE VIRTUAL TABLE messages_fts USING fts5(
-    content, scope, content='messages_fts_docs', content_rowid='id'
+    content, scope, content='messages_fts_docs', content_rowid='id',
+    tokenize='porter unicode61 remove_diacritics 2'
 );
 CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN
     INSERT INTO messages_fts(rowid, content, scope) VALUES (new.id, new.content, 'c' || new.chat_no);
@@ -203,26 +213,7 @@ CREATE TABLE inbox (
 CREATE INDEX inbox_unfinished ON inbox(id) WHERE state IN ('received', 'processing');
 """
 
-_SEARCH_VIEWS = """
--- Porter-stemmed view of the same text ('adopted' finds 'adopting', 'adoption').
-CREATE VIRTUAL TABLE messages_stem USING fts5(
-    content, scope, content='messages_fts_docs', content_rowid='id',
-    tokenize='porter unicode61 remove_diacritics 2'
-);
-CREATE TRIGGER messages_stem_ai AFTER INSERT ON messages BEGIN
-    INSERT INTO messages_stem(rowid, content, scope) VALUES (new.id, new.content, 'c' || new.chat_no);
-END;
-CREATE TRIGGER messages_stem_ad AFTER DELETE ON messages BEGIN
-    INSERT INTO messages_stem(messages_stem, rowid, content, scope)
-    VALUES ('delete', old.id, old.content, 'c' || old.chat_no);
-END;
-CREATE TRIGGER messages_stem_au AFTER UPDATE OF content, chat_no ON messages BEGIN
-    INSERT INTO messages_stem(messages_stem, rowid, content, scope)
-    VALUES ('delete', old.id, old.content, 'c' || old.chat_no);
-    INSERT INTO messages_stem(rowid, content, scope) VALUES (new.id, new.content, 'c' || new.chat_no);
-END;
-INSERT INTO messages_stem(messages_stem) VALUES ('rebuild');
-
+_CJK_VIEW = """
 -- Unigram + bigram text of unspaced scripts (see memory/cjk.py); NULL for most rows.
 ALTER TABLE messages ADD COLUMN cjk TEXT;
 CREATE VIEW messages_cjk_docs AS
@@ -259,5 +250,5 @@ def _backfill_cjk(conn: sqlite3.Connection) -> None:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_sessions_and_messages", _SESSIONS_AND_MESSAGES),
     Migration("0002_inbox", _INBOX),
-    Migration("0003_search_views", _SEARCH_VIEWS, python=_backfill_cjk),
+    Migration("0003_cjk_view", _CJK_VIEW, python=_backfill_cjk),
 )

@@ -4,19 +4,20 @@ Both run synchronously on a reader connection (``Database.read``) and return
 ``(message_id, score)`` pairs, best first, higher is better.
 
 ``NaiveRetriever`` is the reference point the benchmark compares against: every raw
-word of the query OR-ed, the default unicode61 index (``messages_fts``), bm25.
+word of the query OR-ed, a default-unicode61 index, bm25. That index exists only in
+benchmark profiles (``create_baseline_index``).
 
 ``FusionRetriever`` is what session_search ships. Measured on ``bench/data`` (see
 ``mnemo bench recall``), each step below earned its place:
 
 1. **Analysis** (``memory/fts_query.py``): stopwords out, irregular forms in
    (``bought`` also searches ``buy``), quoted phrases kept.
-2. **Lexical views fused**: the Porter-stemmed index ``messages_stem`` (``adopted`` ~
-   ``adopting``) plus, at a lower weight, word prefixes on the unstemmed index
+2. **Lexical views fused**: the Porter-stemmed index ``messages_fts`` (``adopted`` ~
+   ``adopting``) plus, at a lower weight, word prefixes on the same index
    (``allergy`` ~ ``allergic``, which Porter keeps apart); CJK runs are searched in
    ``messages_cjk`` (bigrams). Each view's bm25 is normalised by its best score and
-   the views are summed with weights. (Adding the unstemmed exact view as well made
-   recall slightly worse, so it is not used.)
+   the views are summed with weights. (An extra unstemmed exact-word index made
+   recall slightly worse and halved the write rate, so there is none.)
 3. **Neighbour context**: a turn is scored together with the turns right before and
    after it in the same session. People state a fact in one turn and the reply restates
    it in other words ("I adopted a puppy" / "Congratulations on the new dog!"), so a
@@ -76,12 +77,30 @@ def fts_scores(conn: sqlite3.Connection, table: str, expr: str | None, chat_nos:
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
+BASELINE_TABLE = "messages_plain"
+
+
+def create_baseline_index(conn: sqlite3.Connection) -> None:
+    """Build the naive baseline's unstemmed index (benchmarks only; inside a write).
+
+    Production keeps one FTS index on the write path; the baseline's default-unicode61
+    index exists only in the throw-away profile of ``mnemo bench recall``.
+    """
+    conn.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {BASELINE_TABLE} USING fts5("
+        "content, scope, content='messages_fts_docs', content_rowid='id')"
+    )
+    conn.execute(f"INSERT INTO {BASELINE_TABLE}({BASELINE_TABLE}) VALUES ('rebuild')")
+
+
 @dataclass(frozen=True, slots=True)
 class NaiveRetriever:
+    """Raw words OR-ed, default unicode61, bm25. Needs ``create_baseline_index`` first."""
+
     name: str = "baseline"
 
     def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, chat_nos: Sequence[int], pool: int) -> Ranked:
-        return fts_scores(conn, "messages_fts", naive_expression(query), chat_nos, pool)
+        return fts_scores(conn, BASELINE_TABLE, naive_expression(query), chat_nos, pool)
 
 
 def _normalised(ranked: Ranked) -> dict[int, float]:
@@ -135,7 +154,7 @@ class FusionRetriever:
     def _views(self, conn: sqlite3.Connection, query: ParsedQuery, chat_nos: Sequence[int], n: int) -> dict[int, float]:
         base: dict[int, float] = defaultdict(float)
         views = (
-            (self.stem_weight, "messages_stem", term_expression(query)),
+            (self.stem_weight, "messages_fts", term_expression(query)),
             (self.prefix_weight, "messages_fts", prefix_expression(query)),
             (self.cjk_weight, "messages_cjk", cjk_expression(query)),
         )
@@ -180,7 +199,7 @@ class FusionRetriever:
             if extra:
                 # Second pass: the names found in the best hits lead to the other turns
                 # about the same person or thing ("my sister Clara" -> "Clara is a lawyer").
-                found = fts_scores(conn, "messages_stem", any_of("content", extra), chat_nos, n)
+                found = fts_scores(conn, "messages_fts", any_of("content", extra), chat_nos, n)
                 for i, s in _normalised(found).items():
                     base[i] = base.get(i, 0.0) + self.feedback_weight * s
                 final = self._with_neighbours(conn, base)

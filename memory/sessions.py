@@ -364,15 +364,16 @@ class SessionStore:
             return []
         now = self._clock()
         rows = [self._message_values(m, now) for m in messages]
-        tool_calls = sum(len(m.tool_calls) for m in messages)
-        return await self._db.write(lambda conn: insert_messages(conn, session_id, rows, tool_calls))
+        return await self._db.write(lambda conn: insert_messages(conn, session_id, rows))
 
     @staticmethod
     def _message_values(m: NewMessage, now: datetime) -> tuple[Any, ...]:
         calls = [c.to_json() for c in m.tool_calls]
         tokens = m.token_count
         if tokens is None:
-            tokens = estimate_tokens(m.content) + (estimate_json_tokens(calls) if calls else 0)
+            # Same figure as estimate_tokens; the ASCII shortcut avoids a per-char loop.
+            text_tokens = (len(m.content) + 3) // 4 if m.content.isascii() else estimate_tokens(m.content)
+            tokens = text_tokens + (estimate_json_tokens(calls) if calls else 0)
         return (
             m.role,
             m.content,
@@ -413,25 +414,21 @@ class SessionStore:
         return await self._db.read(q) if ids else []
 
 
-def insert_messages(
-    conn: sqlite3.Connection, session_id: str, rows: Sequence[tuple[Any, ...]], tool_calls: int
-) -> list[int]:
-    """The write path of ``append_messages`` (inside the caller's transaction)."""
-    found = conn.execute("SELECT chat_no FROM sessions WHERE id = ?", (session_id,)).fetchone()
-    if found is None:
-        raise StoreError(f"session {session_id!r} does not exist")
-    chat_no = found[0]
+def insert_messages(conn: sqlite3.Connection, session_id: str, rows: Sequence[tuple[Any, ...]]) -> list[int]:
+    """The write path of ``append_messages`` (inside the caller's transaction).
+
+    One statement per message: the chat number comes from the session row in the same
+    INSERT, and a trigger bumps the session's counters.
+    """
     ids = []
     for values in rows:
         cur = conn.execute(
             "INSERT INTO messages (session_id, chat_no, role, content, tool_calls, tool_call_id, tool_name, is_error,"
             " author_id, author_name, platform_message_id, created_at, token_count, finish_reason, meta, cjk)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (session_id, chat_no, *values),
+            " SELECT id, chat_no, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM sessions WHERE id = ?",
+            (*values, session_id),
         )
+        if cur.rowcount != 1:
+            raise StoreError(f"session {session_id!r} does not exist")
         ids.append(int(cur.lastrowid or 0))
-    conn.execute(
-        "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ? WHERE id = ?",
-        (len(rows), tool_calls, session_id),
-    )
     return ids

@@ -26,7 +26,7 @@ from gateway.config import Settings
 from memory.dataset import QuestionOutcome, ask_questions, dataset_files, import_dataset, load_dataset, summarize
 from memory.db import Database
 from memory.errors import InvalidDataset
-from memory.ranking import FusionRetriever, NaiveRetriever, Retriever
+from memory.ranking import FusionRetriever, NaiveRetriever, Retriever, create_baseline_index
 from memory.search import SessionSearch
 from memory.sessions import SessionStore
 
@@ -71,6 +71,7 @@ async def run_recall(paths: Sequence[Path], ks: Sequence[int], home: Path) -> Re
         reports = []
         for i, ds in enumerate(datasets):
             reports.append(await import_dataset(store, ds, f"bench:{i}:{ds.name}"))
+        await db.write(create_baseline_index)
         outcomes: dict[str, dict[str, list[QuestionOutcome]]] = {}
         for retriever in RETRIEVERS:
             search = SessionSearch(db, retriever=retriever)

@@ -1,0 +1,141 @@
+"""Schema migrations: from empty, from the previous version with data kept, refusal of
+a newer database, and all-or-nothing application."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from memory.db import Database
+from memory.errors import SchemaTooNew
+from memory.migrations import MIGRATIONS, Migration, migrate, schema_version, statements
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+
+async def test_an_empty_database_is_migrated_to_the_latest_version(tmp_path: Path) -> None:
+    db = Database(tmp_path / "state.db")
+    await db.open()
+    await db.close()
+    conn = _connect(db.path)
+    assert schema_version(conn) == len(MIGRATIONS)
+    assert {"chats", "sessions", "messages", "messages_fts", "messages_cjk", "inbox"} <= _tables(conn)
+    names = [r[0] for r in conn.execute("SELECT name FROM schema_migrations ORDER BY version")]
+    assert names == [m.name for m in MIGRATIONS]
+    conn.close()
+
+
+async def test_opening_twice_applies_nothing_new(tmp_path: Path) -> None:
+    for _ in range(2):
+        db = Database(tmp_path / "state.db")
+        await db.open()
+        assert db.schema_version == len(MIGRATIONS)
+        await db.close()
+    conn = _connect(tmp_path / "state.db")
+    assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
+    conn.close()
+
+
+async def test_a_version_1_database_is_upgraded_in_place_with_its_data_kept(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    conn = _connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    assert migrate(conn, MIGRATIONS[:1]) == 1
+    conn.execute("INSERT INTO chats(id, chat_key) VALUES (1, 'telegram:dm:7')")
+    conn.execute(
+        "INSERT INTO sessions(id, chat_no, chat_key, platform, chat_id, agent_context, source, model, system_prompt,"
+        " started_at) VALUES ('s1', 1, 'telegram:dm:7', 'telegram', '7', 'primary', 'chat', 'm', 'sys',"
+        " '2024-01-01T00:00:00.000000+00:00')"
+    )
+    for text in ("We adopted a beagle puppy", "我养了一只小狗"):
+        conn.execute(
+            "INSERT INTO messages(session_id, chat_no, role, content, created_at) VALUES ('s1', 1, 'user', ?,"
+            " '2024-01-01T00:00:01.000000+00:00')",
+            (text,),
+        )
+    conn.close()
+
+    db = Database(path)
+    await db.open()
+    assert db.schema_version == len(MIGRATIONS)
+    rows = await db.read(lambda c: [r[0] for r in c.execute("SELECT content FROM messages ORDER BY id")])
+    count = await db.read(lambda c: c.execute("SELECT message_count FROM sessions WHERE id = 's1'").fetchone()[0])
+    stemmed = await db.read(
+        lambda c: c.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'adopting'").fetchall()
+    )
+    # The CJK view was created later: the migration back-filled the old row.
+    cjk = await db.read(lambda c: c.execute("SELECT rowid FROM messages_cjk WHERE messages_cjk MATCH '小狗'").fetchall())
+    for table in ("messages_fts", "messages_cjk"):
+        await db.write(lambda c, t=table: c.execute(f"INSERT INTO {t}({t}) VALUES ('integrity-check')"))
+    await db.close()
+    assert rows == ["We adopted a beagle puppy", "我养了一只小狗"]
+    assert count == 2  # the counter trigger ran for the rows written at version 1
+    assert [r[0] for r in stemmed] == [1]
+    assert [r[0] for r in cjk] == [2]
+
+
+async def test_a_database_from_a_newer_mnemo_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    conn = _connect(path)
+    conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 5}")
+    conn.close()
+    db = Database(path)
+    with pytest.raises(SchemaTooNew, match=r"written by a newer mnemo"):
+        await db.open()
+    assert not db.is_open
+
+
+def test_a_failing_migration_leaves_the_database_at_the_previous_version(tmp_path: Path) -> None:
+    conn = _connect(tmp_path / "state.db")
+    broken = (*MIGRATIONS, Migration("9999_broken", "CREATE TABLE half_done(x);\nCREATE TABLE oops(;"))
+    with pytest.raises(sqlite3.OperationalError):
+        migrate(conn, broken)
+    assert schema_version(conn) == len(MIGRATIONS)
+    assert "half_done" not in _tables(conn)
+    conn.close()
+
+
+def test_appending_a_migration_upgrades_an_existing_database(tmp_path: Path) -> None:
+    conn = _connect(tmp_path / "state.db")
+    migrate(conn)
+    calls = []
+    extended = (
+        *MIGRATIONS,
+        Migration(
+            "0099_outbox",
+            "CREATE TABLE outbox (id INTEGER PRIMARY KEY, state TEXT NOT NULL);\n"
+            "CREATE INDEX outbox_pending ON outbox(state) WHERE state = 'pending';",
+            python=lambda c: calls.append(c.execute("SELECT count(*) FROM outbox").fetchone()[0]),
+        ),
+    )
+    assert migrate(conn, extended) == len(MIGRATIONS) + 1
+    assert "outbox" in _tables(conn)
+    assert calls == [0]  # the Python step ran once, after the SQL, in the same transaction
+    conn.close()
+
+
+def test_statements_keep_trigger_bodies_whole() -> None:
+    sql = """
+    CREATE TABLE a(x);
+    CREATE TRIGGER t AFTER INSERT ON a BEGIN
+        INSERT INTO a VALUES (1);
+        INSERT INTO a VALUES (2);
+    END;
+    CREATE INDEX i ON a(x);
+    """
+    parts = list(statements(sql))
+    assert len(parts) == 3
+    assert parts[1].startswith("CREATE TRIGGER") and parts[1].endswith("END;")
+
+
+def test_statements_reject_an_unterminated_statement() -> None:
+    with pytest.raises(ValueError, match="incomplete"):
+        list(statements("CREATE TABLE a(x)"))
