@@ -78,6 +78,9 @@ class OutboundMessage:
     mention_user_id: str | None = None
     scheduled: bool = False  # a cron delivery, labelled as such by the adapter
     possible_duplicate: bool = False  # re-sent after a crash while the send was in flight
+    # The outbox row: a stable key adapters may use to make re-sends idempotent
+    # (e.g. a Discord nonce).
+    outbox_id: int | None = None
 
 
 def session_key(

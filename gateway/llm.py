@@ -40,6 +40,7 @@ from gateway.errors import (
     TransientNetworkError,
 )
 from gateway.logs import get_logger
+from gateway.metrics import Metrics
 
 log = get_logger(__name__)
 
@@ -225,8 +226,10 @@ class LLMClient:
         api_key: str | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self._metrics = metrics
         key = api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
         self._client = anthropic.AsyncAnthropic(
             api_key=key or "not-set",
@@ -294,13 +297,21 @@ class LLMClient:
                 except Exception as err:  # noqa: BLE001 - mapped below, never swallowed
                     if not _is_retryable(err) or attempt == attempts - 1:
                         mapped = _map_error(err)
+                        if self._metrics is not None:
+                            self._metrics.errors.labels(f"llm_{type(mapped).__name__}").inc()
                         log.warning("llm_call_failed", model=model, attempts=attempt + 1, error=str(mapped))
                         raise mapped from err
                     delay = self._backoff(attempt, err)
                     log.info("llm_retry", model=model, attempt=attempt + 1, delay_s=round(delay, 3), error=type(err).__name__)
                     await self._sleep(delay)
                     continue
-                return self._convert(response, model, attempt + 1, time.monotonic() - started)
+                result = self._convert(response, model, attempt + 1, time.monotonic() - started)
+                if self._metrics is not None:
+                    u = result.usage
+                    self._metrics.observe_llm(
+                        result.latency_s, u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens
+                    )
+                return result
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _convert(self, response: Any, model: str, attempts: int, latency: float) -> LLMResponse:

@@ -1,0 +1,119 @@
+"""The console adapter: ``mnemo chat`` — the same pipeline in a terminal.
+
+Platform ``cli``, one DM chat per console user (the user is the operator, an admin).
+
+* On a TTY it is interactive: a prompt, lines typed quickly may be merged into one
+  turn by the gateway's debounce like on any chat platform.
+* When stdin is not a TTY it is *scripted*: each line is one turn, handled in order,
+  the next line is read only after the reply is printed (no debounce merging), slash
+  commands work, and end of input ends the run after the last reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from typing import TextIO
+
+from gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage
+from gateway.logs import get_logger
+from gateway.ports import InboundSink
+
+log = get_logger(__name__)
+
+
+class ConsoleAdapter:
+    name = "cli"
+    max_message_len = 1_000_000
+    supports_typing = False
+
+    def __init__(
+        self,
+        user: str,
+        *,
+        stdin: TextIO | None = None,
+        stdout: TextIO | None = None,
+        interactive: bool | None = None,
+    ) -> None:
+        self.user = user
+        self._in = stdin or sys.stdin
+        self._out = stdout or sys.stdout
+        self.interactive = self._in.isatty() if interactive is None else interactive
+        self.debounce_s: float | None = None if self.interactive else 0.0
+        self._replies: asyncio.Queue[OutboundMessage] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._run_id = uuid.uuid4().hex[:8]
+        self._count = 0
+        self.finished = asyncio.Event()
+        self._connected = False
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    async def start(self, sink: InboundSink) -> None:
+        self._connected = True
+        if self._task is None:
+            self._task = asyncio.create_task(self._read_loop(sink), name="console-reader")
+
+    async def stop(self) -> None:
+        self._connected = False
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def send(self, message: OutboundMessage) -> list[str]:
+        prefix = "(possible duplicate) " if message.possible_duplicate else ""
+        prefix += "[scheduled] " if message.scheduled else ""
+        if self.interactive:
+            self._out.write(f"\nmnemo> {prefix}{message.text}\n")
+        else:
+            self._out.write(f"{prefix}{message.text}\n\n")
+        self._out.flush()
+        self._replies.put_nowait(message)
+        return [f"cli-{self._count}"]
+
+    @contextlib.asynccontextmanager
+    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        yield
+
+    def _message(self, text: str) -> InboundMessage:
+        self._count += 1
+        return InboundMessage(
+            platform=self.name,
+            chat_id=self.user,
+            user_id=self.user,
+            user_name=self.user,
+            message_id=f"{self._run_id}-{self._count}",
+            text=text,
+            chat_type=ChatType.DM,
+        )
+
+    async def _readline(self) -> str:
+        if self.interactive:
+            self._out.write("you> ")
+            self._out.flush()
+        return await asyncio.to_thread(self._in.readline)
+
+    async def _read_loop(self, sink: InboundSink) -> None:
+        try:
+            while True:
+                line = await self._readline()
+                if line == "":
+                    break
+                text = line.rstrip("\n").strip()
+                if not text:
+                    continue
+                await sink(self._message(text))
+                if not self.interactive:
+                    await self._replies.get()  # the next line only after the reply
+            if self.interactive:
+                self._out.write("\n")
+        except Exception:  # loop boundary: report, then end the run
+            log.exception("console_reader_failed")
+        finally:
+            self.finished.set()

@@ -1,0 +1,175 @@
+"""Lifecycle in one place: build every component and enter it in one AsyncExitStack.
+
+    store → LLM client (→ emulator in trial mode) → memory providers → worker queue
+          → scheduler → gateway → adapters
+
+and exit in reverse. ``mnemo run``, ``mnemo chat``, ``mnemo demo`` and the end-to-end
+tests all go through ``open_app`` so they run the same pipeline.
+
+Start-up rules: with nothing configured mnemo runs in **local trial mode** (loopback
+adapters, the scripted offline model served by the in-process emulator, a banner
+saying so). A platform token without an LLM key or base URL is refused: a public bot
+never answers with the scripted model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+
+from gateway.access import AccessControl, PairingStore
+from gateway.builtin_tools import register_builtin_tools
+from gateway.commands import CommandRouter, default_commands
+from gateway.config import Settings
+from gateway.errors import StartupError
+from gateway.gateway import Gateway
+from gateway.llm import LLMClient
+from gateway.logs import get_logger
+from gateway.metrics import Metrics
+from gateway.outbox import Outbox
+from gateway.ports import Adapter
+from gateway.tools import ToolRegistry
+from gateway.webserver import WebServer
+from memory.curated import MemoryFiles
+from memory.db import Database
+from memory.inbox import Inbox
+from memory.search import SessionSearch
+from memory.sessions import SessionStore
+
+log = get_logger(__name__)
+
+TRIAL_BANNER = (
+    "LOCAL TRIAL MODE: no ANTHROPIC_API_KEY is set, so replies come from a built-in "
+    "SCRIPTED model, not Claude. Set ANTHROPIC_API_KEY (in the environment or "
+    "$MNEMO_HOME/.env) and restart for real answers."
+)
+
+
+@dataclass
+class App:
+    settings: Settings
+    db: Database
+    store: SessionStore
+    inbox: Inbox
+    outbox: Outbox
+    files: MemoryFiles
+    search: SessionSearch
+    llm: LLMClient
+    tools: ToolRegistry
+    access: AccessControl
+    commands: CommandRouter
+    gateway: Gateway
+    metrics: Metrics
+    web: WebServer | None = None
+    trial: bool = False
+    emulator: object | None = None
+    adapters: list[Adapter] = field(default_factory=list)
+
+
+def check_startup(settings: Settings) -> None:
+    if settings.platform_tokens and not settings.has_llm_endpoint:
+        raise StartupError(
+            f"{', '.join(settings.platform_tokens)} token configured but no ANTHROPIC_API_KEY or "
+            "ANTHROPIC_BASE_URL: refusing to answer a public chat with the scripted trial model."
+        )
+
+
+@asynccontextmanager
+async def open_app(
+    settings: Settings,
+    *,
+    adapters: Sequence[Adapter] = (),
+    web: WebServer | None = None,
+    metrics: Metrics | None = None,
+    llm_base_url: str | None = None,
+    api_key: str | None = None,
+    trial: bool | None = None,
+) -> AsyncIterator[App]:
+    """Build, start and yield the whole application; stop it in reverse on exit.
+
+    ``trial`` forces (or forbids) the scripted emulator; by default it is on exactly
+    when nothing is configured. ``llm_base_url`` points the client elsewhere (tests).
+    ``web`` is the local HTTP server adapters have added their routes to; it gets
+    ``/healthz`` and ``/metrics`` and is started after the gateway, before adapters.
+    """
+    metrics = metrics or (web.metrics if web is not None else Metrics())
+    check_startup(settings)
+    use_trial = settings.trial_mode and llm_base_url is None if trial is None else trial
+    async with AsyncExitStack() as stack:
+        db = Database(settings.state_db)
+        await db.open()
+        stack.push_async_callback(db.close)
+        store = SessionStore(db)
+        inbox = Inbox(db)
+        outbox = Outbox(db)
+        files = MemoryFiles(
+            settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit
+        )
+        search = SessionSearch(db)
+
+        emulator = None
+        if use_trial:
+            from gateway.emulator import Emulator
+
+            emulator = Emulator(record_limit=100)
+            await emulator.start()
+            stack.push_async_callback(emulator.stop)
+            llm_base_url = emulator.base_url
+            api_key = api_key or "trial-mode"
+            log.warning("trial_mode", banner=TRIAL_BANNER)
+        llm = LLMClient(settings.llm, base_url=llm_base_url, api_key=api_key, metrics=metrics)
+        stack.push_async_callback(llm.aclose)
+
+        tools = ToolRegistry(max_output_chars=settings.sessions.tool_output_max_chars)
+        register_builtin_tools(tools, files=files, search=search, settings=settings)
+        access = AccessControl(settings, PairingStore(db))
+        commands = default_commands()
+        gateway = Gateway(
+            settings,
+            store=store,
+            inbox=inbox,
+            outbox=outbox,
+            files=files,
+            llm=llm,
+            tools=tools,
+            access=access,
+            search=search,
+            commands=commands,
+            metrics=metrics,
+        )
+        for adapter in adapters:
+            gateway.add_adapter(adapter)
+        await gateway.start()
+        stack.push_async_callback(gateway.stop)
+        if web is not None:
+            web.set_health_probe(gateway.health)
+            await web.start()
+            stack.push_async_callback(web.stop)
+        for line in access.describe():
+            log.info("access_policy", policy=line)
+        app = App(
+            settings=settings,
+            db=db,
+            store=store,
+            inbox=inbox,
+            outbox=outbox,
+            files=files,
+            search=search,
+            llm=llm,
+            tools=tools,
+            access=access,
+            commands=commands,
+            gateway=gateway,
+            metrics=metrics,
+            web=web,
+            trial=use_trial,
+            emulator=emulator,
+            adapters=list(adapters),
+        )
+        for adapter in adapters:
+            await adapter.start(gateway.submit)
+            stack.push_async_callback(adapter.stop)
+            log.info("adapter_started", adapter=adapter.name)
+        gateway.delivery.wake()
+        yield app

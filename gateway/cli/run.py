@@ -1,0 +1,66 @@
+"""``mnemo run``: start the gateway with every configured adapter.
+
+This is the composition root for adapters (``gateway/`` itself never imports a
+platform library; the adapter modules are imported here, only when configured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from gateway.app import TRIAL_BANNER, check_startup, open_app
+from gateway.config import Settings
+from gateway.errors import StartupError
+from gateway.logs import get_logger
+from gateway.ports import Adapter
+
+log = get_logger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run the bot with every configured adapter")
+    p.set_defaults(handler=run)
+
+
+def build_adapters(settings: Settings) -> list[Adapter]:
+    adapters: list[Adapter] = []
+    if settings.telegram.bot_token is not None:
+        from adapters.telegram import TelegramAdapter
+
+        adapters.append(TelegramAdapter(settings.telegram))
+    if settings.discord.bot_token is not None:
+        from adapters.discord import DiscordAdapter
+
+        adapters.append(DiscordAdapter(settings.discord))
+    if settings.web.enabled:
+        from adapters.web import WebAdapter
+
+        adapters.append(WebAdapter(settings.web, trial=settings.trial_mode))
+    if not adapters:
+        raise StartupError("no adapter is enabled: configure a platform token or enable web (web.enabled: true)")
+    return adapters
+
+
+async def _run(settings: Settings) -> int:
+    check_startup(settings)
+    adapters = build_adapters(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with open_app(settings, adapters=adapters) as app:
+        names = ", ".join(a.name for a in adapters)
+        log.info("mnemo_running", adapters=names, home=str(settings.home), trial=app.trial)
+        print(f"mnemo is running: {names} (home {settings.home})", file=sys.stderr)
+        if app.trial:
+            print(f"*** {TRIAL_BANNER}", file=sys.stderr)
+        await stop.wait()
+        log.info("mnemo_stopping")
+    return 0
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    return asyncio.run(_run(settings))

@@ -1,0 +1,49 @@
+"""The ports between the gateway and the outside world.
+
+``Adapter`` is implemented by every platform module in ``adapters/``. The gateway calls:
+
+* ``start(sink)`` once, from ``mnemo run``'s lifecycle stack, after the store, the LLM
+  client and the worker are up. The adapter begins receiving and calls
+  ``await sink(InboundMessage)`` for each supported event (unsupported events are
+  dropped with a debug log). ``start`` returns once the adapter is receiving.
+* ``send(OutboundMessage)`` from the delivery loop, one logical reply at a time; the
+  adapter splits it at ``max_message_len``, formats it, and returns the platform ids of
+  the messages it sent. It raises ``gateway.errors.PlatformError`` subclasses:
+  ``PlatformRateLimited`` / ``PlatformUnavailable`` (the outbox retries later) or
+  ``Forbidden`` (the outbox gives up on that reply and logs it).
+* ``typing(chat)`` as an async context manager around a turn (a no-op where the
+  platform has no typing indicator, see ``supports_typing``).
+* ``stop()`` once at shutdown; idempotent.
+
+Capabilities are plain attributes, never probed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, runtime_checkable
+
+from gateway.events import ChatRef, InboundMessage, OutboundMessage
+
+InboundSink = Callable[[InboundMessage], Awaitable[None]]
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    name: str  # the platform name used in session keys: "telegram", "discord", "web", "cli"
+    max_message_len: int
+    supports_typing: bool
+    # None: the gateway's debounce window; 0: every message is its own turn.
+    debounce_s: float | None
+
+    @property
+    def connected(self) -> bool: ...
+
+    async def start(self, sink: InboundSink) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def send(self, message: OutboundMessage) -> list[str]: ...
+
+    def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]: ...
