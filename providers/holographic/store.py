@@ -246,18 +246,20 @@ class FactStore:
                     out.append(Added(self._fact(db, row[0]), created=False))
                     continue
                 names = self._entities_in(db, new.content, (new.owner, SHARED))
-                vector = hrr.encode_fact(content_terms(new.content), names, self.dim)
+                blob = hrr.to_blob(hrr.encode_fact(content_terms(new.content), names, self.dim))
                 now = self.clock()
                 cur = db.execute(
                     "INSERT INTO facts(owner, content, category, tags, source, trust, created_at, updated_at, vector)"
                     " VALUES (?,?,?,?,?,?,?,?,?)",
-                    (new.owner, new.content, new.category, new.tags, new.source, DEFAULT_TRUST, now, now, hrr.to_blob(vector)),
+                    (new.owner, new.content, new.category, new.tags, new.source, DEFAULT_TRUST, now, now, blob),
                 )
                 fact_id = int(cur.lastrowid or 0)
                 for name in names:
                     entity_id = self._entity_id(db, name)
                     db.execute("INSERT OR IGNORE INTO fact_entities(fact_id, entity_id) VALUES (?,?)", (fact_id, entity_id))
-                self._bank_add(db, new.owner, new.category, hrr.phasors(vector), +1)
+                # Banks sum the stored (quantized) vectors, so a later removal subtracts
+                # exactly what was added.
+                self._bank_add(db, new.owner, new.category, hrr.phasors(hrr.from_blob(blob)), +1)
                 out.append(Added(self._fact(db, fact_id), created=True))
         return out
 
@@ -334,10 +336,10 @@ class FactStore:
             links = self._entity_names(db, [r[0] for r in rows])
             banks: dict[tuple[str, str], tuple[np.ndarray, int]] = {}
             for fact_id, content, owner, category in rows:
-                vector = hrr.encode_fact(content_terms(content), links.get(fact_id, ()), dim)
-                db.execute("UPDATE facts SET vector=? WHERE id=?", (hrr.to_blob(vector), fact_id))
+                blob = hrr.to_blob(hrr.encode_fact(content_terms(content), links.get(fact_id, ()), dim))
+                db.execute("UPDATE facts SET vector=? WHERE id=?", (blob, fact_id))
                 total, n = banks.get((owner, category), (np.zeros(dim, dtype=np.complex128), 0))
-                banks[(owner, category)] = (total + hrr.phasors(vector), n + 1)
+                banks[(owner, category)] = (total + hrr.phasors(hrr.from_blob(blob)), n + 1)
             db.execute("DELETE FROM memory_banks")
             now = self.clock()
             for (owner, category), (total, n) in banks.items():
