@@ -95,7 +95,9 @@ def parse_dataset(data: Any, name: str) -> Dataset:
         where = f"{name}: questions[{qi}]"
         if not isinstance(q, dict):
             raise InvalidDataset(f"{where}: must be an object")
-        evidence = q.get("evidence") or ()
+        evidence = q.get("evidence")
+        if evidence is None:
+            evidence = []
         if not isinstance(evidence, list):
             raise InvalidDataset(f"{where}: 'evidence' must be a list of message ids")
         category = q.get("category")

@@ -1,0 +1,148 @@
+"""The neutral dataset format, import through the store, recall scoring, and the shipped
+development dataset (valid, reproducible from its seed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from memory.dataset import (
+    QuestionOutcome,
+    ask_questions,
+    dataset_files,
+    import_dataset,
+    load_dataset,
+    parse_dataset,
+    parse_started_at,
+    summarize,
+)
+from memory.db import Database
+from memory.errors import InvalidDataset
+from memory.search import SessionSearch
+from memory.sessions import SessionStore
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "bench" / "data"
+
+SMALL = {
+    "sessions": [
+        {"id": "s1", "started_at": "1:56 pm on 8 May, 2023", "extra": 1, "messages": [
+            {"id": "a", "speaker": "Caroline", "content": "I went to a support group yesterday"},
+            {"id": "b", "speaker": "Melanie", "content": "That sounds brave"},
+            {"id": "c", "speaker": "assistant", "content": "Noted."},
+        ]},
+        {"id": "s2", "started_at": "sometime later", "messages": [
+            {"id": "d", "speaker": "Caroline", "content": "The adoption agency called back"},
+        ]},
+    ],
+    "questions": [
+        {"id": "q1", "question": "When did Caroline go to the support group?", "evidence": ["a"], "category": "temporal"},
+        {"id": "q2", "question": "no evidence here", "evidence": []},
+        {"id": "q3", "question": "What did the agency do?", "evidence": ["d", "a"], "unknown": True},
+    ],
+}
+
+
+def test_parse_ignores_unknown_keys_and_keeps_optional_fields() -> None:
+    ds = parse_dataset(SMALL, "small")
+    assert [s.id for s in ds.sessions] == ["s1", "s2"] and ds.message_count == 4
+    assert ds.questions[0].category == "temporal" and ds.questions[2].category is None
+    assert ds.questions[2].evidence == ("d", "a")
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ([], "top level"),
+    ({}, "missing 'sessions'"),
+    ({"sessions": [{"messages": [{"id": "x"}]}]}, "missing 'content'"),
+    ({"sessions": [{"messages": [{"id": "x", "content": 5}]}]}, "must be a string"),
+    ({"sessions": [], "questions": [{"id": "q", "question": "?", "evidence": "a"}]}, "list of message ids"),
+    ({"sessions": [], "questions": [{"id": "q"}]}, "missing 'question'"),
+])
+def test_malformed_files_are_refused_with_the_place_named(data: object, message: str) -> None:
+    with pytest.raises(InvalidDataset, match=message):
+        parse_dataset(data, "bad")
+
+
+def test_started_at_accepts_iso_and_common_free_text_dates() -> None:
+    assert parse_started_at("2024-02-03T04:05:06") == datetime(2024, 2, 3, 4, 5, 6, tzinfo=UTC)
+    assert parse_started_at("2024-02-03T04:05:06Z") == datetime(2024, 2, 3, 4, 5, 6, tzinfo=UTC)
+    assert parse_started_at("1:56 pm on 8 May, 2023") == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    assert parse_started_at("the day after") is None and parse_started_at("") is None
+
+
+def test_load_and_folder_expansion(tmp_path: Path) -> None:
+    (tmp_path / "b.json").write_text(json.dumps(SMALL))
+    (tmp_path / "a.json").write_text(json.dumps(SMALL))
+    (tmp_path / "notes.txt").write_text("ignored")
+    assert [p.name for p in dataset_files([tmp_path])] == ["a.json", "b.json"]
+    assert load_dataset(tmp_path / "a.json").name == "a"
+    (tmp_path / "broken.json").write_text("{nope")
+    with pytest.raises(InvalidDataset, match="cannot read"):
+        load_dataset(tmp_path / "broken.json")
+    with pytest.raises(InvalidDataset, match="no such file"):
+        dataset_files([tmp_path / "missing"])
+
+
+async def test_import_goes_through_the_store_and_questions_are_asked_in_scope(tmp_path: Path) -> None:
+    db = Database(tmp_path / "state.db")
+    await db.open()
+    store = SessionStore(db)
+    seen: list[tuple[int, int]] = []
+    ds = parse_dataset(SMALL, "small")
+    report = await import_dataset(store, ds, "import:small", progress=lambda d, t: seen.append((d, t)))
+    assert (report.sessions, report.messages) == (2, 4) and seen == [(3, 4), (4, 4)]
+    sessions = await store.list_sessions("import:small")
+    assert len(sessions) == 2 and all(s.end_reason == "imported" for s in sessions)
+    first = sessions[-1]
+    assert first.started_at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    assert sessions[0].title == "sometime later" and sessions[0].started_at > first.started_at
+    msgs = await store.load_messages(first.id)
+    assert [(m.role, m.author_name) for m in msgs] == [("user", "Caroline"), ("user", "Melanie"),
+                                                       ("assistant", "assistant")]
+    assert msgs[0].meta == {"dataset_id": "a"} and report.id_map["a"] == msgs[0].id
+    outcomes = await ask_questions(SessionSearch(db), ds, report, 10)
+    await db.close()
+    assert [o.question_id for o in outcomes] == ["q1", "q3"]  # q2 has no evidence
+    assert outcomes[0].recall_at(10) == 1.0
+
+
+def test_recall_and_any_hit_are_averaged_over_questions() -> None:
+    outcomes = [
+        QuestionOutcome("1", None, frozenset({"a", "b"}), ("x", "a", "y", "b")),
+        QuestionOutcome("2", None, frozenset({"c"}), ("x", "y")),
+    ]
+    s = summarize(outcomes, (1, 2, 4))
+    assert s == {"recall@1": 0.0, "any_hit@1": 0.0, "recall@2": 0.25, "any_hit@2": 0.5,
+                 "recall@4": 0.5, "any_hit@4": 0.5}
+    assert summarize([], (5,)) == {"recall@5": 0.0, "any_hit@5": 0.0}
+
+
+def test_the_development_dataset_is_valid_and_large_enough() -> None:
+    files = dataset_files([DATA])
+    questions = []
+    total_bytes = 0
+    for path in files:
+        ds = load_dataset(path)
+        ids = {m.id for s in ds.sessions for m in s.messages}
+        assert len(ids) == ds.message_count  # ids are unique within a chat
+        for q in ds.questions:
+            assert q.evidence and set(q.evidence) <= ids, q.id
+        questions += ds.questions
+        total_bytes += path.stat().st_size
+    cats = Counter(q.category for q in questions)
+    assert len(questions) >= 300
+    assert set(cats) == {"single-hop", "multi-hop", "temporal"} and min(cats.values()) >= 40
+    assert total_bytes < 5_000_000
+
+
+def test_the_development_dataset_is_reproducible_from_its_seed(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, str(REPO / "bench" / "make_dataset.py"), "--out", str(tmp_path)],
+                   check=True, capture_output=True)
+    for path in dataset_files([DATA]):
+        assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name
