@@ -81,11 +81,17 @@ class ConfigField:
             case ConfigKind.INTEGER:
                 if isinstance(text, bool) or (isinstance(text, float) and not text.is_integer()):
                     raise ValueError(f"expected an integer, got {raw!r}")
-                return int(text)
+                try:
+                    return int(text)
+                except (TypeError, ValueError):
+                    raise ValueError(f"expected an integer, got {raw!r}") from None
             case ConfigKind.NUMBER:
                 if isinstance(text, bool):
                     raise ValueError(f"expected a number, got {raw!r}")
-                return float(text)
+                try:
+                    return float(text)
+                except (TypeError, ValueError):
+                    raise ValueError(f"expected a number, got {raw!r}") from None
             case ConfigKind.CHOICE:
                 if text not in self.choices:
                     raise ValueError(f"{raw!r} is not allowed (allowed: {', '.join(self.choices)})")

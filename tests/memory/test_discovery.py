@@ -155,7 +155,7 @@ def test_settings_round_trip_with_secrets_kept_apart(home: Path) -> None:
     [
         ({"depth": "5"}, "required setting(s) missing: url"),
         ({"url": "u", "colour": "red"}, "unknown setting(s) colour"),
-        ({"url": "u", "depth": "ten"}, "depth:"),
+        ({"url": "u", "depth": "ten"}, "depth: expected an integer, got 'ten'"),
         ({"url": "u", "depth": "10"}, "above the maximum"),
         ({"url": "u", "depth": 2.5}, "expected an integer"),
         ({"url": "u", "fast": "maybe"}, "expected yes/no"),
