@@ -37,11 +37,14 @@ class ConsoleAdapter:
         stdin: TextIO | None = None,
         stdout: TextIO | None = None,
         interactive: bool | None = None,
+        transcript: bool = False,
     ) -> None:
         self.user = user
         self._in = stdin or sys.stdin
         self._out = stdout or sys.stdout
         self.interactive = self._in.isatty() if interactive is None else interactive
+        # Scripted runs may print both sides ("you> …" / "mnemo> …"), e.g. for the demo.
+        self.transcript = transcript
         self.debounce_s: float | None = None if self.interactive else 0.0
         self._replies: asyncio.Queue[OutboundMessage] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -71,6 +74,8 @@ class ConsoleAdapter:
         prefix += "[scheduled] " if message.scheduled else ""
         if self.interactive:
             self._out.write(f"\nmnemo> {prefix}{message.text}\n")
+        elif self.transcript:
+            self._out.write(f"mnemo> {prefix}{message.text}\n\n")
         else:
             self._out.write(f"{prefix}{message.text}\n\n")
         self._out.flush()
@@ -108,6 +113,8 @@ class ConsoleAdapter:
                 text = line.rstrip("\n").strip()
                 if not text:
                     continue
+                if self.transcript:
+                    self._out.write(f"you>   {text}\n")
                 await sink(self._message(text))
                 if not self.interactive:
                     await self._replies.get()  # the next line only after the reply

@@ -47,7 +47,7 @@ from gateway.llm import LLMClient, context_window
 from gateway.logs import get_logger
 from gateway.metrics import Metrics
 from gateway.outbox import DeliveryLoop, Outbox
-from gateway.ports import Adapter
+from gateway.ports import Adapter, ReportsReachability
 from gateway.prompt import PromptParts, render_system_prompt
 from gateway.tools import ToolRegistry, TurnContext
 from memory.curated import MemoryFiles
@@ -166,6 +166,8 @@ class Gateway:
         if adapter.name in self.adapters:
             raise ValueError(f"adapter {adapter.name!r} already added")
         self.adapters[adapter.name] = adapter
+        if isinstance(adapter, ReportsReachability):
+            adapter.on_chat_reachable(self.delivery.chat_reachable)
 
     async def start(self) -> None:
         if self._started:

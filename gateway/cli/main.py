@@ -64,4 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main, not this __main__ copy: command modules raise
+    # gateway.cli.main.CommandError, which must be the class main() catches.
+    from gateway.cli.main import main as _main
+
+    sys.exit(_main())

@@ -100,7 +100,9 @@ def fact_to_save(text: str) -> str | None:
         if m and not _NOT_A_REQUEST.search(sentence[: m.start()]):
             return _declarative(m.group(1))
         if m := _NAME.search(sentence):
-            return _declarative("my name is " + m.group(1))
+            # "my name is Ada and I prefer…" — the name ends at the first clause break.
+            name = re.split(r"\s+(?:and|but|so)\s+|[,;]", m.group(1), maxsplit=1)[0]
+            return _declarative("my name is " + name)
         if m := _CALL_ME.search(sentence):
             return _declarative(f"User wants to be called {m.group(1)}")
         if m := _LIKES.search(sentence):
