@@ -10,6 +10,10 @@ jobs) goes through this object. The rules it enforces, and why:
   transaction, so a transaction never fails half-way when it upgrades from read to
   write. ``fn(conn)`` runs inside ``BEGIN IMMEDIATE … COMMIT``; an exception rolls it
   back and propagates unchanged.
+* **Group commit.** Writes queued while the writer is busy are committed together,
+  each inside its own ``SAVEPOINT``: every write stays all-or-nothing and its caller
+  alone sees its error, but concurrent chats share one commit (and one FTS5 segment
+  flush). No caller is answered before the commit that holds its write.
 * **Jittered application retry on ``SQLITE_BUSY``** (20-150 ms sleeps, bounded, then
   ``StoreBusy``), over a short SQLite busy timeout: SQLite's own busy handler sleeps
   on a fixed schedule, and several processes waiting on the same schedule wake in a
@@ -45,7 +49,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -56,6 +60,7 @@ T = TypeVar("T")
 log = structlog.get_logger(__name__)
 
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+Outcome = tuple[bool, Any]  # (succeeded, value or exception) of one write in a group
 
 
 def is_busy(err: sqlite3.Error) -> bool:
@@ -76,6 +81,7 @@ class Database:
         busy_timeout_ms: int = 1000,
         max_busy_retries: int = 40,
         checkpoint_every: int = 50,
+        max_group: int = 64,
     ) -> None:
         self.path = Path(path)
         self._migrations = tuple(migrations)
@@ -90,6 +96,9 @@ class Database:
         self._reader_conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._writes_since_checkpoint = 0
+        self._max_group = max_group
+        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], Future[Any]]] = []
+        self._pending_lock = threading.Lock()
         self.busy_retries = 0  # total BUSY retries so far (for benchmarks and tests)
         self.schema_version = 0
 
@@ -158,15 +167,10 @@ class Database:
             c.close()
 
     def _close_writer(self) -> None:
+        self.checkpoint()
         conn, self._wconn = self._wconn, None
-        if conn is None:
-            return
-        try:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error as e:
-            # A checkpoint is an optimisation; closing must still happen.
-            log.warning("db.checkpoint_failed", path=str(self.path), error=str(e))
-        conn.close()
+        if conn is not None:
+            conn.close()
 
     # --- writes -------------------------------------------------------------------
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -179,32 +183,83 @@ class Database:
     def _submit_write(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
         if self._writer is None:
             raise StoreError(f"{self.path}: database is not open")
-        return self._writer.submit(self._run_write, fn)
+        fut: Future[T] = Future()
+        with self._pending_lock:
+            self._pending.append((fn, fut))
+        self._writer.submit(self._drain)
+        return fut
 
-    def _run_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._wconn
-        assert conn is not None, "writer connection exists while the writer thread runs"
-
-        def transaction() -> T:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return result
-
-        result = self._retry(transaction)
+    def _drain(self) -> None:
+        """Writer thread: run every queued write, sharing one commit (group commit)."""
+        with self._pending_lock:
+            jobs = self._pending[: self._max_group]
+            del self._pending[: self._max_group]
+        # A write whose awaiting coroutine was cancelled before it started is skipped.
+        jobs = [(fn, fut) for fn, fut in jobs if fut.set_running_or_notify_cancel()]
+        if not jobs:
+            return
+        try:
+            outcomes = self._retry(lambda: self._transaction(jobs))
+        except BaseException as e:  # noqa: BLE001 - delivered to every waiting caller
+            for _, fut in jobs:
+                fut.set_exception(e)
+            return
+        for (_, fut), (ok, value) in zip(jobs, outcomes, strict=True):
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
         self._writes_since_checkpoint += 1
         if self._writes_since_checkpoint >= self._checkpoint_every:
             self._writes_since_checkpoint = 0
-            try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error as e:
-                log.warning("db.checkpoint_failed", path=str(self.path), error=str(e))
-        return result
+            self.checkpoint()
+
+    def _transaction(self, jobs: Sequence[tuple[Callable[[sqlite3.Connection], Any], Future[Any]]]) -> list[Outcome]:
+        conn = self._wconn
+        assert conn is not None, "writer connection exists while the writer thread runs"
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if len(jobs) == 1:
+                outcomes: list[Outcome] = [(True, jobs[0][0](conn))]
+            else:
+                outcomes = [self._in_savepoint(conn, fn) for fn, _ in jobs]
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return outcomes
+
+    @staticmethod
+    def _in_savepoint(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> Outcome:
+        # Each write of a group is still all-or-nothing: a failing one is rolled back to
+        # its savepoint and only its caller sees the error.
+        conn.execute("SAVEPOINT write")
+        try:
+            value = fn(conn)
+        except sqlite3.OperationalError as e:
+            if is_busy(e):
+                raise  # retry the whole group
+            conn.execute("ROLLBACK TO write")
+            conn.execute("RELEASE write")
+            return (False, e)
+        except Exception as e:  # noqa: BLE001 - handed to the caller of this write
+            conn.execute("ROLLBACK TO write")
+            conn.execute("RELEASE write")
+            return (False, e)
+        conn.execute("RELEASE write")
+        return (True, value)
+
+    def checkpoint(self) -> None:
+        """A passive WAL checkpoint on the writer connection (writer thread only)."""
+        conn = self._wconn
+        if conn is None:
+            return
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as e:
+            # A checkpoint is an optimisation; the write it follows has committed.
+            log.warning("db.checkpoint_failed", path=str(self.path), error=str(e))
 
     def _retry(self, attempt: Callable[[], T]) -> T:
         for n in range(self._max_busy_retries + 1):

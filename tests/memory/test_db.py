@@ -122,10 +122,44 @@ async def test_passive_checkpoint_runs_after_the_configured_number_of_writes(tmp
     sizes = []
     for i in range(3):
         await db.write(lambda c, i=i: c.execute("INSERT INTO chats(chat_key) VALUES (?)", (f"k{i}",)))
+        # The checkpoint runs on the writer thread after the caller is answered; a
+        # read-only no-op queued behind it waits for it (and counts as no write).
+        await asyncio.wrap_future(db._writer.submit(lambda: None))  # type: ignore[union-attr]
         sizes.append(db.path.stat().st_size)
     await db.close()
     assert sizes[0] == sizes[1] == before
     assert sizes[2] > before  # the third write triggered the checkpoint into the main file
+
+
+async def test_concurrent_writes_share_a_commit_but_fail_alone(db: Database) -> None:
+    def failing(c: sqlite3.Connection) -> None:
+        c.execute("INSERT INTO chats(chat_key) VALUES ('doomed')")
+        raise ValueError("only me")
+
+    async def ok(i: int) -> int:
+        return await db.write(lambda c: c.execute("INSERT INTO chats(chat_key) VALUES (?)", (f"k{i}",)).lastrowid)
+
+    results = await asyncio.gather(*(ok(i) for i in range(20)), db.write(failing), *(ok(i) for i in range(20, 40)),
+                                   return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 1 and str(errors[0]) == "only me"
+    keys = await db.read(lambda c: {r[0] for r in c.execute("SELECT chat_key FROM chats")})
+    assert keys == {f"k{i}" for i in range(40)}  # everything but the failed write's own row
+
+
+async def test_a_cancelled_write_that_has_not_started_is_not_run(db: Database) -> None:
+    gate = threading.Event()
+    blocker = asyncio.ensure_future(db.write(lambda c: gate.wait(5)))
+    await asyncio.sleep(0.05)  # the writer thread is now inside the blocker
+    victim = asyncio.ensure_future(db.write(lambda c: c.execute("INSERT INTO chats(chat_key) VALUES ('never')")))
+    await asyncio.sleep(0.01)
+    victim.cancel()
+    gate.set()
+    await blocker
+    with pytest.raises(asyncio.CancelledError):
+        await victim
+    await db.write(lambda c: None)
+    assert await db.read(lambda c: c.execute("SELECT count(*) FROM chats").fetchone()[0]) == 0
 
 
 async def test_close_is_idempotent_and_a_closed_database_refuses_work(tmp_path: Path) -> None:

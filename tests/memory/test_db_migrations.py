@@ -110,14 +110,14 @@ def test_appending_a_migration_upgrades_an_existing_database(tmp_path: Path) -> 
     extended = (
         *MIGRATIONS,
         Migration(
-            "0099_outbox",
-            "CREATE TABLE outbox (id INTEGER PRIMARY KEY, state TEXT NOT NULL);\n"
-            "CREATE INDEX outbox_pending ON outbox(state) WHERE state = 'pending';",
-            python=lambda c: calls.append(c.execute("SELECT count(*) FROM outbox").fetchone()[0]),
+            "9999_appended",
+            "CREATE TABLE appended_demo (id INTEGER PRIMARY KEY, state TEXT NOT NULL);\n"
+            "CREATE INDEX appended_demo_pending ON appended_demo(state) WHERE state = 'pending';",
+            python=lambda c: calls.append(c.execute("SELECT count(*) FROM appended_demo").fetchone()[0]),
         ),
     )
     assert migrate(conn, extended) == len(MIGRATIONS) + 1
-    assert "outbox" in _tables(conn)
+    assert "appended_demo" in _tables(conn)
     assert calls == [0]  # the Python step ran once, after the SQL, in the same transaction
     conn.close()
 
