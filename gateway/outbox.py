@@ -197,6 +197,17 @@ class Outbox:
             lambda c: c.execute("UPDATE outbox SET state = 'failed', error = ? WHERE id = ?", (error, row_id))
         )
 
+    async def release(self, chat: ChatRef) -> int:
+        """Make the chat's waiting rows due now (the chat became reachable again)."""
+        now = self._clock()
+        return await self.db.write(
+            lambda c: c.execute(
+                "UPDATE outbox SET not_before = ? WHERE state = 'queued' AND platform = ? AND chat_id = ?"
+                " AND not_before > ?",
+                (now, chat.platform, chat.chat_id, now),
+            ).rowcount
+        )
+
     async def counts(self) -> dict[str, int]:
         rows = await self.db.read(lambda c: c.execute("SELECT state, COUNT(*) FROM outbox GROUP BY state").fetchall())
         return {r[0]: r[1] for r in rows}
@@ -222,6 +233,11 @@ class DeliveryLoop:
 
     def wake(self) -> None:
         self._wake.set()
+
+    async def chat_reachable(self, chat: ChatRef) -> None:
+        """A chat that could not be reached is back: its backed-off replies go out now."""
+        await self.outbox.release(chat)
+        self.wake()
 
     async def start(self) -> None:
         if self._task is None:

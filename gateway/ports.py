@@ -16,6 +16,14 @@
 * ``stop()`` once at shutdown; idempotent.
 
 Capabilities are plain attributes, never probed.
+
+``ReportsReachability`` is an optional second port for adapters whose chats can be
+unreachable for a while although the adapter itself is up (the web chat: a reply for a
+closed page). Their ``send`` raises ``PlatformUnavailable`` for such a chat, so the
+outbox backs off; when the chat comes back (the page reconnects) the adapter calls the
+hook the gateway registered in ``Gateway.add_adapter``, which makes that chat's waiting
+replies due at once and wakes delivery — otherwise a reply could sit out a backoff of
+minutes after the page is open again.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from typing import Protocol, runtime_checkable
 from gateway.events import ChatRef, InboundMessage, OutboundMessage
 
 InboundSink = Callable[[InboundMessage], Awaitable[None]]
+ChatReachable = Callable[[ChatRef], Awaitable[None]]
 
 
 @runtime_checkable
@@ -47,3 +56,11 @@ class Adapter(Protocol):
     async def send(self, message: OutboundMessage) -> list[str]: ...
 
     def typing(self, chat: ChatRef) -> AbstractAsyncContextManager[None]: ...
+
+
+@runtime_checkable
+class ReportsReachability(Protocol):
+    def on_chat_reachable(self, hook: ChatReachable) -> None:
+        """Called once by the gateway, before ``start``; the adapter awaits ``hook(chat)``
+        whenever a chat it could not deliver to becomes reachable again."""
+        ...
