@@ -119,8 +119,10 @@ def _render_group(lines: list[str], *, in_quote: bool) -> str:
                 quoted.append(m[1])
                 i += 1
             inner = "\n".join(quoted)
-            # Telegram cannot nest quotes: inside one, ">" lines are plain text.
-            out.append(f"<blockquote>{_render_blocks(inner, in_quote=True)}</blockquote>" if not in_quote else render_inline(inner))
+            if in_quote:  # Telegram cannot nest quotes: a quote inside one is its text
+                out.append(render_inline(inner))
+            else:
+                out.append(f"<blockquote>{_render_blocks(inner, in_quote=True)}</blockquote>")
             continue
         if i + 1 < len(lines) and "|" in line and _TABLE_RULE.match(lines[i + 1]) and "-" in lines[i + 1]:
             flush()

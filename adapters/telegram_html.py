@@ -49,7 +49,13 @@ _ENTITY_TYPES = {
     "blockquote": "blockquote",
     "tg-emoji": "custom_emoji",
 }
-_ATTRIBUTES = {"a": {"href"}, "code": {"class"}, "span": {"class"}, "tg-emoji": {"emoji-id"}, "blockquote": {"expandable"}}
+_ATTRIBUTES = {
+    "a": {"href"},
+    "code": {"class"},
+    "span": {"class"},
+    "tg-emoji": {"emoji-id"},
+    "blockquote": {"expandable"},
+}
 _BLOCKS = frozenset({"pre", "blockquote"})
 _INLINE = frozenset(_ENTITY_TYPES) - _BLOCKS
 _LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")

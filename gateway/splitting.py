@@ -248,17 +248,14 @@ def find_fences(text: str) -> list[Fence]:
         while i < len(lines) and closer.match(lines[i]) is None:
             offset += len(lines[i]) + 1
             i += 1
+        info, indent = match["info"].strip(), match["indent"]
         if i < len(lines):
             close_start, end = offset, offset + len(lines[i])
-            fences.append(
-                Fence(start, body_start, close_start, end, marker, match["info"].strip(), match["indent"], True)
-            )
+            fences.append(Fence(start, body_start, close_start, end, marker, info, indent, True))
             offset = end + 1
             i += 1
         else:
-            fences.append(
-                Fence(start, body_start, len(text), len(text), marker, match["info"].strip(), match["indent"], False)
-            )
+            fences.append(Fence(start, body_start, len(text), len(text), marker, info, indent, False))
     return fences
 
 

@@ -64,7 +64,9 @@ def test_unbalanced_or_hostile_markdown_stays_valid(markdown: str, expected: str
 
 
 def test_links_allow_only_safe_schemes_and_escape_the_href() -> None:
-    assert html("[site](https://e.org/?a=1&b=\"2\")") == '<a href="https://e.org/?a=1&amp;b=&quot;2&quot;">site</a>'
+    assert html('[site](https://e.org/?a=1&b="2")') == (
+        '<a href="https://e.org/?a=1&amp;b=&quot;2&quot;">site</a>'
+    )
     assert html("[me](tg://user?id=42) [mail](mailto:a@b.c)").count("<a href=") == 2
     assert html("[x](javascript:alert(1))") == "x (javascript:alert(1))"
     assert html("[docs](/relative/path)") == "docs (/relative/path)"
