@@ -61,6 +61,7 @@ class TurnResult:
     user_turns: int
     failed: bool = False
     reply_message_id: int | None = None
+    llm_seconds: float = 0.0  # time spent waiting for the model (all requests, retries included)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class Agent:
         self.history = list(history)
         self.ctx = ctx
         self.label_authors = False
+        self._llm_seconds = 0.0
 
     @classmethod
     async def load(cls, deps: AgentDeps, session: SessionRow, ctx: TurnContext) -> Agent:
@@ -172,6 +174,7 @@ class Agent:
                 )
                 return self._result(text, usage, cost, requests, last_prompt, memory_written, before, failed=True, reply_id=ids[-1])
             requests += 1
+            self._llm_seconds += response.latency_s
             usage = usage + response.usage
             cost += response.cost_usd
             last_prompt = response.usage.prompt_tokens + response.usage.output_tokens
@@ -236,6 +239,7 @@ class Agent:
             user_turns=before.user_turns + 1,
             failed=failed,
             reply_message_id=reply_id,
+            llm_seconds=self._llm_seconds,
         )
 
 
