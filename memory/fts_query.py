@@ -120,22 +120,6 @@ def term_expression(q: ParsedQuery) -> str | None:
     return any_of("content", alts)
 
 
-def prefix_expression(q: ParsedQuery, shortest: int = 4, longest: int = 6) -> str | None:
-    """Latin content words of 5+ letters as prefixes (``allergy`` -> ``aller*``).
-
-    The prefix drops the last two letters, clamped to [shortest, longest] characters:
-    long enough to stay specific, short enough to reach across derivations.
-    """
-    alts = []
-    for family in q.terms:
-        w = family[0]
-        if len(w) > shortest and w.isascii() and w.isalpha():
-            alts.append(w[: max(shortest, min(len(w) - 2, longest))])
-    if not alts:
-        return None
-    return "content : (" + " OR ".join(fts_string(a) + " *" for a in dict.fromkeys(alts)) + ")"
-
-
 def cjk_expression(q: ParsedQuery) -> str | None:
     """Each CJK run as the AND of its bigrams; runs OR-ed."""
     parts = []

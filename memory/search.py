@@ -7,9 +7,11 @@ chat X never returns anything from chat Y even if an index were wrong.
 
 Ranking comes from a ``Retriever`` (``memory/ranking.py``); this module adds what is
 the same for every retriever: the scope check, excluding the caller's current session
-(its messages are already in the model's context), demoting ``cron`` sessions (a job
-that runs daily would otherwise crowd out real conversations), snippets, and grouping
-the hits by session for the tool result. An optional ``SearchDigest`` (an auxiliary
+(its messages are already in the model's context; earlier sessions of its compression
+chain are searched, since their detail was summarised away), demoting ``cron``
+sessions (a job that runs daily would otherwise crowd out real conversations),
+keeping one copy of repeated texts when the retriever asks for it, snippets, and
+grouping the hits by session for the tool result. An optional ``SearchDigest`` (an auxiliary
 LLM) may summarise the hits for the model; when it fails, the plain hits are returned.
 """
 
@@ -143,8 +145,9 @@ class SessionSearch:
         chat_nos = [r[0] for r in conn.execute(f"SELECT id FROM chats WHERE chat_key IN ({marks})", keys)]
         if not chat_nos:
             return SearchResult(query, (), ())
-        # A larger pool than asked for: exclusion and cron demotion reorder it.
-        pool = min(limit * 3 + 20, 400)
+        # A larger pool than asked for: exclusion, cron demotion and dropping repeated
+        # texts reorder and thin it.
+        pool = min(limit * 5 + 20, 500)
         ranked = self.retriever.retrieve(conn, parsed, chat_nos, pool)
         if not ranked:
             return SearchResult(query, (), ())
@@ -176,8 +179,22 @@ class SessionSearch:
             )
             hits.append((hit, r))
         hits.sort(key=lambda hr: (-hr[0].score, hr[0].message_id))
+        if self.retriever.distinct_texts:
+            hits = _distinct(hits)
         hits = hits[:limit]
         return SearchResult(query, tuple(h for h, _ in hits), _group(hits))
+
+
+def _distinct(hits: list[tuple[SearchHit, sqlite3.Row]]) -> list[tuple[SearchHit, sqlite3.Row]]:
+    """The best-scored hit of each distinct text (case and spacing ignored)."""
+    seen: set[str] = set()
+    out = []
+    for hit, row in hits:
+        key = " ".join(row["content"].lower().split())
+        if key not in seen:
+            seen.add(key)
+            out.append((hit, row))
+    return out
 
 
 def _group(hits: Sequence[tuple[SearchHit, sqlite3.Row]]) -> tuple[SessionHits, ...]:

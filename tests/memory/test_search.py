@@ -98,10 +98,20 @@ async def test_the_excluded_session_is_skipped(store: SessionStore, search: Sess
 
 async def test_cron_sessions_rank_below_conversations(store: SessionStore, search: SessionSearch) -> None:
     _, cron_ids = await session(store, "web:dm:1", ["daily weather report: rain in Oslo"], source="cron")
-    _, chat_ids = await session(store, "web:dm:1", ["daily weather report: rain in Oslo"], day=1)
+    _, chat_ids = await session(store, "web:dm:1", ["weather report for today: rain in Oslo"], day=1)
     result = await search.search("weather Oslo", chat_keys=["web:dm:1"], limit=10)
     assert result.message_ids[:2] == (chat_ids[0], cron_ids[0])
     assert result.sessions[1].source == "cron"
+
+
+async def test_a_repeated_text_is_returned_once_and_from_outside_the_excluded_session(
+    store: SessionStore, search: SessionSearch
+) -> None:
+    _, old = await session(store, "web:dm:1", ["Any news about the zeppelin?"])
+    _, older = await session(store, "web:dm:1", ["any news about   the Zeppelin?"], day=1)
+    current, _ = await session(store, "web:dm:1", ["Any news about the zeppelin?"], day=2)
+    result = await search.search("zeppelin news", chat_keys=["web:dm:1"], limit=5, exclude_session_ids={current})
+    assert len(result.hits) == 1 and result.message_ids[0] in (old[0], older[0])
 
 
 async def test_inflections_and_irregular_forms_match(store: SessionStore, search: SessionSearch) -> None:
