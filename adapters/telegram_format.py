@@ -29,10 +29,27 @@ import unicodedata
 from dataclasses import dataclass
 from html import escape
 
-from adapters.telegram_html import TELEGRAM_MESSAGE_LIMIT, escape_text, html_to_plain, split_html
+from adapters.telegram_html import (
+    TELEGRAM_MESSAGE_LIMIT,
+    escape_text,
+    html_to_plain,
+    is_valid_telegram_html,
+    split_html,
+)
 from gateway.splitting import find_fences
 
-__all__ = ["TelegramChunk", "markdown_to_html", "render_chunks", "to_plain_text"]
+# The HTML-level pieces live in ``adapters.telegram_html``; they are re-exported so an
+# adapter needs one import for everything about formatting a reply.
+__all__ = [
+    "TELEGRAM_MESSAGE_LIMIT",
+    "TelegramChunk",
+    "html_to_plain",
+    "is_valid_telegram_html",
+    "markdown_to_html",
+    "render_chunks",
+    "split_html",
+    "to_plain_text",
+]
 
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _RULE = re.compile(r"^ {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$")

@@ -421,10 +421,11 @@ class FakeTelegram:
     # -- webhook -------------------------------------------------------------------------
 
     async def deliver_webhook(
-        self, update: dict[str, Any], *, url: str | None = None, secret: str | None = _UNSET
+        self, url: str | None, update: dict[str, Any], secret: str | None = _UNSET
     ) -> int:
-        """POST one update to a webhook (default: the one set) and return the HTTP status.
-        ``secret`` defaults to the registered secret token; ``None`` sends no header."""
+        """POST one update to ``url`` (``None``: the webhook set) and return the HTTP status.
+        ``secret`` defaults to the registered secret token; ``None`` sends no header. The
+        update is not queued: this is for probing a hook (e.g. with a wrong secret)."""
         assert self._client is not None, "start() the fake first"
         if "update_id" not in update:
             update = {"update_id": self._next_update_id, **update}
@@ -444,7 +445,7 @@ class FakeTelegram:
                 continue
             update = self._pending[0]
             try:
-                status = await self.deliver_webhook(update)
+                status = await self.deliver_webhook(None, update)
             except (aiohttp.ClientError, TimeoutError) as error:
                 self._webhook_error = (int(time.time()), f"Connection failed: {error.__class__.__name__}")
                 await asyncio.sleep(self.webhook_retry_delay)

@@ -343,9 +343,9 @@ async def test_webhook_delivery_with_secret_retry_and_conflict(fake: FakeTelegra
         with pytest.raises(Conflict, match="webhook is active"):
             await bot.get_updates()
 
-        assert await fake.deliver_webhook({"message": pushed["message"]}, secret="wrong") == 403
-        assert await fake.deliver_webhook({"message": pushed["message"]}, secret=None) == 403
-        assert await fake.deliver_webhook({"message": pushed["message"]}) == 200
+        assert await fake.deliver_webhook(url, {"message": pushed["message"]}, "wrong") == 403
+        assert await fake.deliver_webhook(url, {"message": pushed["message"]}, None) == 403
+        assert await fake.deliver_webhook(None, {"message": pushed["message"]}) == 200
 
         assert await bot.delete_webhook()
         fake.push_text(CHAT, USER, "polled again")
