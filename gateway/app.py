@@ -22,6 +22,7 @@ from gateway.access import AccessControl, PairingStore
 from gateway.builtin_tools import register_builtin_tools
 from gateway.commands import CommandRouter, default_commands
 from gateway.config import Settings
+from gateway.digest import LLMSearchDigest
 from gateway.errors import StartupError
 from gateway.gateway import Gateway
 from gateway.llm import LLMClient
@@ -122,7 +123,13 @@ async def open_app(
         stack.push_async_callback(llm.aclose)
 
         tools = ToolRegistry(max_output_chars=settings.sessions.tool_output_max_chars)
-        register_builtin_tools(tools, files=files, search=search, settings=settings)
+        register_builtin_tools(
+            tools,
+            files=files,
+            search=search,
+            settings=settings,
+            digest=LLMSearchDigest(llm, settings.llm.aux_model),
+        )
         access = AccessControl(settings, PairingStore(db))
         commands = default_commands()
         gateway = Gateway(
