@@ -144,6 +144,7 @@ class MemoryManager:
             schema = slot.provider.get_config_schema()
             slot.config = await self._run(slot, "read_config", read_provider_config, (self.home, slot.name, schema), t)
             if slot.config is _FAILED:
+                log.error("memory provider settings unreadable; its tools are not offered", provider=slot.name)
                 return False
         avail = await self._run(slot, "is_available", slot.provider.is_available, (self.home, slot.config), t)
         if not isinstance(avail, Availability) or not avail.ok:
@@ -206,6 +207,7 @@ class MemoryManager:
     # --- what the agent reads ------------------------------------------------------
     @property
     def providers(self) -> tuple[MemoryProvider, ...]:
+        """Registered providers before ``start``; afterwards the ones in service."""
         return tuple(s.provider for s in self._slots if s.ready or not self._started)
 
     @property

@@ -62,6 +62,13 @@ def _atom_cached(word: str, dim: int) -> np.ndarray:
     return phases
 
 
+@lru_cache(maxsize=65536)
+def _phasor_cached(word: str, dim: int) -> np.ndarray:
+    p = np.exp(1j * _atom_cached(word, dim))
+    p.setflags(write=False)
+    return p
+
+
 def encode_atom(word: str, dim: int = DEFAULT_DIM) -> np.ndarray:
     """The deterministic phase vector of ``word`` (read-only, cached)."""
     return _atom_cached(word, _check_dim(dim))
@@ -116,6 +123,22 @@ def similarities(matrix: np.ndarray, v: np.ndarray) -> np.ndarray:
     if m.shape[0] == 0:
         return np.zeros(0)
     return np.cos(m - v).mean(axis=1)
+
+
+# cos of every uint16 phase step: the similarity of stored codes is a table lookup.
+_COS_TABLE = np.cos(np.arange(65536) * _SCALE).astype(np.float32)
+
+
+def code_similarities(codes: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``similarity(row, v)`` for every row of a uint16 code matrix (stored vectors).
+
+    The difference of two codes wraps modulo 65536 exactly as phases wrap modulo 2π,
+    so one subtraction and one table lookup replace a cosine per component.
+    """
+    if codes.shape[0] == 0:
+        return np.zeros(0)
+    q = (np.rint(np.mod(v, TWO_PI) / _SCALE).astype(np.int64) % 65536).astype(np.uint16)
+    return _COS_TABLE[codes - q].mean(axis=1, dtype=np.float64)
 
 
 def similarity_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -190,16 +213,30 @@ def entity_key(entity: str, dim: int = DEFAULT_DIM) -> np.ndarray:
 
 def encode_fact(terms: Iterable[str], entities: Iterable[str], dim: int = DEFAULT_DIM) -> np.ndarray:
     """Fact vector = bundle(bind(text, ROLE_CONTENT), bind(atom(e), ROLE_ENTITY) …),
-    where text is the bundle of the fact's content terms."""
+    where text is the bundle of the fact's distinct content terms.
+
+    Computed on cached unit phasors, where bind is a product and bundle a normalised
+    sum — the same vector as composing ``bind``/``bundle`` on phases, without an
+    ``exp`` per call (this is the hot path of every insert).
+    """
+    _check_dim(dim)
     parts: list[np.ndarray] = []
-    text = encode_text(terms, dim)
-    if text is not None:
-        parts.append(bind(text, encode_atom(ROLE_CONTENT, dim)))
-    parts.extend(entity_key(e, dim) for e in sorted({e.lower() for e in entities}))
+    distinct = sorted(set(terms))
+    if distinct:
+        text = np.sum([_phasor_cached(w, dim) for w in distinct], axis=0)
+        parts.append(_unit(text) * _phasor_cached(ROLE_CONTENT, dim))
+    for e in sorted({e.lower() for e in entities}):
+        parts.append(_phasor_cached(e, dim) * _phasor_cached(ROLE_ENTITY, dim))
     if not parts:
         # A fact with no words at all still needs a stable vector.
-        parts.append(encode_atom(ROLE_CONTENT, dim))
-    return bundle(np.stack(parts))
+        parts.append(_phasor_cached(ROLE_CONTENT, dim))
+    return phase_of(np.sum(parts, axis=0))
+
+
+def _unit(z: np.ndarray) -> np.ndarray:
+    """z/|z|, with a zero sum taken as phase 0 (what ``np.angle`` gives it)."""
+    mag = np.abs(z)
+    return np.divide(z, mag, out=np.ones_like(z), where=mag > 0)
 
 
 def content_key(query_words: Iterable[str], dim: int = DEFAULT_DIM) -> np.ndarray | None:
@@ -226,6 +263,13 @@ def from_blobs(blobs: Sequence[bytes], dim: int) -> np.ndarray:
         return np.zeros((0, dim))
     raw = np.frombuffer(b"".join(blobs), dtype="<u2")
     return raw.reshape(len(blobs), dim).astype(np.float64) * _SCALE
+
+
+def codes_from_blobs(blobs: Sequence[bytes], dim: int) -> np.ndarray:
+    """Stored vectors as a ``(n, dim)`` uint16 code matrix, undecoded."""
+    if not blobs:
+        return np.zeros((0, dim), dtype=np.uint16)
+    return np.frombuffer(b"".join(blobs), dtype="<u2").reshape(len(blobs), dim).astype(np.uint16)
 
 
 def phasor_to_blob(phasor_sum: np.ndarray) -> bytes:

@@ -32,7 +32,7 @@ import structlog
 
 from providers.holographic import hrr
 from providers.holographic.entities import NEGATIONS, content_terms, extract_entities, ngrams, normalize, words
-from providers.holographic.store import Fact, FactStore
+from providers.holographic.store import Candidate, Fact, FactStore
 
 log = structlog.get_logger(__name__)
 
@@ -103,22 +103,29 @@ class Retriever:
             ids = list(dict.fromkeys([*fts, *linked]))
             if not ids:
                 return []
-            facts = self.store.facts(db, ids, owners)
-            vectors = self.store.vectors(db, [f.id for f in facts])
+            cands, codes = self.store.candidates(db, ids, owners)
         parts = [hrr.entity_key(name, self.store.dim) for _, name in entities]
         key = hrr.content_key(terms, self.store.dim)
         if key is not None:
             parts.append(key)
-        sims = hrr.similarities(vectors, hrr.bundle(np.stack(parts))) if parts else np.zeros(len(facts))
+        sims = hrr.code_similarities(codes, hrr.bundle(np.stack(parts))) if parts else np.zeros(len(cands))
         best = min(fts.values()) if fts else -1.0
-        fts_part = np.array([fts[f.id] / best if f.id in fts and best < 0 else 0.0 for f in facts])
+        fts_part = np.array([fts[c.id] / best if c.id in fts and best < 0 else 0.0 for c in cands])
         wanted = set(terms)
-        overlap = np.array([len(wanted & set(words(f.content))) / len(wanted) if wanted else 0.0 for f in facts])
-        trust = np.array([f.trust for f in facts])
-        scores = (W_FTS * fts_part + W_OVERLAP * overlap + W_SIM * (sims + 1.0) / 2.0) * trust * self._decay(facts)
-        hits = [Hit(f, float(s)) for f, s in zip(facts, scores, strict=True) if f.trust >= min_trust]
-        hits.sort(key=lambda h: (-h.score, -h.fact.id))
-        return hits[:limit]
+        overlap = np.array([len(wanted.intersection(words(c.content))) / len(wanted) if wanted else 0.0 for c in cands])
+        trust = np.array([c.trust for c in cands])
+        scores = (W_FTS * fts_part + W_OVERLAP * overlap + W_SIM * (sims + 1.0) / 2.0) * trust * self._decay(cands)
+        return self._top(cands, scores, limit, min_trust)
+
+    def _top(self, cands: Sequence[Candidate], scores: np.ndarray, limit: int, min_trust: float, first: set[int] | None = None) -> list[Hit]:
+        """The ``limit`` best candidates (those in ``first`` ahead of the rest), loaded whole."""
+        order = sorted(
+            (i for i, c in enumerate(cands) if c.trust >= min_trust),
+            key=lambda i: (first is not None and cands[i].id not in first, -scores[i], -cands[i].id),
+        )[:limit]
+        with self.store.reading() as db:
+            facts = {f.id: f for f in self.store.facts(db, [cands[i].id for i in order])}
+        return [Hit(facts[cands[i].id], float(scores[i])) for i in order if cands[i].id in facts]
 
     def recall(self, query: str, owners: Sequence[str], limit: int) -> list[Hit]:
         """The prefetch path: search plus the best facts bound to each entity the
@@ -146,17 +153,12 @@ class Retriever:
             known = self.store.known_entities(db, [name.lower()], owners)
             linked = self._linked(db, [eid for eid, _ in known.values()], owners, None, cap=500)
             mentions = self._fts(db, [name], owners, None)
-            ids = list(dict.fromkeys([*linked, *mentions]))
-            facts = self.store.facts(db, ids, owners)
-            vectors = self.store.vectors(db, [f.id for f in facts])
-        if not facts:
+            cands, codes = self.store.candidates(db, list(dict.fromkeys([*linked, *mentions])), owners)
+        if not cands:
             return []
-        sims = hrr.similarities(vectors, hrr.entity_key(name, self.store.dim))
-        scores = (sims + 1.0) / 2.0 * np.array([f.trust for f in facts]) * self._decay(facts)
-        linked_set = set(linked)
-        hits = [Hit(f, float(s)) for f, s in zip(facts, scores, strict=True) if f.trust >= min_trust]
-        hits.sort(key=lambda h: (h.fact.id not in linked_set, -h.score, -h.fact.id))
-        return hits[:limit]
+        sims = hrr.code_similarities(codes, hrr.entity_key(name, self.store.dim))
+        scores = (sims + 1.0) / 2.0 * np.array([c.trust for c in cands]) * self._decay(cands)
+        return self._top(cands, scores, limit, min_trust, first=set(linked))
 
     def categories(self, entity: str, owners: Sequence[str]) -> list[CategoryHint]:
         """Which categories' banks carry ``entity`` (strongest first)."""
@@ -210,14 +212,12 @@ class Retriever:
                 " GROUP BY fe.fact_id HAVING COUNT(DISTINCT fe.entity_id) = ? LIMIT 500",
                 (*ids, *owners, len(ids)),
             ).fetchall()
-            facts = self.store.facts(db, [r[0] for r in rows], owners)
-            vectors = self.store.vectors(db, [f.id for f in facts])
-        if not facts:
+            cands, codes = self.store.candidates(db, [r[0] for r in rows], owners)
+        if not cands:
             return [], []
         query = hrr.bundle(np.stack([hrr.entity_key(n, self.store.dim) for n in names]))
-        scores = (hrr.similarities(vectors, query) + 1.0) / 2.0 * np.array([f.trust for f in facts])
-        hits = sorted((Hit(f, float(s)) for f, s in zip(facts, scores, strict=True)), key=lambda h: (-h.score, -h.fact.id))
-        return hits[:limit], []
+        scores = (hrr.code_similarities(codes, query) + 1.0) / 2.0 * np.array([c.trust for c in cands])
+        return self._top(cands, scores, limit, 0.0), []
 
     def contradictions(self, owners: Sequence[str], limit: int) -> tuple[list[Conflict], int]:
         """Likely conflicting pairs among the most recent facts; also the number scanned."""
@@ -265,15 +265,18 @@ class Retriever:
     def _fts(self, db: sqlite3.Connection, terms: Sequence[str], owners: Sequence[str], category: str | None) -> dict[int, float]:
         if not terms:
             return {}
+        # The owner clause narrows the match set before bm25 ranks it; the exact
+        # owner check in SQL stays, because two owners can tokenize alike.
+        match = f"{{owner}} : ({fts_query(owners)}) AND {{content tags}} : ({fts_query(terms)})"
         sql = (
-            "SELECT f.id, bm25(facts_fts) FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
+            "SELECT f.id, bm25(facts_fts, 1.0, 0.5, 0.0) FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
             f" WHERE facts_fts MATCH ? AND f.owner IN ({','.join('?' * len(owners))})"
         )
-        params: list[object] = [fts_query(terms), *owners]
+        params: list[object] = [match, *owners]
         if category is not None:
             sql += " AND f.category = ?"
             params.append(category)
-        sql += " ORDER BY bm25(facts_fts) LIMIT ?"
+        sql += " ORDER BY bm25(facts_fts, 1.0, 0.5, 0.0) LIMIT ?"
         params.append(self.settings.candidates)
         try:
             return {int(i): float(s) for i, s in db.execute(sql, params)}
@@ -300,7 +303,7 @@ class Retriever:
         params.append(cap or self.settings.candidates)
         return [int(r[0]) for r in db.execute(sql, params)]
 
-    def _decay(self, facts: Sequence[Fact]) -> np.ndarray:
+    def _decay(self, facts: Sequence[Candidate]) -> np.ndarray:
         if self.settings.half_life_days <= 0 or not facts:
             return np.ones(len(facts))
         age_days = np.maximum(0.0, self.clock() - np.array([f.updated_at for f in facts])) / DAY_S

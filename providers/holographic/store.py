@@ -6,8 +6,12 @@ One file, ``$MNEMO_HOME/providers/holographic/facts.db``, WAL mode. Tables:
   / ``cli``), owner (``platform:id`` or ``shared``), trust in [0, 1] (0.5 to start),
   retrieval and helpful counts, timestamps, and the HRR vector (uint16 phases);
 * ``entities`` — one row per name (case-insensitive), ``fact_entities`` links them;
-* ``facts_fts`` — FTS5 external-content index over content and tags, kept in sync by
-  triggers (trust/count updates do not touch it);
+* ``facts_fts`` — FTS5 external-content index over content, tags and owner, kept in
+  sync by triggers (trust/count updates do not touch it). The owner column lets a
+  search intersect with the caller's facts *before* bm25 ranks anything — ranking every
+  match of a common word across all users dominated search time at 100k facts. It is
+  only a prefilter (tokenizing can make two owners look alike); the exact
+  ``facts.owner`` check always follows;
 * ``memory_banks`` — per (owner, category), the running sum of the members' phasors,
   so adding or removing a fact updates the bank in O(dim) and
   ``phase_of(sum)`` is the bundle of the category;
@@ -83,20 +87,20 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
         CREATE VIRTUAL TABLE facts_fts USING fts5(
-            content, tags, content='facts', content_rowid='id',
+            content, tags, owner, content='facts', content_rowid='id',
             tokenize='porter unicode61 remove_diacritics 2'
         );
         CREATE TRIGGER facts_ai AFTER INSERT ON facts BEGIN
-            INSERT INTO facts_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
+            INSERT INTO facts_fts(rowid, content, tags, owner) VALUES (new.id, new.content, new.tags, new.owner);
         END;
         CREATE TRIGGER facts_ad AFTER DELETE ON facts BEGIN
-            INSERT INTO facts_fts(facts_fts, rowid, content, tags)
-            VALUES ('delete', old.id, old.content, old.tags);
+            INSERT INTO facts_fts(facts_fts, rowid, content, tags, owner)
+            VALUES ('delete', old.id, old.content, old.tags, old.owner);
         END;
-        CREATE TRIGGER facts_au AFTER UPDATE OF content, tags ON facts BEGIN
-            INSERT INTO facts_fts(facts_fts, rowid, content, tags)
-            VALUES ('delete', old.id, old.content, old.tags);
-            INSERT INTO facts_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
+        CREATE TRIGGER facts_au AFTER UPDATE OF content, tags, owner ON facts BEGIN
+            INSERT INTO facts_fts(facts_fts, rowid, content, tags, owner)
+            VALUES ('delete', old.id, old.content, old.tags, old.owner);
+            INSERT INTO facts_fts(rowid, content, tags, owner) VALUES (new.id, new.content, new.tags, new.owner);
         END;
         """,
     ),
@@ -122,6 +126,16 @@ class Fact:
     created_at: float
     updated_at: float
     entities: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """The part of a fact that ranking reads."""
+
+    id: int
+    content: str
+    trust: float
+    updated_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +253,7 @@ class FactStore:
         """Insert facts in one transaction (existing content of the same owner is
         returned as-is, not duplicated)."""
         out: list[Added] = []
+        banks: dict[tuple[str, str], tuple[np.ndarray, int]] = {}
         with self._write() as db:
             for new in facts:
                 row = db.execute("SELECT id FROM facts WHERE owner=? AND content=?", (new.owner, new.content)).fetchone()
@@ -258,9 +273,12 @@ class FactStore:
                     entity_id = self._entity_id(db, name)
                     db.execute("INSERT OR IGNORE INTO fact_entities(fact_id, entity_id) VALUES (?,?)", (fact_id, entity_id))
                 # Banks sum the stored (quantized) vectors, so a later removal subtracts
-                # exactly what was added.
-                self._bank_add(db, new.owner, new.category, hrr.phasors(hrr.from_blob(blob)), +1)
+                # exactly what was added; one bank write per category per transaction.
+                total, n = banks.get((new.owner, new.category), (np.zeros(self.dim, dtype=np.complex128), 0))
+                banks[(new.owner, new.category)] = (total + hrr.phasors(hrr.from_blob(blob)), n + 1)
                 out.append(Added(self._fact(db, fact_id), created=True))
+            for (owner, category), (total, n) in banks.items():
+                self._bank_add(db, owner, category, total, n)
         return out
 
     def remove(self, fact_id: int, owners: Sequence[str]) -> Fact | None:
@@ -297,7 +315,7 @@ class FactStore:
         blob = db.execute("SELECT vector FROM facts WHERE id=?", (fact.id,)).fetchone()[0]
         entity_ids = [r[0] for r in db.execute("SELECT entity_id FROM fact_entities WHERE fact_id=?", (fact.id,))]
         db.execute("DELETE FROM facts WHERE id=?", (fact.id,))
-        self._bank_add(db, fact.owner, fact.category, hrr.phasors(hrr.from_blob(blob)), -1)
+        self._bank_add(db, fact.owner, fact.category, -hrr.phasors(hrr.from_blob(blob)), -1)
         if entity_ids:
             db.execute(
                 f"DELETE FROM entities WHERE id IN ({_placeholders(len(entity_ids))})"
@@ -421,6 +439,24 @@ class FactStore:
                 by_id[row[0]] = Fact(*row, entities=names.get(row[0], ()))
         return [by_id[i] for i in fact_ids if i in by_id]
 
+    def candidates(
+        self, db: sqlite3.Connection, fact_ids: Sequence[int], owners: Sequence[str]
+    ) -> tuple[list[Candidate], np.ndarray]:
+        """What scoring needs of each visible fact, in the order given, and their vectors
+        as a uint16 code matrix (one row per candidate)."""
+        rows: dict[int, tuple[Candidate, bytes]] = {}
+        for start in range(0, len(fact_ids), 500):
+            chunk = list(fact_ids[start : start + 500])
+            for fid, content, trust, updated_at, blob in db.execute(
+                "SELECT id, content, trust, updated_at, vector FROM facts"
+                f" WHERE id IN ({_placeholders(len(chunk))}) AND owner IN ({_placeholders(len(owners))})",
+                (*chunk, *owners),
+            ):
+                rows[fid] = (Candidate(fid, content, trust, updated_at), blob)
+        found = [rows[i] for i in fact_ids if i in rows]
+        codes = hrr.codes_from_blobs([b for _, b in found], self.dim)
+        return [c for c, _ in found], codes
+
     def vectors(self, db: sqlite3.Connection, fact_ids: Sequence[int]) -> np.ndarray:
         """The vectors of ``fact_ids`` as rows, in the order given."""
         blobs: dict[int, bytes] = {}
@@ -439,19 +475,19 @@ class FactStore:
         ).fetchall()
         return [(o, c, n, hrr.phase_of(hrr.phasor_from_blob(b))) for o, c, n, b in rows]
 
-    def _bank_add(self, db: sqlite3.Connection, owner: str, category: str, phasor: np.ndarray, sign: int) -> None:
+    def _bank_add(self, db: sqlite3.Connection, owner: str, category: str, phasor_delta: np.ndarray, count_delta: int) -> None:
         row = db.execute("SELECT fact_count, phasor_sum FROM memory_banks WHERE owner=? AND category=?", (owner, category)).fetchone()
         if row is None:
             count, total = 0, np.zeros(self.dim, dtype=np.complex128)
         else:
             count, total = row[0], hrr.phasor_from_blob(row[1])
-        count += sign
+        count += count_delta
         if count <= 0:
             db.execute("DELETE FROM memory_banks WHERE owner=? AND category=?", (owner, category))
             return
         db.execute(
             "INSERT OR REPLACE INTO memory_banks(owner, category, fact_count, phasor_sum, updated_at) VALUES (?,?,?,?,?)",
-            (owner, category, count, hrr.phasor_to_blob(total + sign * phasor), self.clock()),
+            (owner, category, count, hrr.phasor_to_blob(total + phasor_delta), self.clock()),
         )
 
 
