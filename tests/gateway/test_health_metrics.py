@@ -1,0 +1,146 @@
+"""``/healthz`` and ``/metrics`` on the local server, after real conversations through
+the web chat, the gateway, the anthropic SDK and the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.emulator import Emulator, Fault, RecordedRequest, Reply
+from gateway.emulator.cache import Usage
+from tests.support.loopback import LoopbackAdapter
+from tests.support.webchat import ChatClient, open_web_app, web_settings
+
+USER = "metrics-user-0001"
+
+
+@pytest.fixture
+async def emulator() -> AsyncIterator[Emulator]:
+    async with Emulator(min_cacheable_tokens=64) as emu:
+        yield emu
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def scrape(http: aiohttp.ClientSession, base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    async with http.get(f"{base}/metrics") as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        text = await resp.text()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+async def healthz(http: aiohttp.ClientSession, base: str) -> tuple[int, dict]:
+    async with http.get(f"{base}/healthz") as resp:
+        assert resp.content_type == "application/json"
+        return resp.status, await resp.json()
+
+
+async def test_healthz_reports_adapters_and_queues_and_503_when_an_adapter_is_down(
+    home: Path, emulator: Emulator, http
+) -> None:
+    release = asyncio.Event()
+
+    async def held(_: RecordedRequest) -> Reply:
+        await release.wait()
+        return Reply(text="done")
+
+    emulator.script(held, Reply(text="second"))
+    loop = LoopbackAdapter()
+    settings = web_settings(home, **{"access.allowed": ("loop:*",)})
+    async with open_web_app(settings, emulator.base_url, extra_adapters=(loop,)) as app:
+        base = app.web.url
+        status, body = await healthz(http, base)
+        assert status == 200
+        assert body == {
+            "status": "ok",
+            "adapters": {"web": True, "loop": True},
+            "lanes": 0,
+            "queued_messages": 0,
+            "outbox_pending": 0,
+            "outbox_failed": 0,
+        }
+        # One turn held in the LLM call, one message queued behind it in the same lane.
+        chat = await ChatClient.connect(http, base, USER)
+        await chat.say("first")
+        await emulator.wait_for_requests(1)
+        await chat.say("second")
+        await chat.next("ack")
+        await chat.next("ack")
+        _, body = await healthz(http, base)
+        assert body["lanes"] == 1 and body["queued_messages"] == 1
+        # The page goes away: the reply waits in the outbox.
+        await chat.close()
+        release.set()
+
+        async def pending() -> dict:
+            while True:
+                _, b = await healthz(http, base)
+                if b["outbox_pending"] == 2:
+                    return b
+                await asyncio.sleep(0.02)
+
+        body = await asyncio.wait_for(pending(), 10)
+        assert body["status"] == "ok", "a closed page is not an adapter failure"
+        metrics = await scrape(http, base)
+        assert metrics[("mnemo_queue_depth", (("queue", "outbox"),))] == 2
+
+        await loop.stop()
+        status, body = await healthz(http, base)
+        assert status == 503
+        assert body["status"] == "degraded" and body["adapters"] == {"web": True, "loop": False}
+
+
+async def test_metrics_count_a_real_conversation(home: Path, emulator: Emulator, http) -> None:
+    emulator.script(
+        Reply(text="one " * 20),
+        Reply(text="two " * 20),
+        Fault(status=400, body="emulated bad request"),
+        Reply(text="four"),
+    )
+    soul = "You are a careful assistant. " * 60  # long enough for the prompt cache to engage
+    (home / "SOUL.md").write_text(soul)
+    other = "metrics-user-0002"
+    async with open_web_app(web_settings(home), emulator.base_url) as app:
+        base = app.web.url
+        chat = await ChatClient.connect(http, base, USER)
+        for text in ("hello", "again", "this one fails"):
+            await chat.say(text)
+            await chat.next("reply")
+        second = await ChatClient.connect(http, base, other)
+        await second.say("hi")
+        await second.next("reply")
+
+        m = await scrape(http, base)
+        assert m[("mnemo_messages_in_total", (("platform", "web"),))] == 4
+        assert m[("mnemo_messages_out_total", (("platform", "web"),))] == 4
+        answered = [r for r in emulator.requests if r.usage is not None]
+        assert len(answered) == 3
+        assert m[("mnemo_llm_latency_seconds_count", ())] == 3, "only answered calls are timed"
+        assert m[("mnemo_llm_latency_seconds_bucket", (("le", "+Inf"),))] == 3
+        usage = sum((Usage.from_api(r.usage) for r in answered), Usage())
+        # A kind that never occurred has no series yet (the counter is incremented, not pre-created).
+        assert m.get(("mnemo_llm_tokens_total", (("kind", "input"),)), 0) == usage.input_tokens
+        assert m[("mnemo_llm_tokens_total", (("kind", "output"),))] == usage.output_tokens
+        assert usage.cache_read_input_tokens > 0, "the second request of the session reads the cached prefix"
+        assert m[("mnemo_llm_tokens_total", (("kind", "cache_read"),))] == usage.cache_read_input_tokens
+        assert m[("mnemo_llm_tokens_total", (("kind", "cache_write"),))] == usage.cache_creation_input_tokens
+        prompt = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        assert m[("mnemo_cache_hit_ratio", ())] == pytest.approx(usage.cache_read_input_tokens / prompt)
+        assert m[("mnemo_errors_total", (("kind", "llm_InvalidLLMRequest"),))] == 1
+        assert m[("mnemo_queue_depth", (("queue", "outbox"),))] == 0
+        assert m[("mnemo_queue_depth", (("queue", "lanes"),))] == 0
+        assert m[("mnemo_messages_refused_total", ())] == 0
