@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import hashlib
 import re
 import time
@@ -51,7 +50,7 @@ from adapters.discord_routing import route_discord
 from gateway.commands import default_commands
 from gateway.config import DiscordSettings
 from gateway.errors import Forbidden, PlatformRateLimited, PlatformUnavailable, StartupError
-from gateway.events import Attachment, ChatRef, ChatType, InboundMessage, OutboundMessage
+from gateway.events import Attachment, ChatRef, ChatType, InboundMessage, OutboundMessage, Submitted
 from gateway.logs import get_logger
 from gateway.ports import InboundSink
 from gateway.splitting import split_message
@@ -62,19 +61,13 @@ MAX_LEN = 2000
 NONCE_MAX = 25  # Discord's limit on a message nonce, in characters
 # Discord keeps an interaction token for 15 minutes; stop trusting it a little earlier.
 INTERACTION_TTL_S = 14 * 60
-# Commands of the gateway that act on text (``/search WORDS``): they get one optional
-# string option on Discord. ``Command`` does not say which take arguments, so this is
-# the adapter's list (a constructor argument).
-TEXT_COMMANDS = frozenset({"forget", "search", "pair"})
+# Commands of the gateway that act on text (``/search WORDS``) get one optional string
+# option on Discord.
+TEXT_COMMANDS = frozenset(c.name for c in default_commands().commands() if c.takes_args)
 _ZWJ = "\u200d"
 _MASS_MENTION = re.compile(r"@(everyone|here)")
 _COMMAND_NAME = re.compile(r"^[-_a-z0-9]{1,32}$")
 _THREAD_ALREADY_EXISTS = 160004
-
-# Set while an interaction's InboundMessage is inside the gateway's ``submit``: a reply
-# the gateway sends directly from there (a refusal, which carries no reply id) belongs
-# to that interaction, not to the channel.
-_answering: contextvars.ContextVar[str | None] = contextvars.ContextVar("discord_answering", default=None)
 
 
 def intents() -> discord.Intents:
@@ -351,11 +344,13 @@ class DiscordAdapter:
             del self._interactions[stale]
         self._interactions[key] = _Pending(interaction, now)
         msg = self._from_interaction(interaction, key, f"/{name} {text}".strip())
-        token = _answering.set(key)
-        try:
-            await self._submit(msg)
-        finally:
-            _answering.reset(token)
+        outcome = await self._submit(msg)
+        if outcome in (Submitted.DROPPED, Submitted.DUPLICATE) and key in self._interactions:
+            # No reply will come: close the "thinking…" state instead of leaving it to expire.
+            pending = self._interactions.pop(key)
+            note = "Already handled." if outcome is Submitted.DUPLICATE else "Not available here."
+            with contextlib.suppress(discord.HTTPException, aiohttp.ClientError):
+                await pending.interaction.followup.send(note, ephemeral=True)
 
     def _from_interaction(self, interaction: discord.Interaction, key: str, text: str) -> InboundMessage:
         channel = interaction.channel
@@ -374,16 +369,18 @@ class DiscordAdapter:
             mentioned=True,
             received_at=interaction.created_at,
             shared_room=self._is_shared(chat_id, thread_id),
+            private=True,  # answered with an ephemeral followup (or by DM)
         )
 
     # --- receiving -------------------------------------------------------------------
 
-    async def _submit(self, msg: InboundMessage) -> None:
+    async def _submit(self, msg: InboundMessage) -> Submitted | None:
         assert self._sink is not None
         try:
-            await self._sink(msg)
+            return await self._sink(msg)
         except Exception:  # loop boundary: one bad message never stops the adapter
             log.exception("discord_inbound_failed", message_id=msg.message_id)
+            return None
 
     async def _on_message(self, message: discord.Message) -> None:
         client = self._client
@@ -473,7 +470,7 @@ class DiscordAdapter:
         chunks = split_message(text, MAX_LEN)
         if not chunks:
             return []
-        key = message.reply_to_message_id or _answering.get()
+        key = message.reply_to_message_id
         with platform_errors("sending a message"):
             if key is not None and key.startswith("i"):
                 return await self._answer_interaction(client, key, message, chunks)

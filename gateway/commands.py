@@ -28,6 +28,7 @@ class Command:
     handler: Handler
     admin_only: bool = False
     aliases: tuple[str, ...] = ()
+    takes_args: bool = False  # platforms with typed commands offer one text option
 
 
 class CommandRouter:
@@ -49,6 +50,9 @@ class CommandRouter:
         """(name, summary) for platform command menus; admin commands included."""
         return [(c.name, c.summary) for c in self._commands.values()]
 
+    def commands(self) -> list[Command]:
+        return list(self._commands.values())
+
     async def run(self, gateway: Gateway, msg: InboundMessage, name: str, args: str) -> str:
         command = self._commands[self._names[name]]
         if command.admin_only and not gateway.is_admin(msg):
@@ -63,7 +67,7 @@ async def _help(gw: Gateway, msg: InboundMessage, args: str) -> str:
     assert isinstance(gw.commands, CommandRouter)
     lines = ["Commands:"]
     admin = gw.is_admin(msg)
-    for c in gw.commands._commands.values():
+    for c in gw.commands.commands():
         if c.admin_only and not admin:
             continue
         lines.append(f"/{c.name} — {c.summary}")
@@ -109,6 +113,10 @@ async def _status(gw: Gateway, msg: InboundMessage, args: str) -> str:
 
 
 async def _memory(gw: Gateway, msg: InboundMessage, args: str) -> str:
+    if not msg.is_dm and not msg.private:
+        # A group channel is public: a profile is only ever shown privately.
+        return "Your profile is private: use the /memory slash command (shown only to you) or send me a DM."
+
     def read() -> tuple[str, str]:
         mine = gw.files.user(msg.speaker).load()
         shared = gw.files.shared().load()
@@ -183,7 +191,7 @@ def default_commands() -> CommandRouter:
     router.add(Command("stop", "stop the reply in progress", _stop))
     router.add(Command("status", "session, tokens, cache hits and cost", _status))
     router.add(Command("memory", "show what I remember about you", _memory))
-    router.add(Command("forget", "remove an entry of your profile (/forget all clears it)", _forget))
-    router.add(Command("search", "search this chat's past conversations", _search))
-    router.add(Command("pair", "approve or deny pairing requests", _pair, admin_only=True))
+    router.add(Command("forget", "remove an entry of your profile (/forget all clears it)", _forget, takes_args=True))
+    router.add(Command("search", "search this chat's past conversations", _search, takes_args=True))
+    router.add(Command("pair", "approve or deny pairing requests", _pair, admin_only=True, takes_args=True))
     return router

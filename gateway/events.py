@@ -43,6 +43,9 @@ class InboundMessage:
     agent_context: AgentContext = AgentContext.PRIMARY
     # In a group channel, whether members share one session ("shared room").
     shared_room: bool = False
+    # The reply is seen by the author only (a Discord ephemeral interaction): private
+    # answers such as /memory may then be given even though the chat is a group.
+    private: bool = False
 
     def __post_init__(self) -> None:
         validate_id("platform", self.platform)
@@ -58,6 +61,15 @@ class InboundMessage:
     @property
     def speaker(self) -> UserRef:
         return UserRef(self.platform, self.user_id)
+
+
+class Submitted(StrEnum):
+    """What the gateway did with an inbound message (``Gateway.submit``'s answer)."""
+
+    ACCEPTED = "accepted"  # stored; a reply will follow
+    DUPLICATE = "duplicate"  # accepted earlier (a redelivery); no second reply
+    REFUSED = "refused"  # not authorized or rate limited; a refusal was sent directly
+    DROPPED = "dropped"  # not allowed here or told already; nothing will be sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +150,7 @@ def to_payload(msg: InboundMessage) -> dict[str, object]:
         "received_at": msg.received_at.isoformat(),
         "agent_context": msg.agent_context.value,
         "shared_room": msg.shared_room,
+        "private": msg.private,
     }
 
 
@@ -161,6 +174,7 @@ def from_payload(data: dict[str, object]) -> InboundMessage:
         received_at=datetime.fromisoformat(str(data["received_at"])) if data.get("received_at") else datetime.now(UTC),
         agent_context=AgentContext(str(data.get("agent_context") or "primary")),
         shared_room=bool(data.get("shared_room")),
+        private=bool(data.get("private")),
     )
 
 

@@ -38,6 +38,7 @@ from gateway.events import (
     ChatRef,
     InboundMessage,
     OutboundMessage,
+    Submitted,
     chat_of,
     from_payload,
     key_for,
@@ -202,25 +203,28 @@ class Gateway:
     def is_admin(self, msg: InboundMessage) -> bool:
         return self.access.is_admin(msg.platform, msg.user_id)
 
-    async def submit(self, msg: InboundMessage) -> None:
-        """Called by adapters for every supported inbound message."""
+    async def submit(self, msg: InboundMessage) -> Submitted:
+        """Called by adapters for every supported inbound message. Returns what became
+        of it, so an adapter can close a pending interaction that will get no reply."""
         decision = await self.access.check(msg)
         if decision.verdict is not Verdict.ALLOW:
             self.metrics.refused.inc()
             if decision.verdict is Verdict.REFUSE and decision.reply:
                 await self._send_direct(chat_of(msg), decision.reply, msg)
-            return
+                return Submitted.REFUSED
+            return Submitted.DROPPED
         with structlog.contextvars.bound_contextvars(platform=msg.platform, chat=msg.chat_id, user=msg.user_id):
             row = await self.inbox.accept(msg.platform, msg.chat_id, msg.message_id, to_payload(msg))
             if row is None:
                 log.debug("duplicate_delivery_ignored", message_id=msg.message_id)
-                return
+                return Submitted.DUPLICATE
             self.metrics.messages_in.labels(msg.platform).inc()
             command = parse_command(msg.text) if msg.agent_context is AgentContext.PRIMARY else None
             if command is not None and self.commands is not None and self.commands.knows(command[0]):
                 await self._run_command(row.id, msg, *command)
-                return
+                return Submitted.ACCEPTED
             self.lanes.submit(self.session_key(msg), Queued(row.id, msg))
+            return Submitted.ACCEPTED
 
     async def _run_command(self, inbox_id: int, msg: InboundMessage, name: str, args: str) -> None:
         assert self.commands is not None
@@ -428,7 +432,9 @@ class Gateway:
         if adapter is None:
             return
         try:
-            await adapter.send(OutboundMessage(chat=chat, text=text, mention_user_id=msg.user_id))
+            await adapter.send(
+                OutboundMessage(chat=chat, text=text, reply_to_message_id=msg.message_id, mention_user_id=msg.user_id)
+            )
         except Exception as e:  # loop boundary: best effort, logged
             log.warning("refusal_not_sent", platform=chat.platform, error=f"{type(e).__name__}: {e}")
 

@@ -32,9 +32,9 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, runtime_checkable
 
-from gateway.events import ChatRef, InboundMessage, OutboundMessage
+from gateway.events import ChatRef, InboundMessage, OutboundMessage, Submitted
 
-InboundSink = Callable[[InboundMessage], Awaitable[None]]
+InboundSink = Callable[[InboundMessage], Awaitable[Submitted]]
 ChatReachable = Callable[[ChatRef], Awaitable[None]]
 
 

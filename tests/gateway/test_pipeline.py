@@ -167,3 +167,30 @@ async def test_nudge_counters_are_rebuilt_from_history_across_restarts(home, emu
     await run_turns(["three", "four"])  # restart in between
     await run_turns(["five", "six", "seven"])
     assert due == [3, 6], "every 3rd user turn without a memory write, counted from history"
+
+
+async def test_memory_command_never_shows_a_profile_in_a_public_group_reply(app_factory, emulator):
+    from gateway.events import ChatType
+
+    adapter = LoopbackAdapter()
+    async with app_factory(adapter) as app:
+        await asyncio.to_thread(app.files.user(adapter.message("x", user="ann").speaker).add, "Ann is allergic to nuts")
+        await adapter.say("/memory", user="ann", chat="room", chat_type=ChatType.GROUP)
+        await adapter.say("/memory", user="ann")
+        sent = await adapter.wait_sent(2)
+        group, dm = sent[0], sent[1]
+        assert "allergic" not in group.text and "private" in group.text
+        assert "allergic" in dm.text
+
+
+async def test_submit_reports_what_became_of_a_message(app_factory, emulator):
+    from gateway.events import Submitted
+
+    emulator.script(Reply(text="hi"))
+    adapter = LoopbackAdapter()
+    async with app_factory(adapter, **{"access.allowed": (), "access.unauthorized_reply": "silent"}) as app:
+        msg = adapter.message("hello", user="admin", message_id="a1")
+        assert await adapter.sink(msg) is Submitted.ACCEPTED
+        assert await adapter.sink(msg) is Submitted.DUPLICATE
+        assert await adapter.sink(adapter.message("hello", user="stranger")) is Submitted.DROPPED
+        await adapter.wait_sent(1)
