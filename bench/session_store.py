@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import random
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -32,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from memory.db import Database
+from memory.migrations import migrate
 from memory.ranking import FusionRetriever, NaiveRetriever, create_baseline_index
 from memory.search import SessionSearch
 from memory.sessions import NewMessage, SessionStore
@@ -85,9 +87,31 @@ async def new_session(store: SessionStore, chat: str, started: datetime | None =
     return row.id
 
 
+def raw_reference(texts: list[str]) -> None:
+    """Plain sqlite3 on the same schema, one transaction per message: this machine's ceiling now."""
+    with tempfile.TemporaryDirectory() as tmp:
+        conn = sqlite3.connect(Path(tmp) / "state.db", isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        migrate(conn)
+        conn.execute("INSERT INTO chats(id, chat_key) VALUES (1, 'raw')")
+        conn.execute("INSERT INTO sessions(id, chat_no, chat_key, platform, chat_id, agent_context, source, model,"
+                     " system_prompt, started_at) VALUES ('s', 1, 'raw', 'b', 'b', 'primary', 'chat', 'm', 'p', 'x')")
+        t = time.perf_counter()
+        for x in texts:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO messages(session_id, chat_no, role, content, created_at) VALUES ('s', 1, 'user', ?,"
+                         " '2024-01-01T00:00:00.000000+00:00')", (x,))
+            conn.execute("COMMIT")
+        dt = time.perf_counter() - t
+        conn.close()
+    print(f"reference: raw sqlite3, same schema and triggers, one transaction per message: {len(texts) / dt:,.0f} msgs/s")
+
+
 async def ingest(total: int, lanes_list: list[int]) -> None:
     gen = TextGen()
     texts = gen.batch(total)
+    raw_reference(texts[: min(total, 20000)])
     for lanes in lanes_list:
         with tempfile.TemporaryDirectory() as tmp:
             db = Database(Path(tmp) / "state.db")

@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -67,6 +68,36 @@ def is_busy(err: sqlite3.Error) -> bool:
     """True when ``err`` is SQLITE_BUSY/LOCKED (any extended code), from its error code."""
     code = getattr(err, "sqlite_errorcode", None)
     return isinstance(code, int) and (code & 0xFF) in _BUSY_CODES
+
+
+@dataclass(slots=True)
+class _Job:
+    """One queued write and whoever waits for it: a coroutine (``loop`` set, asyncio
+    future) or a thread (``loop`` None, concurrent future)."""
+
+    fn: Callable[[sqlite3.Connection], Any]
+    loop: asyncio.AbstractEventLoop | None
+    fut: asyncio.Future[Any] | Future[Any]
+
+    def claim(self) -> bool:
+        """False when the waiter gave up before the write started."""
+        if isinstance(self.fut, Future):
+            return self.fut.set_running_or_notify_cancel()
+        return not self.fut.cancelled()
+
+    def settle(self, outcome: Outcome) -> None:
+        ok, value = outcome
+        if self.fut.done():  # cancelled while it ran; the write itself stands
+            return
+        if ok:
+            self.fut.set_result(value)
+        else:
+            self.fut.set_exception(value)
+
+
+def _settle_all(items: list[tuple[_Job, Outcome]]) -> None:
+    for job, outcome in items:
+        job.settle(outcome)
 
 
 class Database:
@@ -101,8 +132,9 @@ class Database:
         self._max_group = max_group
         self._mmap_bytes = mmap_bytes
         self._reader_cache_kib = reader_cache_kib
-        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], Future[Any]]] = []
+        self._pending: list[_Job] = []
         self._pending_lock = threading.Lock()
+        self._draining = False
         self.busy_retries = 0  # total BUSY retries so far (for benchmarks and tests)
         self.schema_version = 0
 
@@ -179,54 +211,79 @@ class Database:
     # --- writes -------------------------------------------------------------------
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction on the writer thread."""
-        return await asyncio.wrap_future(self._submit_write(fn))
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._enqueue(_Job(fn, loop, fut))
+        return await fut
 
     def write_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return self._submit_write(fn).result()
+        fut: Future[T] = Future()
+        self._enqueue(_Job(fn, None, fut))
+        return fut.result()
 
-    def _submit_write(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
+    def _enqueue(self, job: _Job) -> None:
         if self._writer is None:
             raise StoreError(f"{self.path}: database is not open")
-        fut: Future[T] = Future()
         with self._pending_lock:
-            self._pending.append((fn, fut))
+            self._pending.append(job)
+            if self._draining:
+                return  # the running drain picks it up
+            self._draining = True
         self._writer.submit(self._drain)
-        return fut
 
     def _drain(self) -> None:
-        """Writer thread: run every queued write, sharing one commit (group commit)."""
-        with self._pending_lock:
-            jobs = self._pending[: self._max_group]
-            del self._pending[: self._max_group]
-        # A write whose awaiting coroutine was cancelled before it started is skipped.
-        jobs = [(fn, fut) for fn, fut in jobs if fut.set_running_or_notify_cancel()]
+        """Writer thread: commit queued writes in groups until the queue is empty."""
+        try:
+            while True:
+                with self._pending_lock:
+                    jobs = self._pending[: self._max_group]
+                    del self._pending[: self._max_group]
+                    if not jobs:
+                        self._draining = False
+                        return
+                self._commit_group(jobs)
+        except BaseException:
+            with self._pending_lock:
+                self._draining = False
+            raise
+
+    def _commit_group(self, jobs: list[_Job]) -> None:
+        # A write whose caller was cancelled before it started is not run.
+        jobs = [j for j in jobs if j.claim()]
         if not jobs:
             return
         try:
             outcomes = self._retry(lambda: self._transaction(jobs))
         except BaseException as e:  # noqa: BLE001 - delivered to every waiting caller
-            for _, fut in jobs:
-                fut.set_exception(e)
-            return
-        for (_, fut), (ok, value) in zip(jobs, outcomes, strict=True):
-            if ok:
-                fut.set_result(value)
+            outcomes = [(False, e)] * len(jobs)
+        else:
+            self._writes_since_checkpoint += 1
+        # One wake-up per event loop for the whole group, not one per write.
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, Outcome]]] = {}
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            if job.loop is None:
+                job.settle(outcome)
             else:
-                fut.set_exception(value)
-        self._writes_since_checkpoint += 1
+                by_loop.setdefault(job.loop, []).append((job, outcome))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle_all, items)
+            except RuntimeError:
+                # The loop has closed: nobody is waiting for these results any more.
+                log.debug("db.write_result_dropped", writes=len(items))
         if self._writes_since_checkpoint >= self._checkpoint_every:
             self._writes_since_checkpoint = 0
             self.checkpoint()
 
-    def _transaction(self, jobs: Sequence[tuple[Callable[[sqlite3.Connection], Any], Future[Any]]]) -> list[Outcome]:
+    def _transaction(self, jobs: Sequence[_Job]) -> list[Outcome]:
         conn = self._wconn
         assert conn is not None, "writer connection exists while the writer thread runs"
         conn.execute("BEGIN IMMEDIATE")
         try:
             if len(jobs) == 1:
-                outcomes: list[Outcome] = [(True, jobs[0][0](conn))]
+                outcomes: list[Outcome] = [(True, jobs[0].fn(conn))]
             else:
-                outcomes = [self._in_savepoint(conn, fn) for fn, _ in jobs]
+                outcomes = [self._in_savepoint(conn, j.fn) for j in jobs]
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

@@ -158,7 +158,7 @@ class FusionRetriever:
     neighbour_weight: float = 0.4
     feedback_docs: int = 5
     feedback_weight: float = 0.8
-    candidates: int = 200
+    candidates: int = 100
 
     def _views(self, conn: sqlite3.Connection, query: ParsedQuery, chat_nos: Sequence[int], n: int) -> dict[int, float]:
         base: dict[int, float] = defaultdict(float)
