@@ -243,18 +243,20 @@ def scorable(dataset: Dataset) -> list[DatasetQuestion]:
     return [q for q in dataset.questions if q.evidence]
 
 
+class HasMessageIds(Protocol):
+    @property
+    def message_ids(self) -> tuple[int, ...]: ...
+
+
 class Searcher(Protocol):
     """What scoring needs from session_search (``memory.search.SessionSearch``)."""
 
     async def search(self, query: str, *, chat_keys: Sequence[str], limit: int) -> HasMessageIds: ...
 
 
-class HasMessageIds(Protocol):
-    @property
-    def message_ids(self) -> tuple[int, ...]: ...
-
-
-async def ask_questions(search: Searcher, dataset: Dataset, report: ImportReport, limit: int) -> list[QuestionOutcome]:
+async def ask_questions(
+    search: Searcher, dataset: Dataset, report: ImportReport, limit: int
+) -> list[QuestionOutcome]:
     """Ask every question with evidence in the dataset's chat; rank by the returned hits."""
     back = {v: k for k, v in report.id_map.items()}
     outcomes = []

@@ -37,6 +37,12 @@ Usage from async code::
 and from synchronous code (the CLI, a worker process): ``open_sync`` / ``write_sync``
 / ``read_sync`` / ``close_sync`` do the same through the same threads (never call them
 from inside a running event loop: they block).
+
+A component with its own tables (outbox, jobs, cron jobs) appends a migration to
+``memory/migrations.py`` and keeps its SQL in small functions of a connection, passed
+to ``write`` (anything that changes data; keep it short, it holds the write lock) or
+``read`` (one consistent snapshot per call). It never opens its own connection to
+``state.db``: one writer per process is what makes ``BUSY`` impossible inside it.
 """
 
 from __future__ import annotations

@@ -83,9 +83,6 @@ class SearchDigest(Protocol):
     async def summarize(self, query: str, result: SearchResult) -> str: ...
 
 
-_TERM_CHARS = re.compile(r"[^\W_]+")
-
-
 def make_snippet(content: str, query: ParsedQuery, width: int = SNIPPET_CHARS) -> str:
     """A window of ``content`` around the first query word (matched by prefix)."""
     text = " ".join(content.split())
