@@ -113,7 +113,8 @@ def test_render_scrubs_every_secret_even_inside_a_url() -> None:
 
 async def test_an_llm_key_rejected_or_an_endpoint_down_fails(home: Path) -> None:
     async def unauthorized(_: web.Request) -> web.Response:
-        return web.json_response({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}, status=401)
+        body = {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
+        return web.json_response(body, status=401)
 
     app = web.Application()
     app.router.add_get("/v1/models", unauthorized)
@@ -122,13 +123,14 @@ async def test_an_llm_key_rejected_or_an_endpoint_down_fails(home: Path) -> None
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
+    settings = settings_for(home, ANTHROPIC_API_KEY="sk-x", ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}")
     try:
-        got = by_name(await run_checks(settings_for(home, ANTHROPIC_API_KEY="sk-x", ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}")))
+        got = by_name(await run_checks(settings))
         assert got["llm"].status is Status.FAIL
         assert "API key rejected (HTTP 401) invalid x-api-key" == got["llm"].detail
     finally:
         await runner.cleanup()
-    got = by_name(await run_checks(settings_for(home, ANTHROPIC_API_KEY="sk-x", ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}")))
+    got = by_name(await run_checks(settings))  # the same endpoint, now gone
     assert got["llm"].status is Status.FAIL and got["llm"].detail.startswith("unreachable")
 
 
@@ -159,7 +161,8 @@ async def test_the_web_port_in_use_by_another_program_fails_but_by_a_running_mne
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
-        got = by_name(await run_checks(settings_for(home, MNEMO_WEB_PORT=str(port))))
+        # It accepts connections but never answers /healthz: the probe times out.
+        got = by_name(await run_checks(settings_for(home, MNEMO_WEB_PORT=str(port)), timeout_s=0.5))
         assert got["web"].status is Status.FAIL and "in use by another program" in got["web"].detail
 
     server = WebServer(settings_for(home).web.model_copy(update={"port": 0}), Metrics())

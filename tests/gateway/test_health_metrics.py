@@ -124,7 +124,15 @@ async def test_metrics_count_a_real_conversation(home: Path, emulator: Emulator,
         await second.say("hi")
         await second.next("reply")
 
-        m = await scrape(http, base)
+        async def settled() -> dict:
+            # A reply is counted once the outbox has marked it sent, just after the frame left.
+            while True:
+                m = await scrape(http, base)
+                if m.get(("mnemo_messages_out_total", (("platform", "web"),))) == 4:
+                    return m
+                await asyncio.sleep(0.02)
+
+        m = await asyncio.wait_for(settled(), 10)
         assert m[("mnemo_messages_in_total", (("platform", "web"),))] == 4
         assert m[("mnemo_messages_out_total", (("platform", "web"),))] == 4
         answered = [r for r in emulator.requests if r.usage is not None]
