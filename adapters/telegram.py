@@ -1,0 +1,454 @@
+"""The Telegram adapter: python-telegram-bot 22 ``Application`` ↔ the gateway's ``Adapter`` port.
+
+Connecting. ``TELEGRAM_API_BASE_URL`` is the Bot API server root (Telegram's, a
+self-hosted ``telegram-bot-api``, or a test fake); ``/bot`` and ``/file/bot`` are
+appended. PTB's ``Application`` owns the bot's lifecycle (``getMe`` at start, the HTTP
+pools) but has no ``Updater``: updates are received here so that one is confirmed to
+Telegram only after the gateway has stored it (see ``adapters.telegram_polling``).
+
+* Long polling (default): ``deleteWebhook``, then ``getUpdates`` in a loop that
+  reconnects with backoff after network errors, flood waits or a conflicting instance.
+* Webhook (``TELEGRAM_WEBHOOK_URL``): a POST route on mnemo's local web server at the
+  URL's path — put a TLS reverse proxy in front of it — and ``setWebhook`` with the
+  secret at start. A request without the right ``X-Telegram-Bot-Api-Secret-Token``
+  (compared in constant time) gets 403 and is not read. The hook answers 200 only
+  after the update was handled, so a failure makes Telegram deliver it again. The
+  webhook stays registered across restarts: Telegram keeps updates while mnemo is down.
+
+What comes in is decided in ``adapters.telegram_updates`` (DMs, addressed group
+messages, captions, quotes; edits ignored; unreadable media answered with a note).
+Updates of one batch are handled concurrently across chats and in order within a chat.
+
+Sending. The model's Markdown becomes Telegram HTML split at 4,096 UTF-16 units
+(``adapters.telegram_format.render_chunks``); a chunk Telegram still refuses with "can't
+parse entities" is re-sent as its plain-text twin. In groups the first chunk replies
+to the user's message (``allow_sending_without_reply``: a deleted message does not
+block the answer); forum replies stay in their topic. A flood wait of at most
+``max_inline_wait_s`` is slept inside ``send``; a longer one becomes
+``PlatformRateLimited`` and the outbox retries the reply later — the delivery loop
+sends one reply at a time, so a long in-send wait would hold every other chat's
+replies. Chunks already delivered are remembered per outbox row (in memory): a retry
+after chunk 2 of 3 failed sends chunks 2 and 3 only. After a restart that memory is
+gone; the outbox then re-sends the whole reply, labelled as a possible duplicate only
+when the send was in flight at the crash. Telegram has no idempotency key, so a send
+whose answer was lost on the network can be repeated.
+
+Errors: PTB's exceptions are mapped onto ``gateway.errors`` in ``platform_errors``, the
+one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import hmac
+import re
+import warnings
+from collections import OrderedDict, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from telegram import Bot, BotCommand, Message, ReplyParameters, Update
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Conflict,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
+from telegram.error import Forbidden as TgForbidden
+from telegram.ext import Application, ApplicationBuilder
+from telegram.warnings import PTBDeprecationWarning
+
+from adapters.telegram_format import TelegramChunk, render_chunks
+from adapters.telegram_polling import UpdatePoller
+from adapters.telegram_updates import UNSUPPORTED_NOTE, Accept, BotIdentity, Unsupported, classify
+from gateway.commands import default_commands
+from gateway.config import TelegramSettings
+from gateway.errors import Forbidden, PlatformError, PlatformRateLimited, PlatformUnavailable, StartupError
+from gateway.events import ChatRef, OutboundMessage
+from gateway.logs import get_logger
+from gateway.ports import InboundSink
+from gateway.webserver import WebServer
+
+log = get_logger(__name__)
+
+MAX_LEN = 4096
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+ALLOWED_UPDATES = ("message", "edited_message")
+MAX_INLINE_WAITS = 3
+PROGRESS_ROWS = 1024  # outbox rows whose partial progress is remembered
+_COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def retry_after_seconds(error: RetryAfter) -> float:
+    """``RetryAfter.retry_after`` in seconds, whether PTB returns an int (and warns) or,
+    with ``PTB_TIMEDELTA`` set, a timedelta."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value = error.retry_after
+    return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+
+
+def is_entity_error(error: BadRequest) -> bool:
+    # PTB strips "Bad Request: " and capitalises the rest.
+    return "can't parse entities" in error.message.lower()
+
+
+@contextlib.contextmanager
+def platform_errors(action: str) -> Iterator[None]:
+    """Map python-telegram-bot failures of ``action`` onto ``gateway.errors``."""
+    try:
+        yield
+    except RetryAfter as e:
+        raise PlatformRateLimited(f"Telegram flood control on {action}", retry_after_seconds(e)) from e
+    except TgForbidden as e:  # the user blocked the bot, or it was removed from the group
+        raise Forbidden(f"Telegram refused {action}: {e.message}") from e
+    except InvalidToken as e:  # 401/404: the token was revoked; replies wait for an operator
+        raise PlatformUnavailable(
+            f"Telegram rejected the bot token during {action}: check TELEGRAM_BOT_TOKEN (from @BotFather)"
+        ) from e
+    except Conflict as e:
+        raise PlatformUnavailable(
+            f"Telegram conflict during {action} (another instance polling, or a webhook is set): {e.message}"
+        ) from e
+    except ChatMigrated as e:  # only escapes when the re-send to the new id failed as well
+        raise Forbidden(f"the group moved to chat {e.new_chat_id} during {action}") from e
+    except BadRequest as e:  # chat not found, message too long…: sending it again cannot help
+        raise Forbidden(f"Telegram refused {action}: {e.message}") from e
+    except NetworkError as e:  # includes TimedOut and 5xx answers
+        raise PlatformUnavailable(f"cannot reach Telegram for {action}: {e.message}") from e
+    except TelegramError as e:
+        raise PlatformUnavailable(f"Telegram failed {action}: {e.message}") from e
+
+
+def label(message: OutboundMessage) -> str:
+    marks = []
+    if message.scheduled:
+        marks.append("⏰ scheduled")
+    if message.possible_duplicate:
+        marks.append("(possible duplicate: re-sent after a restart)")
+    return " · ".join(marks) + "\n\n" if marks else ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    chat_id: int
+    thread_id: int | None
+    reply_to: int | None  # quoted by the first chunk (groups only)
+
+    @classmethod
+    def of(cls, message: OutboundMessage) -> _Target:
+        chat = message.chat
+        try:
+            chat_id = int(chat.chat_id)
+            thread_id = int(chat.thread_id) if chat.thread_id is not None else None
+        except ValueError:
+            raise Forbidden(f"{chat.chat_id!r} is not a Telegram chat id") from None
+        reply = message.reply_to_message_id
+        # Group and supergroup ids are negative. In a DM a quote is noise.
+        quote = chat_id < 0 and reply is not None and reply.isdigit()
+        return cls(chat_id, thread_id, int(reply) if quote and reply is not None else None)
+
+
+class TelegramAdapter:
+    name = "telegram"
+    max_message_len = MAX_LEN
+    supports_typing = True
+    debounce_s: float | None = None
+
+    def __init__(
+        self,
+        settings: TelegramSettings,
+        *,
+        web: WebServer | None = None,
+        menu: Sequence[tuple[str, str]] | None = None,
+        poll_timeout_s: float = 25.0,
+        reconnect_backoff_s: tuple[float, float] = (1.0, 30.0),
+        typing_interval_s: float = 4.0,
+        max_inline_wait_s: float = 3.0,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.settings = settings
+        self.web = web
+        self.menu = list(default_commands().menu() if menu is None else menu)
+        self.poll_timeout_s = poll_timeout_s
+        self.reconnect_backoff_s = reconnect_backoff_s
+        self.typing_interval_s = typing_interval_s
+        self.max_inline_wait_s = max_inline_wait_s
+        self._sleep = sleep
+        self._app: Application | None = None  # type: ignore[type-arg]
+        self._identity: BotIdentity | None = None
+        self._sink: InboundSink | None = None
+        self._poller: UpdatePoller | None = None
+        self._typing: set[asyncio.Task[None]] = set()
+        self._progress: OrderedDict[int, list[str]] = OrderedDict()
+        self.webhook_path: str | None = None
+        if settings.webhook_url is not None and web is not None:
+            # aiohttp freezes its routes when the server starts, which is before adapters.
+            self.webhook_path = urlsplit(settings.webhook_url).path or "/"
+            web.add_post(self.webhook_path, self._on_webhook)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        if self._app is None or self._identity is None:
+            return False
+        if self.settings.webhook_url is not None:
+            return True
+        return self._poller is not None and self._poller.running and self._poller.healthy
+
+    async def start(self, sink: InboundSink) -> None:
+        if self._app is not None:
+            return
+        self._check_settings()
+        assert self.settings.bot_token is not None
+        root = self.settings.api_base_url.rstrip("/")
+        app = (
+            ApplicationBuilder()
+            .token(self.settings.bot_token.get_secret_value())
+            .base_url(root + "/bot")
+            .base_file_url(root + "/file/bot")
+            .updater(None)
+            .build()
+        )
+        try:
+            with platform_errors("connecting (getMe)"):
+                await app.initialize()
+        except PlatformError as e:
+            raise StartupError(f"Telegram at {root}: {e}") from e
+        bot = app.bot
+        self._app, self._sink, self._identity = app, sink, BotIdentity(bot.id, bot.username)
+        try:
+            await self._set_commands(bot)
+            if self.settings.webhook_url is not None:
+                await self._set_webhook(bot, self.settings.webhook_url)
+            else:
+                try:
+                    with platform_errors("removing the webhook before polling"):
+                        await bot.delete_webhook()
+                except PlatformError as e:
+                    raise StartupError(f"Telegram: {e}") from e
+                low, high = self.reconnect_backoff_s
+                self._poller = UpdatePoller(
+                    self._fetch, self._receive, timeout_s=self.poll_timeout_s, min_backoff_s=low, max_backoff_s=high
+                )
+                self._poller.start()
+        except BaseException:
+            await self.stop()
+            raise
+        mode = "webhook" if self.settings.webhook_url is not None else "polling"
+        log.info("telegram_ready", bot=bot.username, mode=mode, groups=self.settings.groups_enabled)
+
+    def _check_settings(self) -> None:
+        if self.settings.bot_token is None:
+            raise StartupError("TELEGRAM_BOT_TOKEN is not set")
+        if self.settings.webhook_url is None:
+            return
+        if self.settings.webhook_secret is None:
+            raise StartupError(
+                "TELEGRAM_WEBHOOK_URL is set without TELEGRAM_WEBHOOK_SECRET: anyone who learns the "
+                "URL could post messages as any user. Set a secret (A-Z, a-z, 0-9, _ and -)."
+            )
+        if self.webhook_path is None:
+            raise StartupError("Telegram webhook mode needs mnemo's local web server (mnemo run provides it)")
+
+    async def _set_webhook(self, bot: Bot, url: str) -> None:
+        assert self.settings.webhook_secret is not None
+        try:
+            with platform_errors("setting the webhook"):
+                await bot.set_webhook(
+                    url, secret_token=self.settings.webhook_secret.get_secret_value(), allowed_updates=ALLOWED_UPDATES
+                )
+        except PlatformError as e:
+            raise StartupError(f"Telegram: {e}") from e
+
+    async def _set_commands(self, bot: Bot) -> None:
+        commands = [
+            BotCommand(name, (summary or name)[:256]) for name, summary in self.menu if _COMMAND_NAME.match(name)
+        ]
+        try:
+            with platform_errors("setting the command menu"):
+                await bot.set_my_commands(commands)
+        except PlatformError as e:  # messages work without a menu; say why it is missing
+            log.warning("telegram_commands_not_set", error=str(e))
+
+    async def stop(self) -> None:
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            await poller.stop()  # confirms handled updates: needs the bot still open
+        for task in list(self._typing):
+            task.cancel()
+        await asyncio.gather(*self._typing, return_exceptions=True)
+        app, self._app, self._identity = self._app, None, None
+        if app is not None:
+            await app.shutdown()
+
+    def _bot(self) -> Bot:
+        if self._app is None:
+            raise PlatformUnavailable("the Telegram adapter is not running")
+        return self._app.bot
+
+    # --- receiving -------------------------------------------------------------------
+
+    async def _fetch(self, offset: int | None, timeout_s: float) -> Sequence[Update]:
+        with platform_errors("polling for updates"):
+            return await self._bot().get_updates(
+                offset=offset, timeout=dt.timedelta(seconds=int(timeout_s)), allowed_updates=ALLOWED_UPDATES
+            )
+
+    async def _receive(self, updates: Sequence[Update]) -> None:
+        """Hand a batch to the gateway: chats concurrently, each chat in order. Raises if
+        a message could not be stored, so that the batch is not confirmed."""
+        by_chat: defaultdict[int | None, list[Update]] = defaultdict(list)
+        for update in updates:
+            by_chat[update.effective_chat.id if update.effective_chat is not None else None].append(update)
+        results = await asyncio.gather(
+            *(self._receive_in_order(batch) for batch in by_chat.values()), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _receive_in_order(self, updates: Sequence[Update]) -> None:
+        for update in updates:
+            await self._receive_one(update)
+
+    async def _receive_one(self, update: Update) -> None:
+        assert self._sink is not None and self._identity is not None
+        try:
+            verdict = classify(update, self._identity, groups_enabled=self.settings.groups_enabled)
+        except Exception:  # loop boundary: an update we cannot read must not block the chat
+            log.exception("telegram_update_unreadable", update_id=update.update_id)
+            return
+        if isinstance(verdict, Accept):
+            await self._sink(verdict.message)  # a failure propagates: the update is fetched again
+        elif isinstance(verdict, Unsupported):
+            await self._answer_unsupported(verdict)
+        else:
+            log.debug("telegram_update_ignored", update_id=update.update_id, reason=verdict.reason)
+
+    async def _answer_unsupported(self, note: Unsupported) -> None:
+        chat = ChatRef(self.name, str(note.chat_id), str(note.thread_id) if note.thread_id is not None else None)
+        log.info("telegram_media_unsupported", chat=note.chat_id, kind=note.kind)
+        try:
+            await self.send(OutboundMessage(chat=chat, text=UNSUPPORTED_NOTE, reply_to_message_id=str(note.message_id)))
+        except PlatformError as e:  # best effort, like a refusal: nothing of it is stored
+            log.warning("telegram_note_not_sent", chat=note.chat_id, error=str(e))
+
+    async def _on_webhook(self, request: web.Request) -> web.Response:
+        secret = self.settings.webhook_secret
+        given = request.headers.get(SECRET_HEADER)
+        if secret is None or given is None or not hmac.compare_digest(
+            given.encode(), secret.get_secret_value().encode()
+        ):
+            log.warning("telegram_webhook_refused", remote=request.remote, reason="wrong or missing secret")
+            return web.Response(status=403)
+        app = self._app
+        if app is None or self._identity is None:
+            return web.Response(status=503)  # not started yet: Telegram delivers it again
+        try:
+            update = Update.de_json(await request.json(), app.bot)
+        except (ValueError, TypeError, KeyError) as e:
+            log.warning("telegram_webhook_bad_update", error=f"{type(e).__name__}: {e}")
+            return web.Response(status=400)
+        try:
+            await self._receive([update])
+        except Exception:  # boundary: not stored, so not acknowledged; Telegram retries
+            log.exception("telegram_webhook_update_failed", update_id=update.update_id)
+            return web.Response(status=500)
+        return web.Response(status=200)
+
+    # --- sending ---------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> list[str]:
+        bot = self._bot()
+        target = _Target.of(message)
+        chunks = render_chunks(label(message) + message.text, self.max_message_len)
+        row = message.outbox_id
+        ids = list(self._progress.get(row, ())) if row is not None else []
+        try:
+            for index in range(len(ids), len(chunks)):
+                sent = await self._send_chunk(bot, target, chunks[index], first=index == 0)
+                ids.append(str(sent.message_id))
+                if row is not None:
+                    self._remember(row, ids)
+        except Forbidden:
+            if row is not None:
+                self._progress.pop(row, None)
+            raise
+        if row is not None:
+            self._progress.pop(row, None)
+        return ids
+
+    def _remember(self, row: int, ids: list[str]) -> None:
+        self._progress[row] = list(ids)
+        self._progress.move_to_end(row)
+        while len(self._progress) > PROGRESS_ROWS:
+            self._progress.popitem(last=False)
+
+    async def _send_chunk(self, bot: Bot, target: _Target, chunk: TelegramChunk, *, first: bool) -> Message:
+        waits = 0
+        while True:
+            try:
+                with platform_errors("sending a message"):
+                    try:
+                        return await self._post(bot, target.chat_id, chunk, target, first=first)
+                    except ChatMigrated as e:  # a group became a supergroup: same chat, new id
+                        log.info("telegram_chat_migrated", chat=target.chat_id, new_chat=e.new_chat_id)
+                        return await self._post(bot, e.new_chat_id, chunk, target, first=first)
+            except PlatformRateLimited as e:
+                waits += 1
+                if e.retry_after > self.max_inline_wait_s or waits > MAX_INLINE_WAITS:
+                    raise
+                log.info("telegram_flood_wait", chat=target.chat_id, retry_after=e.retry_after)
+                await self._sleep(e.retry_after)
+
+    async def _post(self, bot: Bot, chat_id: int, chunk: TelegramChunk, target: _Target, *, first: bool) -> Message:
+        reply = (
+            ReplyParameters(target.reply_to, allow_sending_without_reply=True)
+            if first and target.reply_to is not None
+            else None
+        )
+        where = {"message_thread_id": target.thread_id, "reply_parameters": reply}
+        try:
+            return await bot.send_message(chat_id, chunk.html, parse_mode=ParseMode.HTML, **where)
+        except BadRequest as e:
+            if not is_entity_error(e):
+                raise
+            log.warning("telegram_html_refused", chat=chat_id, error=e.message)
+            return await bot.send_message(chat_id, chunk.plain, **where)
+
+    # --- typing ----------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        """``typing…`` while the turn runs: Telegram shows it for 5 s, so it is re-sent
+        every ``typing_interval_s`` by a task owned here. Never fails the turn."""
+        task = asyncio.create_task(self._keep_typing(chat), name=f"telegram-typing-{chat.chat_id}")
+        self._typing.add(task)
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self._typing.discard(task)
+
+    async def _keep_typing(self, chat: ChatRef) -> None:
+        thread = int(chat.thread_id) if chat.thread_id is not None and chat.thread_id.isdigit() else None
+        while self._app is not None:
+            try:
+                with platform_errors("showing typing"):
+                    await self._bot().send_chat_action(int(chat.chat_id), ChatAction.TYPING, message_thread_id=thread)
+            except (PlatformError, ValueError) as e:
+                log.debug("telegram_typing_failed", chat=chat.chat_id, error=str(e))
+            await asyncio.sleep(self.typing_interval_s)
