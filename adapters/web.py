@@ -136,8 +136,9 @@ class WebAdapter:
         self._sink = None
         sockets = [ws for group in self._sockets.values() for ws in group]
         self._sockets.clear()
-        for ws in sockets:
-            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")
+        await asyncio.gather(
+            *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down") for ws in sockets)
+        )
 
     async def send(self, message: OutboundMessage) -> list[str]:
         reply_id = f"o{message.outbox_id}" if message.outbox_id is not None else f"d{id(message):x}"
