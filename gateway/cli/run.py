@@ -37,7 +37,7 @@ def build_adapters(settings: Settings, server: WebServer) -> list[Adapter]:
     if settings.telegram.bot_token is not None:
         from adapters.telegram import TelegramAdapter
 
-        adapters.append(TelegramAdapter(settings.telegram))
+        adapters.append(TelegramAdapter(settings.telegram, web=server))  # webhook mode adds its route
     if settings.discord.bot_token is not None:
         from adapters.discord import DiscordAdapter
 
