@@ -263,12 +263,18 @@ class DeliveryLoop:
             self._wake.clear()
 
     async def deliver_due(self) -> int:
+        """Send what is due: in order within a platform, platforms side by side (a
+        platform whose sends are slow or retrying never holds up another's)."""
         ready = {name for name, a in self.adapters.items() if a.connected}
-        sent = 0
+        by_platform: dict[str, list[OutboxRow]] = {}
         for row in await self.outbox.due(ready):
-            if await self.deliver(row):
-                sent += 1
-        return sent
+            by_platform.setdefault(row.chat.platform, []).append(row)
+
+        async def run(rows: list[OutboxRow]) -> int:
+            return sum([await self.deliver(row) for row in rows])
+
+        counts = await asyncio.gather(*(run(rows) for rows in by_platform.values()))
+        return sum(counts)
 
     async def deliver(self, row: OutboxRow) -> bool:
         adapter = self.adapters.get(row.chat.platform)
