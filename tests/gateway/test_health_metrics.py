@@ -72,6 +72,7 @@ async def test_healthz_reports_adapters_and_queues_and_503_when_an_adapter_is_do
             "queued_messages": 0,
             "outbox_pending": 0,
             "outbox_failed": 0,
+            "jobs_pending": 0,
         }
         # One turn held in the LLM call, one message queued behind it in the same lane.
         chat = await ChatClient.connect(http, base, USER)
@@ -151,4 +152,5 @@ async def test_metrics_count_a_real_conversation(home: Path, emulator: Emulator,
         assert m[("mnemo_errors_total", (("kind", "llm_InvalidLLMRequest"),))] == 1
         assert m[("mnemo_queue_depth", (("queue", "outbox"),))] == 0
         assert m[("mnemo_queue_depth", (("queue", "lanes"),))] == 0
+        assert ("mnemo_queue_depth", (("queue", "jobs"),)) in m, "background work waiting is exported too"
         assert m[("mnemo_messages_refused_total", ())] == 0
