@@ -14,9 +14,12 @@ never answers with the scripted model.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from gateway.access import AccessControl, PairingStore
 from gateway.builtin_tools import register_builtin_tools
@@ -25,16 +28,22 @@ from gateway.config import Settings
 from gateway.digest import LLMSearchDigest
 from gateway.errors import StartupError
 from gateway.gateway import Gateway
+from gateway.housekeeping import Housekeeping
 from gateway.llm import LLMClient
 from gateway.logs import get_logger
 from gateway.metrics import Metrics
 from gateway.outbox import Outbox
 from gateway.ports import Adapter
-from gateway.tools import ToolRegistry
+from gateway.tools import Tool, ToolRegistry, ToolResult, TurnContext
 from gateway.webserver import WebServer
+from gateway.worker import JobQueue
 from memory.curated import MemoryFiles
 from memory.db import Database
+from memory.discovery import load_provider
+from memory.errors import ProviderError
 from memory.inbox import Inbox
+from memory.manager import ManagerLimits, MemoryManager
+from memory.memory_tool import MemoryWrite
 from memory.search import SessionSearch
 from memory.sessions import SessionStore
 
@@ -62,10 +71,55 @@ class App:
     commands: CommandRouter
     gateway: Gateway
     metrics: Metrics
+    providers: MemoryManager
     web: WebServer | None = None
+    jobs: JobQueue | None = None
+    housekeeping: Housekeeping | None = None
     trial: bool = False
     emulator: object | None = None
     adapters: list[Adapter] = field(default_factory=list)
+
+
+async def open_providers(settings: Settings) -> MemoryManager:
+    """The MemoryManager with the configured external provider (``memory.provider``).
+    A provider that is unknown, unavailable or fails to start is logged and left out:
+    the bot runs on its built-in memory rather than not at all."""
+    manager = MemoryManager(
+        settings.home,
+        ManagerLimits(
+            provider_timeout_s=settings.memory.provider_timeout_s,
+            prefetch_timeout_s=settings.memory.prefetch_timeout_s,
+            drain_timeout_s=settings.worker.drain_timeout_s,
+        ),
+    )
+    name = settings.memory.provider
+    if name:
+        try:
+            manager.add_provider(load_provider(name, settings.home))
+        except ProviderError as e:
+            log.error("memory_provider_not_loaded", provider=name, error=str(e))
+    await manager.start()
+    return manager
+
+
+def register_provider_tools(tools: ToolRegistry, providers: MemoryManager, home: Path) -> None:
+    """Provider tools go through the same registry as the built-ins."""
+    for schema in providers.tool_schemas():
+        name = schema["name"]
+
+        async def handler(args: Mapping[str, Any], ctx: TurnContext, name: str = name) -> ToolResult:
+            text = await providers.handle_tool_call(name, args, ctx.for_providers(home))
+            return ToolResult(text, is_error=_reports_failure(text))
+
+        tools.register(Tool(name, schema, handler))
+
+
+def _reports_failure(text: str) -> bool:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and (value.get("ok") is False or value.get("success") is False)
 
 
 def check_startup(settings: Settings) -> None:
@@ -122,16 +176,25 @@ async def open_app(
         llm = LLMClient(settings.llm, base_url=llm_base_url, api_key=api_key, metrics=metrics)
         stack.push_async_callback(llm.aclose)
 
+        providers = await open_providers(settings)
+        stack.push_async_callback(providers.shutdown)
+
         tools = ToolRegistry(max_output_chars=settings.sessions.tool_output_max_chars)
+
+        async def mirror_write(write: MemoryWrite, ctx: TurnContext) -> None:
+            await providers.on_memory_write(write, ctx.for_providers(settings.home))
+
         register_builtin_tools(
             tools,
             files=files,
             search=search,
             settings=settings,
+            on_memory_write=mirror_write,
             digest=LLMSearchDigest(llm, settings.llm.aux_model),
         )
         access = AccessControl(settings, PairingStore(db))
         commands = default_commands()
+        jobs = JobQueue(db, settings.worker, metrics=metrics)
         gateway = Gateway(
             settings,
             store=store,
@@ -144,9 +207,18 @@ async def open_app(
             search=search,
             commands=commands,
             metrics=metrics,
+            jobs=jobs,
+            providers=providers,
         )
+        register_provider_tools(tools, providers, settings.home)
+        housekeeping = Housekeeping(gateway, db)
+        housekeeping.register(jobs)
         for adapter in adapters:
             gateway.add_adapter(adapter)
+        # The worker starts before the gateway and stops after it: jobs the last turns
+        # enqueue are persisted, and the running ones get their drain time.
+        await jobs.start()
+        stack.push_async_callback(jobs.stop)
         await gateway.start()
         stack.push_async_callback(gateway.stop)
         if web is not None:
@@ -169,7 +241,10 @@ async def open_app(
             commands=commands,
             gateway=gateway,
             metrics=metrics,
+            providers=providers,
             web=web,
+            jobs=jobs,
+            housekeeping=housekeeping,
             trial=use_trial,
             emulator=emulator,
             adapters=list(adapters),

@@ -78,6 +78,8 @@ class MemorySettings(Section):
     provider: str | None = None  # external memory provider (layer 4), e.g. "holographic"
     provider_timeout_s: float = Field(3.0, gt=0)
     prefetch_timeout_s: float = Field(8.0, gt=0)
+    # Append "🧠 <provider> — recalled N memories" to a reply that used recalled context.
+    show_recall_indicator: bool = True
 
 
 class SearchSettings(Section):

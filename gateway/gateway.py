@@ -53,6 +53,7 @@ from gateway.prompt import PromptParts, render_system_prompt
 from gateway.tools import ToolRegistry, TurnContext
 from memory.curated import MemoryFiles
 from memory.inbox import Inbox
+from memory.manager import MemoryManager
 from memory.scope import AgentContext
 from memory.search import SessionSearch
 from memory.sessions import SessionRow, SessionStore
@@ -69,16 +70,6 @@ class JobSink(Protocol):
     async def depth(self) -> int: ...
 
     async def status_line(self) -> str: ...
-
-
-class ProviderHooks(Protocol):
-    """The slice of MemoryManager the pipeline uses."""
-
-    async def prefetch_context(self, query: str, ctx: TurnContext) -> str: ...
-
-    async def after_turn(self, user_text: str, reply: str, ctx: TurnContext) -> None: ...
-
-    def system_prompt_block(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +119,7 @@ class Gateway:
         search: SessionSearch | None = None,
         commands: CommandHandler | None = None,
         metrics: Metrics | None = None,
-        providers: ProviderHooks | None = None,
+        providers: MemoryManager | None = None,
         jobs: JobSink | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -343,6 +334,7 @@ class Gateway:
             agent_context=msg.agent_context,
             is_admin=self.is_admin(msg),
             is_dm=msg.is_dm,
+            thread_id=msg.thread_id,
         )
 
     # --- a turn -----------------------------------------------------------------------
@@ -355,9 +347,9 @@ class Gateway:
     async def _request_context(self, msg: InboundMessage, text: str, ctx: TurnContext) -> str:
         parts = []
         if self.providers is not None:
-            recalled = await self.providers.prefetch_context(text, ctx)
-            if recalled:
-                parts.append(recalled)
+            recall = await self.providers.prefetch(text, ctx.for_providers(self.settings.home))
+            if recall is not None:
+                parts.append(recall.text)
         if self._shared_room(msg):
             block = await asyncio.to_thread(lambda: self.files.user(msg.speaker).load().render_block())
             if block:
@@ -397,8 +389,14 @@ class Gateway:
             log.exception("turn_failed", key=key)
             await self._finish(batch, "Sorry — something went wrong on my side. Please try again.", kind="notice")
             return
-        await self._finish(batch, result.reply or "(no reply)", kind="reply", session_id=session.id)
+        await self._finish(batch, self._with_recall_note(result.reply or "(no reply)", key), kind="reply", session_id=session.id)
         await self._after_turn(last, session, ctx, text, result)
+
+    def _with_recall_note(self, reply: str, key: str) -> str:
+        if self.providers is None or not self.settings.memory.show_recall_indicator:
+            return reply
+        indicator = self.providers.recall_indicator(key)
+        return f"{reply}\n\n{indicator.render()}" if indicator is not None and indicator.count else reply
 
     async def _finish(self, batch: Sequence[Queued], text: str, *, kind: str, session_id: str | None = None) -> None:
         last = batch[-1]
@@ -491,7 +489,7 @@ class Gateway:
     ) -> None:
         """Background work, never on the reply path."""
         if self.providers is not None and not result.failed:
-            await self.providers.after_turn(text, result.reply, ctx)
+            self.providers.sync_turn(text, result.reply, ctx.for_providers(self.settings.home))
         if self.jobs is not None and not result.failed:
             window = context_window(self.settings.llm)
             threshold = self.settings.compression.threshold * window

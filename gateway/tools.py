@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gateway.logs import get_logger
 from memory.memory_tool import WriteAttempts
+from memory.provider import ProviderContext
 from memory.scope import AgentContext, UserRef
 
 log = get_logger(__name__)
@@ -44,8 +46,20 @@ class TurnContext:
     agent_context: AgentContext
     is_admin: bool
     is_dm: bool
+    thread_id: str | None = None
     # Per-turn mutable counter of failed memory writes (3 → "stop retrying").
     memory_attempts: WriteAttempts = field(default_factory=WriteAttempts)
+
+    def for_providers(self, home: Path) -> ProviderContext:
+        """The memory providers' view of this turn (layer 4 never sees gateway types)."""
+        return ProviderContext(
+            session_id=self.session_id,
+            chat_key=self.chat_key,
+            platform=self.platform,
+            user=self.speaker,
+            agent_context=self.agent_context,
+            home=home,
+        )
 
 
 @dataclass(frozen=True, slots=True)
