@@ -37,6 +37,12 @@ class Metrics:
             "mnemo_cache_hit_ratio", "Share of prompt tokens read from the prompt cache (process lifetime)", registry=r
         )
         self.queue_depth = Gauge("mnemo_queue_depth", "Work waiting, by queue", ["queue"], registry=r)
+        # Pre-create the label values so every series is scraped from the start (a whole
+        # prompt read from cache would otherwise leave "input" missing, not zero).
+        for kind in ("input", "output", "cache_read", "cache_write"):
+            self.tokens.labels(kind)
+        for queue in ("lanes", "outbox", "jobs"):
+            self.queue_depth.labels(queue)
         self._prompt_tokens = 0
         self._cache_read = 0
         self._collectors: list[Callable[[], Awaitable[None] | None]] = []
