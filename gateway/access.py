@@ -210,10 +210,9 @@ class AccessControl:
     async def check(self, msg: InboundMessage) -> AccessDecision:
         user = msg.speaker
         key = str(user)
-        channels = self._channels.get(msg.platform)
-        if channels and not msg.is_dm and msg.chat_id not in channels and (msg.thread_id or "") not in channels:
+        if not self.chat_allowed(msg):
             return AccessDecision(Verdict.DROP, reason="channel not allowed")
-        if not await self._authorized(msg, user):
+        if not await self.user_allowed(user):
             return await self._refuse(msg, user)
         if self.is_admin(msg.platform, msg.user_id) and msg.platform in LOOPBACK_PLATFORMS:
             return AccessDecision(Verdict.ALLOW)
@@ -228,11 +227,19 @@ class AccessControl:
             return AccessDecision(Verdict.DROP, reason="rate limited")
         return AccessDecision(Verdict.ALLOW)
 
-    async def _authorized(self, msg: InboundMessage, user: UserRef) -> bool:
-        if self.is_admin(msg.platform, msg.user_id):
+    # The two halves of authorization, also asked by cron before every run of a job:
+    # they have no side effects (no rate limit, no refusal, no pairing code).
+    def chat_allowed(self, msg: InboundMessage) -> bool:
+        """Whether the bot works in this chat at all (channel allowlists)."""
+        channels = self._channels.get(msg.platform)
+        return not (channels and not msg.is_dm and msg.chat_id not in channels and (msg.thread_id or "") not in channels)
+
+    async def user_allowed(self, user: UserRef) -> bool:
+        """Admin, allowlisted or paired."""
+        if self.is_admin(user.platform, user.user_id):
             return True
-        allowed = self._allow.get(msg.platform, frozenset())
-        if msg.user_id in allowed or "*" in allowed:
+        allowed = self._allow.get(user.platform, frozenset())
+        if user.user_id in allowed or "*" in allowed:
             return True
         return await self.pairings.is_paired(user)
 

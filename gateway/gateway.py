@@ -493,7 +493,8 @@ class Gateway:
         if self.jobs is not None and not result.failed:
             window = context_window(self.settings.llm)
             threshold = self.settings.compression.threshold * window
-            if self.settings.compression.enabled and result.last_prompt_tokens >= threshold:
+            over = result.last_prompt_tokens >= threshold or result.context_trimmed
+            if self.settings.compression.enabled and over:
                 await self.jobs.enqueue("compress", session.id, {"prompt_tokens": result.last_prompt_tokens})
             elif result.review_due:
                 await self.jobs.enqueue("review", session.id, {"user_turns": result.user_turns})
