@@ -104,8 +104,23 @@ def any_of(column: str, alternatives: Iterable[str]) -> str | None:
     return f"{column} : (" + " OR ".join(alts) + ")"
 
 
-def scoped(chat_nos: Sequence[int], expr: str) -> str:
-    return f"{scope_filter(chat_nos)} AND ({expr})"
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The chats a search may see (``chats.id`` numbers).
+
+    ``whole_store``: they are every chat in the store, so the scope filter is left out
+    of the FTS query — it costs a pass over the chats' whole doclist, which dominates
+    when one chat holds most of a large store (a personal bot). Rows are still checked
+    against the chat keys afterwards.
+    """
+
+    chat_nos: tuple[int, ...]
+    whole_store: bool = False
+
+    def match(self, expr: str) -> str:
+        if self.whole_store:
+            return expr
+        return f"{scope_filter(self.chat_nos)} AND ({expr})"
 
 
 def naive_expression(q: ParsedQuery) -> str | None:

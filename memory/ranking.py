@@ -51,7 +51,7 @@ from memory.fts_query import (
     any_of,
     cjk_expression,
     naive_expression,
-    scoped,
+    Scope,
     term_expression,
 )
 from memory.lexicon import STOPWORDS
@@ -61,7 +61,7 @@ MAX_FEEDBACK_TERMS = 8
 
 
 class Retriever(Protocol):
-    """Ranks messages of the chats ``chat_nos`` for ``query``; called on a reader thread.
+    """Ranks messages of the chats in ``scope`` for ``query``; called on a reader thread.
 
     ``distinct_texts``: whether session_search should keep only the best copy of a
     repeated text among the hits.
@@ -70,17 +70,17 @@ class Retriever(Protocol):
     name: str
     distinct_texts: bool
 
-    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, chat_nos: Sequence[int], pool: int) -> Ranked:
+    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, scope: Scope, pool: int) -> Ranked:
         ...
 
 
-def fts_scores(conn: sqlite3.Connection, table: str, expr: str | None, chat_nos: Sequence[int], pool: int) -> Ranked:
+def fts_scores(conn: sqlite3.Connection, table: str, expr: str | None, scope: Scope, pool: int) -> Ranked:
     """Top ``pool`` rows of one FTS view by bm25 (column weights: text 1, scope 0)."""
-    if expr is None or not chat_nos:
+    if expr is None or not scope.chat_nos:
         return []
     rows = conn.execute(
         f"SELECT rowid, -bm25({table}, 1.0, 0.0) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s DESC LIMIT ?",
-        (scoped(chat_nos, expr), pool),
+        (scope.match(expr), pool),
     ).fetchall()
     return [(int(r[0]), float(r[1])) for r in rows]
 
@@ -108,8 +108,8 @@ class NaiveRetriever:
     name: str = "baseline"
     distinct_texts: bool = False
 
-    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, chat_nos: Sequence[int], pool: int) -> Ranked:
-        return fts_scores(conn, BASELINE_TABLE, naive_expression(query), chat_nos, pool)
+    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, scope: Scope, pool: int) -> Ranked:
+        return fts_scores(conn, BASELINE_TABLE, naive_expression(query), scope, pool)
 
 
 def _normalised(ranked: Ranked) -> dict[int, float]:
@@ -160,7 +160,7 @@ class FusionRetriever:
     feedback_weight: float = 0.8
     candidates: int = 100
 
-    def _views(self, conn: sqlite3.Connection, query: ParsedQuery, chat_nos: Sequence[int], n: int) -> dict[int, float]:
+    def _views(self, conn: sqlite3.Connection, query: ParsedQuery, scope: Scope, n: int) -> dict[int, float]:
         base: dict[int, float] = defaultdict(float)
         views = (
             (self.stem_weight, "messages_fts", term_expression(query)),
@@ -168,7 +168,7 @@ class FusionRetriever:
         )
         for weight, table, expr in views:
             if weight > 0:
-                for i, s in _normalised(fts_scores(conn, table, expr, chat_nos, n)).items():
+                for i, s in _normalised(fts_scores(conn, table, expr, scope, n)).items():
                     base[i] += weight * s
         return base
 
@@ -195,9 +195,9 @@ class FusionRetriever:
             terms += [w for w in proper_nouns(content) if w not in asked]
         return list(dict.fromkeys(terms))[:MAX_FEEDBACK_TERMS]
 
-    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, chat_nos: Sequence[int], pool: int) -> Ranked:
+    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, scope: Scope, pool: int) -> Ranked:
         n = max(pool, self.candidates)
-        base = self._views(conn, query, chat_nos, n)
+        base = self._views(conn, query, scope, n)
         if not base:
             return []
         final = self._with_neighbours(conn, base)
@@ -207,7 +207,7 @@ class FusionRetriever:
             if extra:
                 # Second pass: the names found in the best hits lead to the other turns
                 # about the same person or thing ("my sister Clara" -> "Clara is a lawyer").
-                found = fts_scores(conn, "messages_fts", any_of("content", extra), chat_nos, n)
+                found = fts_scores(conn, "messages_fts", any_of("content", extra), scope, n)
                 for i, s in _normalised(found).items():
                     base[i] = base.get(i, 0.0) + self.feedback_weight * s
                 final = self._with_neighbours(conn, base)

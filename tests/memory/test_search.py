@@ -245,3 +245,18 @@ async def test_a_digest_replaces_the_snippets_and_its_failure_falls_back(
     skipped = FakeDigest()
     await tool(search, {"query": "zeppelin"}, digest=skipped)
     assert skipped.calls == []  # nothing to summarise
+
+
+async def test_leaving_out_the_scope_filter_for_the_whole_store_changes_no_ranking(
+    db: Database, store: SessionStore
+) -> None:
+    from memory.fts_query import Scope
+    from memory.ranking import FusionRetriever
+
+    await session(store, "web:dm:1", ["We adopted a beagle named Biscuit", "lovely dog", "Biscuit hates rain", "ha"])
+    chat_no = await db.read(lambda c: c.execute("SELECT id FROM chats").fetchone()[0])
+    retriever = FusionRetriever()
+    q = parse("what is my dog called")
+    scoped = await db.read(lambda c: retriever.retrieve(c, q, Scope((chat_no,)), 10))
+    whole = await db.read(lambda c: retriever.retrieve(c, q, Scope((chat_no,), whole_store=True), 10))
+    assert scoped and scoped == whole
