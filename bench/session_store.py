@@ -39,6 +39,9 @@ from memory.search import SessionSearch
 from memory.sessions import NewMessage, SessionStore
 
 DATA = Path(__file__).parent / "data"
+# A realistic frozen system prompt (persona + MEMORY.md + USER.md + tool guidance):
+# the session row it sits in is updated by every append (message counters).
+SYSTEM_PROMPT = "You are mnemo, a helpful assistant. " * 230  # ~8 KB
 
 
 def corpus() -> tuple[list[str], list[str]]:
@@ -82,7 +85,7 @@ class TextGen:
 async def new_session(store: SessionStore, chat: str, started: datetime | None = None) -> str:
     row = await store.create_session(
         chat_key=chat, platform="bench", chat_id=chat, thread_id=None, user_id="u", agent_context="primary",
-        source="chat", model="bench", system_prompt="bench", started_at=started,
+        source="chat", model="bench", system_prompt=SYSTEM_PROMPT, started_at=started,
     )
     return row.id
 
