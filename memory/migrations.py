@@ -247,8 +247,81 @@ def _backfill_cjk(conn: sqlite3.Connection) -> None:
             conn.execute("UPDATE messages SET cjk = ? WHERE id = ?", (text, row_id))
 
 
+# The durable outbox (delivery ledger) — see gateway/outbox.py.
+_OUTBOX = """
+CREATE TABLE outbox (
+    id INTEGER PRIMARY KEY,
+    platform TEXT NOT NULL,
+    chat_id TEXT NOT NULL,
+    thread_id TEXT,
+    text TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'reply',          -- reply | command | cron | notice
+    reply_to TEXT,
+    mention_user_id TEXT,
+    session_id TEXT,
+    inbox_id INTEGER,
+    state TEXT NOT NULL DEFAULT 'queued',        -- queued | sending | sent | failed
+    attempts INTEGER NOT NULL DEFAULT 0,
+    possible_duplicate INTEGER NOT NULL DEFAULT 0,
+    not_before REAL NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    sent_at REAL,
+    platform_ids TEXT,
+    error TEXT
+);
+CREATE INDEX outbox_pending ON outbox(state, not_before);
+CREATE UNIQUE INDEX outbox_inbox ON outbox(inbox_id) WHERE inbox_id IS NOT NULL;
+"""
+
+# Pairing requests of unknown DM users — see gateway/access.py.
+_PAIRINGS = """
+CREATE TABLE pairings (
+    code TEXT PRIMARY KEY,
+    platform TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    user_name TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL DEFAULT 'pending',   -- pending | approved | denied
+    created_at REAL NOT NULL,
+    decided_at REAL,
+    decided_by TEXT
+);
+CREATE INDEX pairings_user ON pairings(platform, user_id, state);
+"""
+
+
+# Background jobs of the worker queue — see gateway/worker.py. At most one queued or
+# running job per (session, kind): the partial unique index is the single-flight rule.
+_JOBS = """
+CREATE TABLE jobs (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    payload TEXT NOT NULL DEFAULT '{}',
+    state TEXT NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'running', 'done', 'failed')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    not_before REAL NOT NULL DEFAULT 0,
+    checkpoint TEXT NOT NULL DEFAULT '{}',
+    error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL
+);
+CREATE UNIQUE INDEX jobs_single_flight ON jobs(session_id, kind) WHERE state IN ('queued', 'running');
+CREATE INDEX jobs_due ON jobs(state, not_before);
+CREATE INDEX jobs_session ON jobs(session_id, kind);
+"""
+
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001_sessions_and_messages", _SESSIONS_AND_MESSAGES),
     Migration("0002_inbox", _INBOX),
     Migration("0003_cjk_view", _CJK_VIEW, python=_backfill_cjk),
+    # Gateway tables live in the same database and the same migration list (one
+    # user_version for the whole file); their code is in gateway/outbox.py and
+    # gateway/access.py.
+    Migration("0004_outbox", _OUTBOX),
+    Migration("0005_pairings", _PAIRINGS),
+    Migration("0006_jobs", _JOBS),
 )
