@@ -10,6 +10,17 @@ The tool loop persists every assistant message and every tool result as soon as 
 exists. Whatever fails, the stored history stays a valid Messages API conversation:
 a tool_use is always answered (by its result or by an error result), and an LLM
 failure closes the turn with a short apology stored as the assistant's reply.
+
+Preflight: before each request the agent estimates its size. When it would not fit the
+context window (minus ``max_tokens`` for the answer, with a 10% margin: the estimate is
+~4 characters per token, the real tokenizer differs), the oldest middle turns are left
+out *of that request only* (``ContextCompressor.trim``: head, the last summary, a note,
+as much tail as fits) and the turn reports ``context_trimmed``, so the gateway enqueues
+a real compression after the reply. If the API still answers "prompt is too long", the
+request is trimmed to half the budget and sent once more. Compressing synchronously
+here is not possible: the turn holds the chat's session lock, which the rollover needs,
+and a tool loop may be half-way (an open ``tool_use``) when a big tool result makes the
+next request too long.
 """
 
 from __future__ import annotations
@@ -20,16 +31,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config import MemorySettings, SessionSettings
-from gateway.errors import LLMError, ProviderAuthError, RateLimited
+from gateway.errors import ContextTooLong, LLMError, ProviderAuthError, RateLimited
 from gateway.history import Counters, missing_tool_results, rebuild_counters, to_api_messages
-from gateway.llm import LLMClient, LLMResponse, Usage
+from gateway.llm import LLMClient, LLMResponse, Usage, context_window
 from gateway.logs import get_logger
 from gateway.tools import ToolRegistry, TurnContext
+from memory.compressor import CompressionPolicy, ContextCompressor, Row, rows_tokens
 from memory.fence import strip_fences
 from memory.sessions import MessageRow, NewMessage, SessionRow, SessionStore, ToolCall
 from memory.sessions import Usage as StoredUsage
+from memory.tokens import estimate_json_tokens, estimate_tokens
 
 log = get_logger(__name__)
+
+PREFLIGHT_MARGIN = 0.90  # share of (window - max_tokens) a request may fill by our estimate
 
 APOLOGY = "Sorry — I couldn't reach my language model just now. Please try again in a moment."
 AUTH_APOLOGY = "Sorry — my language model refused my credentials. The operator needs to check the API key."
@@ -62,6 +77,8 @@ class TurnResult:
     failed: bool = False
     reply_message_id: int | None = None
     llm_seconds: float = 0.0  # time spent waiting for the model (all requests, retries included)
+    # The preflight had to leave old turns out of a request: compress whatever the threshold.
+    context_trimmed: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +100,8 @@ class Agent:
         self.ctx = ctx
         self.label_authors = False
         self._llm_seconds = 0.0
+        self._trimmed = False  # the preflight left old turns out of a request
+        self._fallback_trim = False  # the API said "too long" despite the preflight
 
     @classmethod
     async def load(cls, deps: AgentDeps, session: SessionRow, ctx: TurnContext) -> Agent:
@@ -123,8 +142,34 @@ class Agent:
         ids = await self.deps.store.append_messages(self.session.id, messages)
         return ids
 
-    def _request_messages(self, extra_context: str) -> list[dict[str, Any]]:
-        messages = to_api_messages(self.history, label_authors=self.label_authors)
+    def _fitted_history(self, extra_context: str, schemas: Sequence[Any]) -> Sequence[Row]:
+        """The preflight (see the module docstring): the history, trimmed for this
+        request only when it would not fit the context window."""
+        settings = self.deps.llm.settings
+        window = context_window(settings)
+        budget = int((window - settings.max_tokens) * (0.5 if self._fallback_trim else PREFLIGHT_MARGIN))
+        overhead = (
+            estimate_tokens(self.session.system_prompt)
+            + (estimate_json_tokens(list(schemas)) if schemas else 0)
+            + estimate_tokens(extra_context)
+        )
+        needed = overhead + rows_tokens(self.history)
+        if needed <= budget:
+            return self.history
+        self._trimmed = True
+        trimmed = ContextCompressor(CompressionPolicy(context_window=window)).trim(self.history, budget - overhead)
+        log.warning(
+            "request_trimmed_to_fit",
+            session=self.session.id,
+            tokens_needed=needed,
+            budget=budget,
+            messages=len(self.history),
+            sent=len(trimmed),
+        )
+        return trimmed
+
+    def _request_messages(self, extra_context: str, schemas: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        messages = to_api_messages(self._fitted_history(extra_context, schemas), label_authors=self.label_authors)
         if extra_context and messages and messages[-1]["role"] == "user":
             last = messages[-1]
             if isinstance(last["content"], str):
@@ -163,16 +208,18 @@ class Agent:
             try:
                 response = await self.deps.llm.create(
                     system=self.session.system_prompt,
-                    messages=self._request_messages(turn.request_context),
+                    messages=self._request_messages(turn.request_context, schemas),
                     tools=schemas,
                 )
+            except ContextTooLong as e:
+                if self._fallback_trim:
+                    return await self._failed(e, usage, cost, requests, last_prompt, memory_written, before)
+                # Our estimate said it fits, the API disagrees: trim harder, try once more.
+                log.warning("context_too_long_retrying_trimmed", session=self.session.id, error=str(e))
+                self._fallback_trim = True
+                continue
             except LLMError as e:
-                text = AUTH_APOLOGY if isinstance(e, ProviderAuthError) else APOLOGY
-                log.warning("turn_failed", session=self.session.id, error=str(e), rate_limited=isinstance(e, RateLimited))
-                ids = await self._persist(
-                    [NewMessage(role="assistant", content=text, finish_reason="error", meta={"error": type(e).__name__})]
-                )
-                return self._result(text, usage, cost, requests, last_prompt, memory_written, before, failed=True, reply_id=ids[-1])
+                return await self._failed(e, usage, cost, requests, last_prompt, memory_written, before)
             requests += 1
             self._llm_seconds += response.latency_s
             usage = usage + response.usage
@@ -204,6 +251,17 @@ class Agent:
             self.history = await self.deps.store.load_messages(self.session.id)
         ids = await self._persist([NewMessage(role="assistant", content=TOO_MANY_TOOLS, finish_reason="tool_limit")])
         return self._result(TOO_MANY_TOOLS, usage, cost, requests, last_prompt, memory_written, before, reply_id=ids[-1])
+
+    async def _failed(
+        self, e: LLMError, usage: Usage, cost: float, requests: int, last_prompt: int, memory_written: bool, before: Counters
+    ) -> TurnResult:
+        """Close the turn with a short apology stored as the reply (history stays valid)."""
+        text = AUTH_APOLOGY if isinstance(e, ProviderAuthError) else APOLOGY
+        log.warning("turn_failed", session=self.session.id, error=str(e), rate_limited=isinstance(e, RateLimited))
+        ids = await self._persist(
+            [NewMessage(role="assistant", content=text, finish_reason="error", meta={"error": type(e).__name__})]
+        )
+        return self._result(text, usage, cost, requests, last_prompt, memory_written, before, failed=True, reply_id=ids[-1])
 
     def _result(
         self,
@@ -240,6 +298,7 @@ class Agent:
             failed=failed,
             reply_message_id=reply_id,
             llm_seconds=self._llm_seconds,
+            context_trimmed=self._trimmed,
         )
 
 
