@@ -44,6 +44,7 @@ import contextlib
 import datetime as dt
 import hmac
 import re
+import time
 import warnings
 from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -83,7 +84,8 @@ MAX_LEN = 4096
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ("message", "edited_message")
 MAX_INLINE_WAITS = 3
-PROGRESS_ROWS = 1024  # outbox rows whose partial progress is remembered
+PROGRESS_ROWS = 1024  # outbox rows whose partial progress is remembered (and chats noted)
+NOTE_INTERVAL_S = 60.0
 _COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -191,6 +193,7 @@ class TelegramAdapter:
         self._poller: UpdatePoller | None = None
         self._typing: set[asyncio.Task[None]] = set()
         self._progress: OrderedDict[int, list[str]] = OrderedDict()
+        self._noted: OrderedDict[int, float] = OrderedDict()  # chat → when it got the media note
         self.webhook_path: str | None = None
         if settings.webhook_url is not None and web is not None:
             # aiohttp freezes its routes when the server starts, which is before adapters.
@@ -338,8 +341,19 @@ class TelegramAdapter:
             log.debug("telegram_update_ignored", update_id=update.update_id, reason=verdict.reason)
 
     async def _answer_unsupported(self, note: Unsupported) -> None:
-        chat = ChatRef(self.name, str(note.chat_id), str(note.thread_id) if note.thread_id is not None else None)
+        """The "text only" note — at most once per chat per ``NOTE_INTERVAL_S``: it is
+        sent before access control and rate limits (no turn runs), so a burst of stickers
+        must not become a burst of answers."""
         log.info("telegram_media_unsupported", chat=note.chat_id, kind=note.kind)
+        now = time.monotonic()
+        last = self._noted.get(note.chat_id)
+        if last is not None and now - last < NOTE_INTERVAL_S:
+            return
+        self._noted[note.chat_id] = now
+        self._noted.move_to_end(note.chat_id)
+        while len(self._noted) > PROGRESS_ROWS:
+            self._noted.popitem(last=False)
+        chat = ChatRef(self.name, str(note.chat_id), str(note.thread_id) if note.thread_id is not None else None)
         try:
             await self.send(OutboundMessage(chat=chat, text=UNSUPPORTED_NOTE, reply_to_message_id=str(note.message_id)))
         except PlatformError as e:  # best effort, like a refusal: nothing of it is stored

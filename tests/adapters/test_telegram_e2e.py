@@ -313,10 +313,11 @@ async def test_groups_are_ignored_entirely_when_disabled(rig: TelegramRig) -> No
     assert inbox_texts(app.settings.state_db) == ["ping"]
 
 
-async def test_unsupported_media_gets_a_note_and_captions_are_read(rig: TelegramRig) -> None:
+async def test_unsupported_media_gets_one_note_and_captions_are_read(rig: TelegramRig) -> None:
     rig.emulator.default = lambda request: Reply(text="a nice photo")
     async with rig.app() as (app, _):
-        rig.fake.push_message(CHAT, USER, voice={"file_id": "v1", "file_unique_id": "uv1", "duration": 3})
+        for n in range(3):  # a burst of voice notes gets one note, not three
+            rig.fake.push_message(CHAT, USER, voice={"file_id": f"v{n}", "file_unique_id": f"uv{n}", "duration": 3})
         rig.fake.push_photo(CHAT, USER, caption="what is in this picture?")
         sent = await rig.fake.wait_for_sent(2)
         await asyncio.sleep(0.2)
