@@ -418,8 +418,9 @@ async def test_labels_typing_refresh_and_forbidden(rig: TelegramRig) -> None:
         await adapter.send(OutboundMessage(chat=chat, text="the answer", possible_duplicate=True))
         async with adapter.typing(chat):
             await rig.fake.wait_for_call("sendChatAction", 3)
+        await asyncio.sleep(0.1)  # a request cut short by the exit may still be recorded
         after = len(rig.fake.calls_to("sendChatAction"))
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # six more refreshes, had typing not stopped
         rig.fake.fail_next("sendMessage", status=403, description="Forbidden: bot was blocked by the user")
         with pytest.raises(Forbidden, match="blocked"):
             await adapter.send(OutboundMessage(chat=chat, text="nobody listens"))
