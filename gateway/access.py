@@ -10,7 +10,7 @@ Rules, in order:
    users (plus admins and paired users).
 4. Without an allowlist, the default is deny: only admins and paired users. An unknown
    user writing in a DM gets a pairing code (if ``access.pairing``) that an admin
-   approves with ``/pair approve CODE`` (or ``mnemo pair approve CODE``).
+   approves with ``/pair approve CODE`` (or ``mnemo pair approve CODE`` from a shell).
 5. Discord channel allowlists restrict where the bot listens in servers.
 
 An unauthorized user gets one polite refusal per hour (or silence, configurable); none
@@ -200,7 +200,9 @@ class AccessControl:
         lines = []
         for platform in ("telegram", "discord"):
             allow = self._allow[platform]
-            if allow:
+            if "*" in allow:
+                lines.append(f"{platform}: every user is allowed (access.allowed has {platform}:*)")
+            elif allow:
                 lines.append(f"{platform}: allowlist of {len(allow)} user(s), plus admins and paired users")
             else:
                 pairing = "pairing codes on" if self.settings.access.pairing else "pairing off"

@@ -122,8 +122,6 @@ class TelegramSettings(Section):
     api_base_url: str = "https://api.telegram.org"
     webhook_url: str | None = None
     webhook_secret: SecretStr | None = None
-    webhook_listen: str = "127.0.0.1"
-    webhook_port: int = Field(8443, ge=0, le=65535)
     allowed_users: tuple[str, ...] = ()
     groups_enabled: bool = False
 

@@ -110,7 +110,8 @@ def configure_logging(
     root.addHandler(handler)
     root.setLevel(level.upper())
     # httpx logs every request URL (with the Telegram token in it) at INFO.
-    for noisy in ("httpx", "httpcore", "apscheduler.executors.default"):
+    # The anthropic SDK bundles its own copy as httpx2/httpcore2.
+    for noisy in ("httpx", "httpcore", "httpx2", "httpcore2", "apscheduler.executors.default"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     return _redactor
 
