@@ -35,6 +35,8 @@ from memory.db import Database
 log = get_logger(__name__)
 
 MAX_UNEXPECTED_ATTEMPTS = 5
+DUE_BATCH = 500  # rows fetched per delivery round
+MAX_PARALLEL_CHATS = 32  # chats whose replies are being sent at the same time
 MAX_BACKOFF_S = 300.0
 
 
@@ -252,28 +254,39 @@ class DeliveryLoop:
 
     async def _run(self) -> None:
         while True:
+            # Cleared before looking, so a reply queued while a round runs is seen next.
+            self._wake.clear()
+            sent = 0
             try:
-                await self.deliver_due()
+                sent = await self.deliver_due()
             except Exception:  # loop boundary: keep delivering
                 log.exception("outbox_loop_error")
+            if sent:
+                continue  # a full round may have left more behind
             try:
                 await asyncio.wait_for(self._wake.wait(), self.poll_s)
             except TimeoutError:
                 pass
-            self._wake.clear()
 
     async def deliver_due(self) -> int:
-        """Send what is due: in order within a platform, platforms side by side (a
-        platform whose sends are slow or retrying never holds up another's)."""
+        """Send what is due: in order within a chat, chats side by side (bounded), so a
+        slow platform or a busy chat never holds up the others."""
         ready = {name for name, a in self.adapters.items() if a.connected}
-        by_platform: dict[str, list[OutboxRow]] = {}
-        for row in await self.outbox.due(ready):
-            by_platform.setdefault(row.chat.platform, []).append(row)
+        by_chat: dict[ChatRef, list[OutboxRow]] = {}
+        for row in await self.outbox.due(ready, limit=DUE_BATCH):
+            by_chat.setdefault(row.chat, []).append(row)
+        gate = asyncio.Semaphore(MAX_PARALLEL_CHATS)
 
         async def run(rows: list[OutboxRow]) -> int:
-            return sum([await self.deliver(row) for row in rows])
+            async with gate:
+                sent = 0
+                for row in rows:
+                    if not await self.deliver(row):
+                        break  # keep this chat's order: the rest waits for the next round
+                    sent += 1
+                return sent
 
-        counts = await asyncio.gather(*(run(rows) for rows in by_platform.values()))
+        counts = await asyncio.gather(*(run(rows) for rows in by_chat.values()))
         return sum(counts)
 
     async def deliver(self, row: OutboxRow) -> bool:
