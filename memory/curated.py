@@ -52,16 +52,21 @@ class Action(StrEnum):
 _HEADERS = {Target.MEMORY: "MEMORY (your personal notes)", Target.USER: "USER PROFILE (who the user is)"}
 
 
+def _lf(text: str) -> str:
+    """Every line ending as LF (CRLF from a file edited on Windows, or a lone CR)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def clean_text(text: object) -> str:
-    """Entry text as stored: CRLF (a file edited on Windows) as LF, outer whitespace gone."""
-    return text.replace("\r\n", "\n").strip() if isinstance(text, str) else ""
+    """Entry text as stored: line endings as LF, outer whitespace gone."""
+    return _lf(text).strip() if isinstance(text, str) else ""
 
 
 def parse_entries(text: str) -> tuple[str, ...]:
     """Split file text into entries: strip each, drop empties, keep the first of duplicates."""
     if text.startswith("\ufeff"):
         text = text[1:]
-    text = text.replace("\r\n", "\n")
+    text = _lf(text)
     seen: dict[str, None] = {}
     for raw in text.split(ENTRY_DELIMITER):
         entry = raw.strip()

@@ -28,7 +28,7 @@ def joined_len(entries: tuple[str, ...]) -> int:
 
 
 def stored_form(text: str) -> str:
-    return text.replace("\r\n", "\n").strip()
+    return text.replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
 def valid_content(text: str) -> str | None:
