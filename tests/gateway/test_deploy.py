@@ -89,7 +89,7 @@ def test_compose_builds_the_image_keeps_state_in_a_volume_and_publishes_on_loopb
     assert "mnemo-data:/data" in svc["volumes"] and "mnemo-data" in doc["volumes"]
     env = svc["environment"]
     assert env["MNEMO_HOME"] == "/data"
-    assert set(env) <= set(ENV_KEYS) | {"MNEMO_HOME"}
+    assert set(env) <= set(ENV_KEYS) | {"MNEMO_HOME", "PTB_TIMEDELTA"}
     for mapping in svc["ports"]:
         assert mapping.startswith("127.0.0.1:"), "published on the host's loopback only"
     # Bound to 0.0.0.0 inside the container: the token must come from the env file,
@@ -128,7 +128,7 @@ def test_the_systemd_unit_runs_a_dedicated_user_hardened_and_restarts_on_failure
     assert svc["ProtectHome"] == "yes" and svc["PrivateTmp"] == "yes"
     assert svc["CapabilityBoundingSet"] == ""
     env = dict(v.split("=", 1) for v in unit["Service"]["Environment"])
-    assert set(env) <= set(ENV_KEYS) | {"MNEMO_HOME"}
+    assert set(env) <= set(ENV_KEYS) | {"MNEMO_HOME", "PTB_TIMEDELTA"}
     home = env["MNEMO_HOME"]
     assert home in svc["ReadWritePaths"].split()
     assert home == "/var/lib/" + svc["StateDirectory"] and svc["StateDirectoryMode"] == "0700"
