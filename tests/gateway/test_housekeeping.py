@@ -78,6 +78,19 @@ async def settle(app) -> None:
     await app.jobs.wait_idle()
 
 
+async def converse_until_rollover(app, adapter: LoopbackAdapter, texts: list[str], *, already: int = 0) -> int:
+    """One message at a time, each followed by its jobs, until a compression rolled the
+    chat over (so exactly one rollover happens, however fast the machine is)."""
+    before = max(1, len(await chain(app)))  # the first message creates the first session
+    n = already
+    for text in texts:
+        n = await converse(adapter, [text], already=n)
+        await settle(app)
+        if len(await chain(app)) > before:
+            return n
+    raise AssertionError("the conversation never rolled over")
+
+
 def filler(n: int, start: int = 0) -> list[str]:
     return [f"message {start + i}: " + "tell me more about the harbour. " * 24 for i in range(n)]
 
@@ -92,8 +105,7 @@ async def test_compression_flushes_summarises_and_rolls_over(app_factory, emulat
     emulator.default = world
     adapter = LoopbackAdapter()
     async with app_factory(adapter, **SMALL) as app:
-        n = await converse(adapter, ["Hi! I prefer green tea over coffee.", *filler(12)])
-        await settle(app)
+        n = await converse_until_rollover(app, adapter, ["Hi! I prefer green tea over coffee.", *filler(20)])
         sessions = await chain(app)
         assert len(sessions) == 2, "one rollover"
         old, new = sessions
@@ -129,6 +141,9 @@ async def test_compression_flushes_summarises_and_rolls_over(app_factory, emulat
         assert last.system_text == new.system_prompt and last.response_status == 200
         job = (await app.jobs.jobs(kind="compress"))[0]
         assert job.state == "done" and job.checkpoint["flushed"] is True
+        await converse(adapter, ["/status"], already=n + 1)
+        status = adapter.texts()[-1]
+        assert "Background jobs: 0 queued, 0 running, 0 failed" in status and "compress 1 done" in status
 
 
 async def test_flush_leaves_no_trace_in_the_stored_or_the_next_request(app_factory, emulator):
@@ -186,8 +201,7 @@ async def test_non_transient_summary_failure_uses_the_deterministic_fallback(app
     emulator.default = world
     adapter = LoopbackAdapter()
     async with app_factory(adapter, **SMALL) as app:
-        await converse(adapter, filler(13))
-        await settle(app)
+        await converse_until_rollover(app, adapter, filler(20))
         old, new = await chain(app)
         summary = next(r for r in await app.store.load_messages(new.id) if is_summary(r))
         assert summary.meta["fallback"] is True
@@ -207,8 +221,7 @@ async def test_a_broken_auxiliary_model_falls_back_to_the_main_model(app_factory
     emulator.default = world
     adapter = LoopbackAdapter()
     async with app_factory(adapter, **SMALL) as app:
-        await converse(adapter, filler(13))
-        await settle(app)
+        await converse_until_rollover(app, adapter, filler(20))
         old, new = await chain(app)
         summary = next(r for r in await app.store.load_messages(new.id) if is_summary(r))
         assert summary.meta["fallback"] is False
@@ -298,8 +311,7 @@ async def test_summary_meta_marks_the_summary_row(app_factory, emulator):
     emulator.default = world
     adapter = LoopbackAdapter()
     async with app_factory(adapter, **SMALL) as app:
-        await converse(adapter, filler(13))
-        await settle(app)
+        await converse_until_rollover(app, adapter, filler(20))
         old, new = await chain(app)
         (summary,) = [r for r in await app.store.load_messages(new.id) if r.meta.get(SUMMARY_KEY)]
         assert summary.meta["source_session"] == old.id and summary.meta["summarised_messages"] > 0
