@@ -339,7 +339,7 @@ class Housekeeping:
             rows,
             memory_block=memory_block,
             user_block=user_block,
-            max_chars=4 * compression_policy(self.settings).threshold_tokens,
+            max_chars=4 * self.compressor.policy.threshold_tokens,
         )
         response = await self._ask(
             session, system=MEMORY_PASS_SYSTEM, prompt=prompt, tools=schemas, max_tokens=MEMORY_PASS_MAX_TOKENS
