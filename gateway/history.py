@@ -33,11 +33,12 @@ class Counters:
 
 
 def rebuild_counters(rows: Iterable[MessageRow], nudge_interval: int) -> Counters:
-    """``user_turns`` = user messages; turns since the last memory write (mod interval)."""
+    """``user_turns`` = user messages (a compression summary is not one); turns since the
+    last memory write (mod interval)."""
     user_turns = 0
     since = 0
     for row in rows:
-        if row.role == "user":
+        if row.role == "user" and not row.meta.get("compression_summary"):
             user_turns += 1
             since += 1
         elif row.role == "tool" and row.meta.get("memory_write"):

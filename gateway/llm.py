@@ -208,6 +208,9 @@ def _map_error(err: Exception) -> LLMError:
         if "prompt is too long" in message or "too many tokens" in message:
             return ContextTooLong(message)
         return InvalidLLMRequest(message)
+    if isinstance(err, anthropic.APIStatusError) and 400 <= err.status_code < 500 and err.status_code not in (408, 409):
+        # 404 (e.g. an unknown model name), 413, 422 …: retrying will not help.
+        return InvalidLLMRequest(f"LLM endpoint rejected the request ({err.status_code}): {err.message}")
     if isinstance(err, (anthropic.APIConnectionError, anthropic.APIStatusError)):
         return TransientNetworkError(f"LLM unavailable: {type(err).__name__}")
     if isinstance(err, (anthropic.APIResponseValidationError, json.JSONDecodeError)):

@@ -105,3 +105,9 @@ def test_any_stored_history_converts_to_a_valid_conversation(seq):
     rows.append(row(n + 1, "user", "latest"))
     msgs = to_api_messages(rows)
     assert valid(msgs), validate_request({"model": "m", "max_tokens": 10, "messages": msgs})
+
+
+def test_a_compression_summary_is_not_a_user_turn():
+    rows = [row(1, "user", "summary of before", meta={"compression_summary": True}), row(2, "user", "hi")]
+    c = rebuild_counters(rows, nudge_interval=10)
+    assert c.user_turns == 1 and c.raw_since_memory == 1
