@@ -211,7 +211,7 @@ async def open_app(
             providers=providers,
         )
         register_provider_tools(tools, providers, settings.home)
-        housekeeping = Housekeeping(gateway, db)
+        housekeeping = Housekeeping(gateway)
         housekeeping.register(jobs)
         for adapter in adapters:
             gateway.add_adapter(adapter)

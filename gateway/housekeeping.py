@@ -35,7 +35,6 @@ user.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -51,11 +50,10 @@ from gateway.logs import get_logger
 from gateway.tools import TurnContext
 from gateway.worker import DEFAULT_BACKOFF, Job, JobQueue, JobRun
 from memory.compressor import CompressionPlan, CompressionPolicy, ContextCompressor, rows_tokens
-from memory.db import Database
 from memory.errors import MemoryUnreadable
 from memory.flush import MEMORY_PASS_SYSTEM, MemoryPass, memory_pass_prompt, review_window, user_turns
 from memory.scope import AgentContext
-from memory.sessions import MessageRow, SessionRow, Usage, to_db_time, utc_now
+from memory.sessions import MessageRow, SessionRow, Usage
 from memory.tokens import estimate_json_tokens, estimate_tokens
 
 log = get_logger(__name__)
@@ -115,29 +113,10 @@ def session_message(session: SessionRow, rows: Sequence[MessageRow]) -> InboundM
     )
 
 
-def _switch_sql(conn: sqlite3.Connection, old_id: str, new_id: str, now: str) -> bool:
-    """The rollover's commit point: end the old session, publish the new one, end any
-    leftover of an attempt that died before this point. False (and the new session
-    abandoned) when the old session was ended meanwhile (``/reset``)."""
-    ended = conn.execute(
-        "UPDATE sessions SET ended_at = ?, end_reason = 'compression' WHERE id = ? AND ended_at IS NULL",
-        (now, old_id),
-    ).rowcount
-    if ended:
-        conn.execute("UPDATE sessions SET source = 'chat' WHERE id = ?", (new_id,))
-    conn.execute(
-        "UPDATE sessions SET ended_at = ?, end_reason = 'abandoned'"
-        " WHERE parent_session_id = ? AND source = ? AND ended_at IS NULL",
-        (now, old_id, PENDING_SOURCE),
-    )
-    return bool(ended)
-
-
 class Housekeeping:
     def __init__(
         self,
         gateway: Gateway,
-        db: Database,
         *,
         on_session_end: SessionEndHook | None = None,
         on_session_switch: SessionSwitchHook | None = None,
@@ -145,7 +124,6 @@ class Housekeeping:
         backoff: Sequence[float] = DEFAULT_BACKOFF,
     ) -> None:
         self.gw = gateway
-        self.db = db
         self.settings = gateway.settings
         self.compressor = ContextCompressor(compression_policy(gateway.settings))
         self.on_session_end = on_session_end
@@ -229,8 +207,7 @@ class Housekeeping:
         msg = session_message(session, rows)
         new = await self.gw.start_session(msg, session.chat_key, source=PENDING_SOURCE, parent_session_id=session.id)
         await store.append_messages(new.id, new_rows)
-        now = to_db_time(utc_now())
-        switched = await self.db.write(lambda c: _switch_sql(c, session.id, new.id, now))
+        switched = await store.switch_session(session.id, new.id, pending_source=PENDING_SOURCE)
         if not switched:
             return CompressionOutcome(session.id, None, before, after, 0, fallback, spent, "session ended meanwhile")
         # The new session's prompt is larger than the summarised rows suggest when the

@@ -301,6 +301,30 @@ class SessionStore:
             )
         )
 
+    async def switch_session(self, old_id: str, new_id: str, *, pending_source: str, reason: str = "compression") -> bool:
+        """A rollover's commit point, in one transaction: end ``old_id`` and publish
+        ``new_id`` (assembled under ``pending_source``, so never the chat's active
+        session before this) as a ``chat`` session; end any leftover of an earlier
+        attempt that died before this point. False (and the new session abandoned) when
+        the old session was ended meanwhile, e.g. by ``/reset``."""
+        now = to_db_time(self._clock())
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            ended = conn.execute(
+                "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
+                (now, reason, old_id),
+            ).rowcount
+            if ended:
+                conn.execute("UPDATE sessions SET source = 'chat' WHERE id = ?", (new_id,))
+            conn.execute(
+                "UPDATE sessions SET ended_at = ?, end_reason = 'abandoned'"
+                " WHERE parent_session_id = ? AND source = ? AND ended_at IS NULL",
+                (now, old_id, pending_source),
+            )
+            return bool(ended)
+
+        return await self._db.write(tx)
+
     async def set_title(self, session_id: str, title: str | None) -> None:
         await self._db.write(lambda c: c.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id)))
 
