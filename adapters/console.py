@@ -18,7 +18,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TextIO
 
-from gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage
+from gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage, delivery_label
 from gateway.logs import get_logger
 from gateway.ports import InboundSink
 
@@ -70,8 +70,8 @@ class ConsoleAdapter:
             await asyncio.gather(task, return_exceptions=True)
 
     async def send(self, message: OutboundMessage) -> list[str]:
-        prefix = "(possible duplicate) " if message.possible_duplicate else ""
-        prefix += "[scheduled] " if message.scheduled else ""
+        marks = delivery_label(message)
+        prefix = f"{marks} " if marks else ""
         if self.interactive:
             self._out.write(f"\nmnemo> {prefix}{message.text}\n")
         elif self.transcript:

@@ -50,7 +50,15 @@ from adapters.discord_routing import route_discord
 from gateway.commands import default_commands
 from gateway.config import DiscordSettings
 from gateway.errors import Forbidden, PlatformRateLimited, PlatformUnavailable, StartupError
-from gateway.events import Attachment, ChatRef, ChatType, InboundMessage, OutboundMessage, Submitted
+from gateway.events import (
+    Attachment,
+    ChatRef,
+    ChatType,
+    InboundMessage,
+    OutboundMessage,
+    Submitted,
+    delivery_label,
+)
 from gateway.logs import get_logger
 from gateway.ports import InboundSink
 from gateway.splitting import split_message
@@ -130,12 +138,8 @@ def chunk_nonce(outbox_id: int, index: int, salt: str) -> str:
 
 
 def label(message: OutboundMessage) -> str:
-    marks = []
-    if message.scheduled:
-        marks.append("⏰ scheduled")
-    if message.possible_duplicate:
-        marks.append("(possible duplicate)")
-    return " · ".join(marks) + "\n" if marks else ""
+    marks = delivery_label(message)
+    return marks + "\n" if marks else ""
 
 
 def allowed_mentions(user_id: str | None) -> discord.AllowedMentions:

@@ -73,7 +73,7 @@ from adapters.telegram_updates import UNSUPPORTED_NOTE, Accept, BotIdentity, Uns
 from gateway.commands import default_commands
 from gateway.config import TelegramSettings
 from gateway.errors import Forbidden, PlatformError, PlatformRateLimited, PlatformUnavailable, StartupError
-from gateway.events import ChatRef, OutboundMessage
+from gateway.events import ChatRef, OutboundMessage, delivery_label
 from gateway.logs import get_logger
 from gateway.ports import InboundSink
 from gateway.webserver import WebServer
@@ -133,12 +133,8 @@ def platform_errors(action: str) -> Iterator[None]:
 
 
 def label(message: OutboundMessage) -> str:
-    marks = []
-    if message.scheduled:
-        marks.append("⏰ scheduled")
-    if message.possible_duplicate:
-        marks.append("(possible duplicate: re-sent after a restart)")
-    return " · ".join(marks) + "\n\n" if marks else ""
+    marks = delivery_label(message)
+    return marks + "\n\n" if marks else ""
 
 
 @dataclass(frozen=True, slots=True)

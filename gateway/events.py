@@ -95,6 +95,17 @@ class OutboundMessage:
     outbox_id: int | None = None
 
 
+def delivery_label(message: OutboundMessage) -> str:
+    """How a delivery is marked for the reader, the same on every platform:
+    ``⏰ scheduled``, ``(possible duplicate: re-sent after a restart)``, both, or ""."""
+    marks = []
+    if message.scheduled:
+        marks.append("⏰ scheduled")
+    if message.possible_duplicate:
+        marks.append("(possible duplicate: re-sent after a restart)")
+    return " · ".join(marks)
+
+
 def session_key(
     platform: str,
     chat_type: ChatType,

@@ -194,7 +194,7 @@ async def test_resend_of_the_same_outbox_row_is_deduplicated_by_its_nonce(bot: B
         possible_duplicate=True, outbox_id=999,
     )
     await bot.adapter.send(labelled)
-    assert bot.fake.sent[-1].content == "⏰ scheduled · (possible duplicate)\ndaily digest"
+    assert bot.fake.sent[-1].content == "⏰ scheduled · (possible duplicate: re-sent after a restart)\ndaily digest"
     assert bot.fake.sent[-1].allowed_mentions == {"parse": [], "users": []}
 
 
