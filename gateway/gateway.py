@@ -1,6 +1,6 @@
 """The platform-independent pipeline: ``Gateway.submit`` → lane → agent → outbox.
 
-The order of what happens to an inbound message is one list (``_chain``):
+What happens to an inbound message, in this order, is one method (``submit``):
 
 1. **authorize** — allowlists, admins, pairing, rate limit (``gateway.access``); a
    refused message is never stored, only logged, and its refusal is sent directly;
@@ -61,6 +61,7 @@ from memory.sessions import SessionRow, SessionStore
 log = get_logger(__name__)
 
 SILENT = "[SILENT]"
+
 
 class JobSink(Protocol):
     """Where the gateway hands background work (the worker queue implements it)."""
