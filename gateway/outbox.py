@@ -263,8 +263,12 @@ class DeliveryLoop:
                 log.exception("outbox_loop_error")
             if sent:
                 continue  # a full round may have left more behind
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel
+            # that arrives as the event is set (a reply queued during shutdown), and
+            # stop() then waits for this task forever.
             try:
-                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                async with asyncio.timeout(self.poll_s):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 
