@@ -11,10 +11,14 @@
     │   ├── ContextTooLong           the request does not fit the context window
     │   ├── InvalidLLMRequest        400 for another reason (a bug on our side)
     │   └── BadLLMResponse           malformed or unexpected response body
-    └── PlatformError                a chat platform refused or failed a call
-        ├── PlatformRateLimited(retry_after)
-        ├── PlatformUnavailable      network down, 5xx; retry later
-        └── Forbidden                blocked by the user, no access to the chat
+    ├── PlatformError                a chat platform refused or failed a call
+    │   ├── PlatformRateLimited(retry_after)
+    │   ├── PlatformUnavailable      network down, 5xx; retry later
+    │   └── Forbidden                blocked by the user, no access to the chat
+    └── CronError                    a scheduled job could not be created or changed
+        ├── InvalidJob               bad schedule, time zone, target or prompt; nothing stored
+        ├── JobNotFound              no such job, or not visible to the caller
+        └── JobNotAllowed            visible, but the caller may not change it
 
 Memory-layer errors live in ``memory/errors.py`` (memory never imports gateway).
 """
@@ -79,4 +83,20 @@ class PlatformUnavailable(PlatformError):
 
 
 class Forbidden(PlatformError):
+    pass
+
+
+class CronError(MnemoError):
+    pass
+
+
+class InvalidJob(CronError, ValueError):
+    pass
+
+
+class JobNotFound(CronError):
+    pass
+
+
+class JobNotAllowed(CronError):
     pass
