@@ -25,6 +25,10 @@ from gateway.access import AccessControl, PairingStore
 from gateway.builtin_tools import register_builtin_tools
 from gateway.commands import CommandRouter, default_commands
 from gateway.config import Settings
+from gateway.cron import CronJobs
+from gateway.cron_scheduler import CronRunner, CronScheduler
+from gateway.cron_store import CronStore
+from gateway.cron_tool import CronCommand, cronjob_tool
 from gateway.digest import LLMSearchDigest
 from gateway.errors import StartupError
 from gateway.gateway import Gateway
@@ -78,6 +82,9 @@ class App:
     trial: bool = False
     emulator: object | None = None
     adapters: list[Adapter] = field(default_factory=list)
+    cron: CronJobs | None = None
+    cron_runner: CronRunner | None = None
+    scheduler: CronScheduler | None = None  # None when open_app(..., scheduler=False)
 
 
 async def open_providers(settings: Settings) -> MemoryManager:
@@ -140,6 +147,7 @@ async def open_app(
     llm_base_url: str | None = None,
     api_key: str | None = None,
     trial: bool | None = None,
+    scheduler: bool = True,
 ) -> AsyncIterator[App]:
     """Build, start and yield the whole application; stop it in reverse on exit.
 
@@ -147,6 +155,8 @@ async def open_app(
     when nothing is configured. ``llm_base_url`` points the client elsewhere (tests).
     ``web`` is the local HTTP server adapters have added their routes to; it gets
     ``/healthz`` and ``/metrics`` and is started after the gateway, before adapters.
+    ``scheduler=False`` leaves cron jobs to another process (``mnemo cron run-now``'s
+    minimal app runs one job and nothing else).
     """
     metrics = metrics or (web.metrics if web is not None else Metrics())
     check_startup(settings)
@@ -193,7 +203,9 @@ async def open_app(
             digest=LLMSearchDigest(llm, settings.llm.aux_model),
         )
         access = AccessControl(settings, PairingStore(db))
-        commands = default_commands()
+        cron = CronJobs(CronStore(db), settings.cron, default_timezone=settings.cron.timezone or settings.gateway.timezone)
+        tools.register(cronjob_tool(cron))
+        commands = default_commands(cron=CronCommand(cron))
         jobs = JobQueue(db, settings.worker, metrics=metrics)
         gateway = Gateway(
             settings,
@@ -219,6 +231,15 @@ async def open_app(
         # enqueue are persisted, and the running ones get their drain time.
         await jobs.start()
         stack.push_async_callback(jobs.stop)
+        # The cron scheduler likewise: a run in flight at shutdown gets its drain time
+        # while the LLM client and the store are still open.
+        cron_runner = CronRunner(gateway, cron.store)
+        cron_scheduler = None
+        if scheduler:
+            await cron.sync_declared(settings.cron.jobs)
+            cron_scheduler = CronScheduler(cron, cron_runner, settings.cron, drain_s=settings.worker.drain_timeout_s)
+            await cron_scheduler.start()
+            stack.push_async_callback(cron_scheduler.stop)
         await gateway.start()
         stack.push_async_callback(gateway.stop)
         if web is not None:
@@ -248,6 +269,9 @@ async def open_app(
             trial=use_trial,
             emulator=emulator,
             adapters=list(adapters),
+            cron=cron,
+            cron_runner=cron_runner,
+            scheduler=cron_scheduler,
         )
         for adapter in adapters:
             await adapter.start(gateway.submit)

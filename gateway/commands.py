@@ -184,7 +184,9 @@ async def _pair(gw: Gateway, msg: InboundMessage, args: str) -> str:
     return "Usage: /pair list | /pair approve CODE | /pair deny CODE | /pair revoke PLATFORM:ID"
 
 
-def default_commands() -> CommandRouter:
+def default_commands(cron: Handler | None = None) -> CommandRouter:
+    """The built-in commands; ``cron`` is the ``/cron`` handler (``gateway.cron_tool``),
+    present when the app has a job store."""
     router = CommandRouter()
     router.add(Command("help", "list the commands", _help, aliases=("start",)))
     router.add(Command("reset", "start a new conversation", _reset, aliases=("new",)))
@@ -194,4 +196,6 @@ def default_commands() -> CommandRouter:
     router.add(Command("forget", "remove an entry of your profile (/forget all clears it)", _forget, takes_args=True))
     router.add(Command("search", "search this chat's past conversations", _search, takes_args=True))
     router.add(Command("pair", "approve or deny pairing requests", _pair, admin_only=True, takes_args=True))
+    if cron is not None:
+        router.add(Command("cron", "scheduled jobs: list, add, pause, resume, remove", cron, takes_args=True))
     return router
