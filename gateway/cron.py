@@ -229,7 +229,9 @@ class CronJobs:
     async def _changeable(self, caller: Caller, job_id: str) -> CronJob:
         job = await self.get(caller, job_id)
         if not caller.may_change(job):
-            raise JobNotAllowed(f"job {job.id} was created by someone else in this chat; only they or an admin may change it")
+            raise JobNotAllowed(
+                f"job {job.id} was created by someone else in this chat; only they or an admin may change it"
+            )
         return job
 
     async def pause(self, caller: Caller, job_id: str) -> CronJob:
@@ -324,7 +326,8 @@ class CronJobs:
             raise ConfigError(f"{where}: expected a mapping with id, chat, prompt and one of cron/every/at")
         unknown = sorted(set(entry) - _DECLARED_KEYS)
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(_DECLARED_KEYS))})")
+            allowed = ", ".join(sorted(_DECLARED_KEYS))
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {allowed})")
         job_id = str(entry.get("id", ""))
         if not _DECLARED_ID.match(job_id):
             raise ConfigError(f"{where}: 'id' must be 1-64 letters, digits, '.', '_' or '-' (got {job_id!r})")
@@ -334,11 +337,14 @@ class CronJobs:
         kind = kinds[0]
         when = str(entry[kind])
         if kind == "at" and re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", when.strip()):
-            raise ConfigError(f"{where} ({job_id}): 'at' needs a date as well (2025-06-01T08:00); use cron for a daily time")
+            raise ConfigError(
+                f"{where} ({job_id}): 'at' needs a date as well (2025-06-01T08:00); use cron for a daily time"
+            )
         try:
             target = parse_chat(str(entry.get("chat", "")))
             user = entry.get("user")
-            user_id = str(user) if user is not None else (target.chat_id if target.chat_type is ChatType.DM else OPERATOR_USER)
+            default_user = target.chat_id if target.chat_type is ChatType.DM else OPERATOR_USER
+            user_id = str(user) if user is not None else default_user
             _check_target(target, user_id)
             prompt = self.check_prompt(str(entry.get("prompt", "")))
             tz = str(entry.get("timezone") or self.default_timezone)

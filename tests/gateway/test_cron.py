@@ -254,7 +254,9 @@ async def test_delivery_while_the_adapter_fails_is_retried_until_it_succeeds_exa
         job = await app.cron.create(in_chat(), kind="in", when="1s", prompt="Remind me")
 
         async def failed_twice() -> bool:
-            row = await app.db.read(lambda c: c.execute("SELECT attempts, state FROM outbox WHERE kind = 'cron'").fetchone())
+            row = await app.db.read(
+                lambda c: c.execute("SELECT attempts, state FROM outbox WHERE kind = 'cron'").fetchone()
+            )
             return row is not None and row[0] >= 2 and row[1] == "queued"
 
         await eventually(failed_twice)

@@ -206,6 +206,7 @@ def test_chat_addresses_round_trip(platform: str, chat: str, thread: str | None,
 def test_cron_add_arguments(prompt: str) -> None:
     expected = prompt.strip()
     assert parse_add(f"every 2h {prompt}") == ("every", "2h", None, expected)
-    assert parse_add(f"cron 0 8 * * 1-5 tz=Europe/Berlin {prompt}") == ("cron", "0 8 * * 1-5", "Europe/Berlin", expected)
+    berlin = ("cron", "0 8 * * 1-5", "Europe/Berlin", expected)
+    assert parse_add(f"cron 0 8 * * 1-5 tz=Europe/Berlin {prompt}") == berlin
     assert parse_add(f"cron '0 8 * * 1-5' {prompt}")[:2] == ("cron", "0 8 * * 1-5")
     assert parse_add(f"cron @daily {prompt}")[:2] == ("cron", "@daily")
