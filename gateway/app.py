@@ -37,6 +37,7 @@ from gateway.llm import LLMClient
 from gateway.logs import get_logger
 from gateway.metrics import Metrics
 from gateway.outbox import Outbox
+from gateway.provider_hooks import ProviderSessionHooks
 from gateway.ports import Adapter
 from gateway.tools import Tool, ToolRegistry, ToolResult, TurnContext
 from gateway.webserver import WebServer
@@ -223,7 +224,13 @@ async def open_app(
             providers=providers,
         )
         register_provider_tools(tools, providers, settings.home)
-        housekeeping = Housekeeping(gateway)
+        hooks = ProviderSessionHooks(providers, settings.home)
+        housekeeping = Housekeeping(
+            gateway,
+            on_session_end=hooks.session_end,
+            on_session_switch=hooks.session_switch,
+            on_pre_compress=hooks.pre_compress,
+        )
         housekeeping.register(jobs)
         for adapter in adapters:
             gateway.add_adapter(adapter)

@@ -53,6 +53,7 @@ from memory.compressor import CompressionPlan, CompressionPolicy, ContextCompres
 from memory.errors import MemoryUnreadable
 from memory.flush import MEMORY_PASS_SYSTEM, MemoryPass, memory_pass_prompt, review_window, user_turns
 from memory.scope import AgentContext
+from memory.errors import ProviderError
 from memory.sessions import MessageRow, SessionRow, Usage
 from memory.tokens import estimate_json_tokens, estimate_tokens
 
@@ -66,6 +67,9 @@ MEMORY_PASS_MAX_TOKENS = 1024
 
 SessionEndHook = Callable[[SessionRow, Sequence[MessageRow]], Awaitable[None]]
 SessionSwitchHook = Callable[[SessionRow, SessionRow], Awaitable[None]]
+# Before a compression: False means a provider that promised durable capture failed,
+# so the transcript must stay as it is and the compression is retried later.
+PreCompressHook = Callable[[SessionRow, Sequence[MessageRow]], Awaitable[bool]]
 
 
 def compression_policy(settings: Settings) -> CompressionPolicy:
@@ -120,6 +124,7 @@ class Housekeeping:
         *,
         on_session_end: SessionEndHook | None = None,
         on_session_switch: SessionSwitchHook | None = None,
+        on_pre_compress: PreCompressHook | None = None,
         compress_backoff: Sequence[float] = COMPRESS_BACKOFF,
         backoff: Sequence[float] = DEFAULT_BACKOFF,
     ) -> None:
@@ -128,6 +133,7 @@ class Housekeeping:
         self.compressor = ContextCompressor(compression_policy(gateway.settings))
         self.on_session_end = on_session_end
         self.on_session_switch = on_session_switch
+        self.on_pre_compress = on_pre_compress
         self._compress_backoff = tuple(compress_backoff)
         self._backoff = tuple(backoff)
         self._queue: JobQueue | None = None
@@ -155,6 +161,8 @@ class Housekeeping:
         if plan is None:
             self._record(CompressionOutcome(session.id, None, 0, 0, 0, False, spent, "nothing to summarise"))
             return
+        if self.on_pre_compress is not None and not await self.on_pre_compress(session, rows):
+            raise ProviderError("a memory provider could not checkpoint the transcript; compression retried later")
         summary, fallback, spent_prompt = await self._summarise(session, plan)
         async with self.gw.session_lock(session.chat_key):
             outcome = await self._rollover(session, plan, summary, fallback, spent + spent_prompt, overhead)
