@@ -101,7 +101,8 @@ class LaneSet(Generic[T]):
             if timeout <= 0:
                 break
             try:
-                batch.append(await asyncio.wait_for(lane.queue.get(), timeout))
+                async with asyncio.timeout(timeout):
+                    batch.append(await lane.queue.get())
             except TimeoutError:
                 break
         return batch
@@ -110,7 +111,10 @@ class LaneSet(Generic[T]):
         try:
             while True:
                 try:
-                    first = await asyncio.wait_for(lane.queue.get(), self._idle_s)
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the
+                    # cancel of stop() when an item arrives at the same moment.
+                    async with asyncio.timeout(self._idle_s):
+                        first = await lane.queue.get()
                 except TimeoutError:
                     if lane.queue.empty():
                         return

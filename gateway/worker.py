@@ -419,7 +419,9 @@ class JobQueue:
             # Due now but not claimable (its session is busy): wait for a job to finish.
             timeout = self._poll_s
         try:
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel.
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
         except TimeoutError:
             pass
 

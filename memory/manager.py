@@ -413,7 +413,9 @@ class MemoryManager:
 
         threading.Thread(target=target, name=f"mnemo-provider-{slot.name}-{what}", daemon=True).start()
         try:
-            return await asyncio.wait_for(future, timeout)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel.
+            async with asyncio.timeout(timeout):
+                return await future
         except TimeoutError:
             log.warning("memory provider timed out", provider=slot.name, call=what, timeout_s=timeout)
         except Exception as e:  # noqa: BLE001 - isolation boundary: the turn goes on
