@@ -6,6 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+
+# Shared, noisy CI machines: a per-example deadline turns a slow moment into a failure
+# that says nothing about the code. Properties are checked; time is not.
+hypothesis_settings.register_profile(
+    "mnemo", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+hypothesis_settings.load_profile("mnemo")
 
 from gateway.config import Settings, load_settings
 
