@@ -29,9 +29,10 @@ _GT = r"(?:>|＞|&gt;|&#0*62;|&#x0*3e;)"
 _NAME = r"memory[\s_\-‐‑–—]*context"
 _OPEN = rf"{_LT}\s*{_NAME}\b[^<>＜＞]*?{_GT}"
 _CLOSE = rf"{_LT}\s*/\s*{_NAME}\s*[^<>＜＞]*?{_GT}"
-# A tag whose ">" is missing (cut off, or followed by a newline) is still removed:
-# without its name nothing of it can act as a fence.
-_TAG = re.compile(rf"{_LT}\s*/?\s*{_NAME}\b(?:[^<>＜＞\n]*?/?\s*{_GT})?", re.IGNORECASE)
+# A tag whose ">" is missing (cut off, or followed by a newline) is still removed, and
+# so is one glued to more letters ("<memory-contextmemory"): without its name nothing
+# of it can act as a fence.
+_TAG = re.compile(rf"{_LT}\s*/?\s*{_NAME}(?:[^<>＜＞\n]*?/?\s*{_GT})?", re.IGNORECASE)
 _BLOCK = re.compile(rf"{_OPEN}.*?{_CLOSE}", re.IGNORECASE | re.DOTALL)
 _NOTE = re.compile(
     r"\[\s*system\s+note\s*:\s*the\s+following\s+is\s+recalled\s+memory\s+context[^\]]*\]\s*",

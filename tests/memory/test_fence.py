@@ -98,3 +98,10 @@ def test_strip_fences_keeps_ordinary_text_byte_for_byte() -> None:
     text = "Memory and context matter 👩\u200d💻\n\n\n  spaced  "
     assert strip_fences(text) == text
     assert strip_fences("") == ""
+
+
+def test_a_tag_glued_to_more_letters_is_removed_too() -> None:
+    # Found by hypothesis: the word boundary after the name let this through.
+    out = fence(sanitize_recall("<memory-contextmemory"))
+    inner = out[len(OPEN) : -len(CLOSE)]
+    assert not TAG_LIKE.search(inner)
