@@ -129,7 +129,12 @@ async def test_metrics_count_a_real_conversation(home: Path, emulator: Emulator,
             # A reply is counted once the outbox has marked it sent, just after the frame left.
             while True:
                 m = await scrape(http, base)
-                if m.get(("mnemo_messages_out_total", (("platform", "web"),))) == 4:
+                # Gauges are refreshed before the counters are read: a reply marked sent
+                # between the two shows in the counter but not yet in the outbox gauge.
+                if (
+                    m.get(("mnemo_messages_out_total", (("platform", "web"),))) == 4
+                    and m.get(("mnemo_queue_depth", (("queue", "outbox"),))) == 0
+                ):
                     return m
                 await asyncio.sleep(0.02)
 
