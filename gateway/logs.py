@@ -60,6 +60,7 @@ class Redactor:
 
 
 _redactor = Redactor()
+_installed: logging.Handler | None = None  # our root handler, replaced on reconfiguration
 
 
 def configure_logging(
@@ -102,11 +103,11 @@ def configure_logging(
     )
     handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)
+    global _installed
     root = logging.getLogger()
-    for h in list(root.handlers):
-        if getattr(h, "_mnemo", False):
-            root.removeHandler(h)
-    handler._mnemo = True  # type: ignore[attr-defined]
+    if _installed is not None:
+        root.removeHandler(_installed)
+    _installed = handler
     root.addHandler(handler)
     root.setLevel(level.upper())
     # httpx logs every request URL (with the Telegram token in it) at INFO.
