@@ -3,8 +3,10 @@ touches the network beyond 127.0.0.1."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
@@ -17,6 +19,7 @@ hypothesis_settings.register_profile(
 hypothesis_settings.load_profile("mnemo")
 
 from gateway.config import Settings, load_settings
+from gateway.emulator import Emulator
 
 
 @pytest.fixture
@@ -30,3 +33,17 @@ def home(tmp_path: Path) -> Path:
 def settings(home: Path) -> Settings:
     # An empty environment: the host's variables never leak into a test.
     return load_settings(home, environ={})
+
+
+@pytest.fixture
+async def emulator() -> AsyncIterator[Emulator]:
+    """The Anthropic API emulator on 127.0.0.1, caching prefixes from 64 tokens so short
+    test conversations exercise the prompt cache."""
+    async with Emulator(min_cacheable_tokens=64) as emu:
+        yield emu
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session

@@ -26,12 +26,6 @@ from tests.fakes.discord_api import FakeDiscord
 
 
 @pytest.fixture
-async def emulator() -> AsyncIterator[Emulator]:
-    async with Emulator(min_cacheable_tokens=64) as emu:
-        yield emu
-
-
-@pytest.fixture
 async def bot(home: Path, emulator: Emulator) -> AsyncIterator[Bot]:
     async with running_bot(home, emulator) as running:
         yield running

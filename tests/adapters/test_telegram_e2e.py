@@ -20,10 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from adapters.telegram import TelegramAdapter
 from adapters.telegram_format import is_valid_telegram_html, render_chunks, to_plain_text
 from adapters.telegram_updates import UNSUPPORTED_NOTE
-from gateway.app import open_app
 from gateway.commands import default_commands
 from gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse
 from gateway.errors import Forbidden, StartupError
@@ -39,12 +37,6 @@ BOT = "mnemo_test_bot"
 async def fake() -> AsyncIterator[FlakyTelegram]:
     async with FlakyTelegram(bot_username=BOT) as server:
         yield server
-
-
-@pytest.fixture
-async def emulator() -> AsyncIterator[Emulator]:
-    async with Emulator(min_cacheable_tokens=64) as emu:
-        yield emu
 
 
 @pytest.fixture

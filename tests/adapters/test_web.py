@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,6 @@ from tests.support.webchat import ChatClient, open_web_app, outbox_rows, web_set
 
 ALICE = "alice-0123456789"
 BOB = "bob-0123456789ab"
-
-
-@pytest.fixture
-async def emulator() -> AsyncIterator[Emulator]:
-    async with Emulator(min_cacheable_tokens=64) as emu:
-        yield emu
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def until(predicate: Any, timeout: float = 10.0) -> None:

@@ -40,12 +40,6 @@ async def browser() -> AsyncIterator[Browser]:
             await b.close()
 
 
-@pytest.fixture
-async def emulator() -> AsyncIterator[Emulator]:
-    async with Emulator(min_cacheable_tokens=64) as emu:
-        yield emu
-
-
 async def send(page: Page, text: str) -> None:
     box = page.get_by_label("Message")
     await box.fill(text)

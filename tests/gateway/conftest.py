@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -11,12 +11,6 @@ from gateway.app import App, open_app
 from gateway.config import Settings, load_settings
 from gateway.emulator import Emulator
 from tests.support.loopback import LoopbackAdapter
-
-
-@pytest.fixture
-async def emulator() -> AsyncIterator[Emulator]:
-    async with Emulator(min_cacheable_tokens=64) as emu:
-        yield emu
 
 
 def make_settings(home: Path, **overrides: Any) -> Settings:

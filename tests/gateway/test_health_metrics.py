@@ -4,7 +4,6 @@ the web chat, the gateway, the anthropic SDK and the emulator."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -17,18 +16,6 @@ from tests.support.loopback import LoopbackAdapter
 from tests.support.webchat import ChatClient, open_web_app, web_settings
 
 USER = "metrics-user-0001"
-
-
-@pytest.fixture
-async def emulator() -> AsyncIterator[Emulator]:
-    async with Emulator(min_cacheable_tokens=64) as emu:
-        yield emu
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def scrape(http: aiohttp.ClientSession, base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
