@@ -18,9 +18,9 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TextIO
 
-from gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage, delivery_label
-from gateway.logs import get_logger
-from gateway.ports import InboundSink
+from mnemo.gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage, delivery_label
+from mnemo.gateway.logs import get_logger
+from mnemo.gateway.ports import InboundSink
 
 log = get_logger(__name__)
 

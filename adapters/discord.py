@@ -46,11 +46,11 @@ import aiohttp
 import discord
 from discord import app_commands
 
-from adapters.discord_routing import route_discord
-from gateway.commands import default_commands
-from gateway.config import DiscordSettings
-from gateway.errors import Forbidden, PlatformRateLimited, PlatformUnavailable, StartupError
-from gateway.events import (
+from mnemo.adapters.discord_routing import route_discord
+from mnemo.gateway.inbound.commands import default_commands
+from mnemo.gateway.config import DiscordSettings
+from mnemo.gateway.errors import Forbidden, PlatformRateLimited, PlatformUnavailable, StartupError
+from mnemo.gateway.events import (
     Attachment,
     ChatRef,
     ChatType,
@@ -59,9 +59,9 @@ from gateway.events import (
     Submitted,
     delivery_label,
 )
-from gateway.logs import get_logger
-from gateway.ports import InboundSink
-from gateway.splitting import split_message
+from mnemo.gateway.logs import get_logger
+from mnemo.gateway.ports import InboundSink
+from mnemo.adapters.splitting import split_message
 
 log = get_logger(__name__)
 

@@ -35,7 +35,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from gateway.errors import ConfigError
+from mnemo.gateway.errors import ConfigError
 
 # Captured when this module is first imported, before anything could have routed
 # discord.py elsewhere (this module is the only writer).

@@ -67,16 +67,16 @@ from telegram.error import Forbidden as TgForbidden
 from telegram.ext import Application, ApplicationBuilder
 from telegram.warnings import PTBDeprecationWarning
 
-from adapters.telegram_format import TelegramChunk, render_chunks
-from adapters.telegram_polling import UpdatePoller
-from adapters.telegram_updates import UNSUPPORTED_NOTE, Accept, BotIdentity, Unsupported, classify
-from gateway.commands import default_commands
-from gateway.config import TelegramSettings
-from gateway.errors import Forbidden, PlatformError, PlatformRateLimited, PlatformUnavailable, StartupError
-from gateway.events import ChatRef, OutboundMessage, delivery_label
-from gateway.logs import get_logger
-from gateway.ports import InboundSink
-from gateway.webserver import WebServer
+from mnemo.adapters.telegram_format import TelegramChunk, render_chunks
+from mnemo.adapters.telegram_polling import UpdatePoller
+from mnemo.adapters.telegram_updates import UNSUPPORTED_NOTE, Accept, BotIdentity, Unsupported, classify
+from mnemo.gateway.inbound.commands import default_commands
+from mnemo.gateway.config import TelegramSettings
+from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited, PlatformUnavailable, StartupError
+from mnemo.gateway.events import ChatRef, OutboundMessage, delivery_label
+from mnemo.gateway.logs import get_logger
+from mnemo.gateway.ports import InboundSink
+from mnemo.gateway.webserver import WebServer
 
 log = get_logger(__name__)
 

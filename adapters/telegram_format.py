@@ -29,14 +29,14 @@ import unicodedata
 from dataclasses import dataclass
 from html import escape
 
-from adapters.telegram_html import (
+from mnemo.adapters.telegram_html import (
     TELEGRAM_MESSAGE_LIMIT,
     escape_text,
     html_to_plain,
     is_valid_telegram_html,
     split_html,
 )
-from gateway.splitting import find_fences
+from mnemo.adapters.splitting import find_fences
 
 # The HTML-level pieces live in ``adapters.telegram_html``; they are re-exported so an
 # adapter needs one import for everything about formatting a reply.

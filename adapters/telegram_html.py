@@ -27,7 +27,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from html import escape
 
-from gateway.splitting import Boundary, Layout, Length, pack, utf16_len
+from mnemo.adapters.splitting import Boundary, Layout, Length, pack, utf16_len
 
 TELEGRAM_MESSAGE_LIMIT = 4096  # UTF-16 code units of text after entity parsing
 

@@ -27,8 +27,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from gateway.errors import PlatformError, PlatformRateLimited
-from gateway.logs import get_logger
+from mnemo.gateway.errors import PlatformError, PlatformRateLimited
+from mnemo.gateway.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -42,7 +42,7 @@ from telegram import Message, MessageEntity, Update
 from telegram.constants import ChatType as TgChatType
 from telegram.constants import MessageAttachmentType
 
-from gateway.events import Attachment, ChatType, InboundMessage
+from mnemo.gateway.events import Attachment, ChatType, InboundMessage
 
 UNSUPPORTED_NOTE = "I can only read text and captions for now — please send your message as text."
 

@@ -59,12 +59,12 @@ from urllib.parse import urlsplit
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from gateway.app import TRIAL_BANNER
-from gateway.errors import PlatformUnavailable
-from gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage
-from gateway.logs import get_logger
-from gateway.ports import ChatReachable, InboundSink
-from gateway.webserver import WebServer, is_loopback
+from mnemo.gateway.config import TRIAL_BANNER
+from mnemo.gateway.errors import PlatformUnavailable
+from mnemo.gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage
+from mnemo.gateway.logs import get_logger
+from mnemo.gateway.ports import ChatReachable, InboundSink
+from mnemo.gateway.webserver import WebServer, is_loopback
 
 log = get_logger(__name__)
 

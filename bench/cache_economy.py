@@ -25,16 +25,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.app import open_app  # noqa: E402
-from gateway.config import load_settings  # noqa: E402
-from gateway.emulator import Emulator, Reply, ToolUse  # noqa: E402
-from gateway.llm import LLMClient, Usage, cost_usd  # noqa: E402
-from gateway.logs import configure_logging  # noqa: E402
-from gateway.prompt import PromptParts, render_system_prompt  # noqa: E402
-from gateway.builtin_tools import memory_tool  # noqa: E402
-from gateway.tools import ToolRegistry  # noqa: E402
-from memory.curated import MemoryFiles  # noqa: E402
-from memory.scope import AgentContext, UserRef  # noqa: E402
+from mnemo.app import open_app  # noqa: E402
+from mnemo.gateway.config import load_settings  # noqa: E402
+from mnemo.gateway.emulator import Emulator, Reply, ToolUse  # noqa: E402
+from mnemo.gateway.llm.client import LLMClient, Usage, cost_usd  # noqa: E402
+from mnemo.gateway.logs import configure_logging  # noqa: E402
+from mnemo.gateway.turns.prompt import PromptParts, render_system_prompt  # noqa: E402
+from mnemo.gateway.turns.builtin_tools import memory_tool  # noqa: E402
+from mnemo.gateway.turns.tools import ToolRegistry  # noqa: E402
+from mnemo.memory.curated import MemoryFiles  # noqa: E402
+from mnemo.memory.scope import AgentContext, UserRef  # noqa: E402
 from tests.support.loopback import LoopbackAdapter  # noqa: E402
 
 TOPICS = [

@@ -34,10 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.app import open_app  # noqa: E402
-from gateway.config import load_settings  # noqa: E402
-from gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse, trial_reply  # noqa: E402
-from gateway.logs import configure_logging  # noqa: E402
+from mnemo.app import open_app  # noqa: E402
+from mnemo.gateway.config import load_settings  # noqa: E402
+from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse, trial_reply  # noqa: E402
+from mnemo.gateway.logs import configure_logging  # noqa: E402
 from tests.support.loopback import LoopbackAdapter  # noqa: E402
 
 BASE = {

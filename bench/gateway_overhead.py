@@ -26,11 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.app import open_app  # noqa: E402
-from gateway.config import load_settings  # noqa: E402
-from gateway.emulator import Emulator, Reply  # noqa: E402
-from gateway.logs import configure_logging  # noqa: E402
-from memory.sessions import NewMessage  # noqa: E402
+from mnemo.app import open_app  # noqa: E402
+from mnemo.gateway.config import load_settings  # noqa: E402
+from mnemo.gateway.emulator import Emulator, Reply  # noqa: E402
+from mnemo.gateway.logs import configure_logging  # noqa: E402
+from mnemo.memory.sessions import NewMessage  # noqa: E402
 from tests.support.loopback import LoopbackAdapter  # noqa: E402
 
 OVERRIDES = {"access.allowed": ("loop:*",), "access.rate_limit_per_minute": 0, "gateway.debounce_s": 0.0}

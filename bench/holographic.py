@@ -31,10 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from memory.provider import ProviderContext
-from memory.scope import AgentContext, UserRef
-from providers.holographic import HolographicProvider, hrr
-from providers.holographic.store import SHARED, NewFact
+from mnemo.memory.provider import ProviderContext
+from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.providers.holographic import HolographicProvider, hrr
+from mnemo.providers.holographic.store import SHARED, NewFact
 
 SYLLABLES = "ka lo mi ra ve no sa tu be li ro da fe ni zu po".split()
 VERBS = ["works at", "lives near", "met", "manages", "recommended", "visited", "prefers", "reported on"]

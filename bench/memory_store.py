@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memory.curated import MemoryFiles
+from mnemo.memory.curated import MemoryFiles
 
 ENTRY_PAD = "x" * 40
 

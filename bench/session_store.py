@@ -32,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from memory.db import Database
-from memory.migrations import migrate
-from memory.ranking import FusionRetriever, NaiveRetriever, create_baseline_index
-from memory.search import SessionSearch
-from memory.sessions import NewMessage, SessionStore
+from mnemo.memory.db import Database
+from mnemo.memory.migrations import migrate
+from mnemo.memory.ranking import FusionRetriever, NaiveRetriever, create_baseline_index
+from mnemo.memory.search import SessionSearch
+from mnemo.memory.sessions import NewMessage, SessionStore
 
 DATA = Path(__file__).parent / "data"
 # A realistic frozen system prompt (persona + MEMORY.md + USER.md + tool guidance):

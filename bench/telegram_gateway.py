@@ -49,10 +49,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.emulator import Emulator, RecordedRequest, Reply  # noqa: E402
+from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegram  # noqa: E402
 
-MNEMO = [sys.executable, "-m", "gateway.cli.main"]
+MNEMO = [sys.executable, "-m", "mnemo"]
 _KEY = re.compile(r"c(\d+) m(\d+)")
 _DUPLICATE = "possible duplicate"
 

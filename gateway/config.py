@@ -25,7 +25,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from gateway.errors import ConfigError
+from mnemo.gateway.errors import ConfigError
 
 DEFAULT_HOME = Path("~/.mnemo")
 
@@ -166,6 +166,15 @@ class CronSettings(Section):
 class LoggingSettings(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "console", "json"] = "auto"
+
+
+# Shown wherever a person can mistake the scripted model for Claude (CLI, web page, logs).
+TRIAL_BANNER = (
+    "LOCAL TRIAL MODE: no ANTHROPIC_API_KEY is set, so replies come from a built-in "
+    "SCRIPTED model, not Claude. Set ANTHROPIC_API_KEY (in the environment or "
+    "$MNEMO_HOME/.env) and restart for real answers."
+)
+
 
 
 class Settings(Section):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from memory.scope import AgentContext, UserRef, validate_id
+from mnemo.memory.scope import AgentContext, UserRef, validate_id
 
 
 class ChatType(StrEnum):

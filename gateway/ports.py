@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, runtime_checkable
 
-from gateway.events import ChatRef, InboundMessage, OutboundMessage, Submitted
+from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage, Submitted
 
 InboundSink = Callable[[InboundMessage], Awaitable[Submitted]]
 ChatReachable = Callable[[ChatRef], Awaitable[None]]

@@ -15,10 +15,10 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.config import WebSettings
-from gateway.errors import StartupError
-from gateway.logs import get_logger
-from gateway.metrics import CONTENT_TYPE, Metrics
+from mnemo.gateway.config import WebSettings
+from mnemo.gateway.errors import StartupError
+from mnemo.gateway.logs import get_logger
+from mnemo.gateway.metrics import CONTENT_TYPE, Metrics
 
 log = get_logger(__name__)
 

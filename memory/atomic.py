@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from memory.errors import MemoryRefused
+from mnemo.memory.errors import MemoryRefused
 
 
 def ensure_folder(folder: Path, root: Path | None = None) -> None:

@@ -43,8 +43,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memory.sessions import MessageRow, NewMessage
-from memory.tokens import estimate_json_tokens, estimate_tokens
+from mnemo.memory.sessions import MessageRow, NewMessage
+from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
 
 Row = MessageRow | NewMessage
 

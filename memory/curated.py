@@ -26,10 +26,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from memory.atomic import ensure_folder, exclusive_lock, replace_file
-from memory.errors import InvalidIdentifier, MemoryRefused, MemoryUnreadable
-from memory.scope import UserRef
-from memory.threats import Threat, ThreatCategory, scan
+from mnemo.memory.atomic import ensure_folder, exclusive_lock, replace_file
+from mnemo.memory.errors import InvalidIdentifier, MemoryRefused, MemoryUnreadable
+from mnemo.memory.scope import UserRef
+from mnemo.memory.threats import Threat, ThreatCategory, scan
 
 ENTRY_DELIMITER = "\n§\n"
 SEPARATOR = "═" * 46

@@ -26,8 +26,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from memory.errors import InvalidDataset
-from memory.sessions import NewMessage, SessionStore
+from mnemo.memory.errors import InvalidDataset
+from mnemo.memory.sessions import NewMessage, SessionStore
 
 ASSISTANT_SPEAKERS = frozenset({"assistant", "bot", "ai", "model", "claude", "mnemo", "agent"})
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B %Y", "%B %d, %Y", "%Y/%m/%d %H:%M")

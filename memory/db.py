@@ -60,8 +60,8 @@ from typing import Any, TypeVar
 
 import structlog
 
-from memory.errors import StoreBusy, StoreError
-from memory.migrations import MIGRATIONS, Migration, migrate
+from mnemo.memory.errors import StoreBusy, StoreError
+from mnemo.memory.migrations import MIGRATIONS, Migration, migrate
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)

@@ -7,7 +7,7 @@ Two sources, one contract (``memory.provider.MemoryProvider``):
    party would (``pyproject.toml``)::
 
        [project.entry-points."mnemo.memory_providers"]
-       holographic = "providers.holographic:HolographicProvider"
+       holographic = "mnemo.providers.holographic:HolographicProvider"
 
 2. **Folders** ``$MNEMO_HOME/providers/<name>/`` holding a plugin module — either a
    package (``__init__.py``) or a single ``provider.py`` — that defines
@@ -33,10 +33,10 @@ from typing import Any
 
 import structlog
 
-from memory.errors import InvalidIdentifier, ProviderError
-from memory.provider import Availability, MemoryProvider
-from memory.provider_config import read_provider_config
-from memory.scope import validate_id
+from mnemo.memory.errors import InvalidIdentifier, ProviderError
+from mnemo.memory.provider import Availability, MemoryProvider
+from mnemo.memory.provider_config import read_provider_config
+from mnemo.memory.scope import validate_id
 
 log = structlog.get_logger(__name__)
 

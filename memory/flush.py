@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
-from memory.compressor import Row, is_summary, transcript
+from mnemo.memory.compressor import Row, is_summary, transcript
 
 
 class MemoryPass(StrEnum):

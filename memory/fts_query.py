@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from memory import cjk
-from memory.lexicon import STOPWORDS, forms
+from mnemo.memory import cjk
+from mnemo.memory.lexicon import STOPWORDS, forms
 
 MAX_QUERY_CHARS = 4096  # a 10 KB paste is searched by its beginning
 MAX_TERMS = 32  # more OR-ed terms only add noise and latency

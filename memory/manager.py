@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from memory.fence import fence, sanitize_recall, strip_fences
-from memory.provider import (
+from mnemo.memory.fence import fence, sanitize_recall, strip_fences
+from mnemo.memory.provider import (
     Availability,
     Messages,
     MemoryProvider,
@@ -48,11 +48,11 @@ from memory.provider import (
     RecallIndicator,
     ToolSchema,
 )
-from memory.provider_config import read_provider_config
-from memory.trivial import is_trivial_prompt
+from mnemo.memory.provider_config import read_provider_config
+from mnemo.memory.trivial import is_trivial_prompt
 
 if TYPE_CHECKING:
-    from memory.memory_tool import MemoryWrite
+    from mnemo.memory.memory_tool import MemoryWrite
 
 log = structlog.get_logger(__name__)
 

@@ -33,9 +33,9 @@ from typing import Any, Literal
 
 import structlog
 
-from memory.curated import Action, CuratedFile, MemoryFiles, Target, WriteResult
-from memory.errors import InvalidIdentifier
-from memory.scope import AgentContext, UserRef
+from mnemo.memory.curated import Action, CuratedFile, MemoryFiles, Target, WriteResult
+from mnemo.memory.errors import InvalidIdentifier
+from mnemo.memory.scope import AgentContext, UserRef
 
 log = structlog.get_logger(__name__)
 

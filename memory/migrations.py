@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memory import cjk
-from memory.errors import SchemaTooNew
+from mnemo.memory import cjk
+from mnemo.memory.errors import SchemaTooNew
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from memory.provider_config import ConfigField, write_provider_config
-from memory.scope import AgentContext, UserRef
+from mnemo.memory.provider_config import ConfigField, write_provider_config
+from mnemo.memory.scope import AgentContext, UserRef
 
 if TYPE_CHECKING:
-    from memory.memory_tool import MemoryWrite
+    from mnemo.memory.memory_tool import MemoryWrite
 
 INDICATOR_GLYPH = "🧠"
 

@@ -22,8 +22,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from memory.errors import ProviderError
-from memory.scope import validate_id
+from mnemo.memory.errors import ProviderError
+from mnemo.memory.scope import validate_id
 
 CONFIG_FILE = "config.json"
 SECRETS_FILE = "secrets.json"

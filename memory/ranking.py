@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from memory.fts_query import (
+from mnemo.memory.fts_query import (
     WORD,
     ParsedQuery,
     any_of,
@@ -54,7 +54,7 @@ from memory.fts_query import (
     Scope,
     term_expression,
 )
-from memory.lexicon import STOPWORDS
+from mnemo.memory.lexicon import STOPWORDS
 
 Ranked = list[tuple[int, float]]
 MAX_FEEDBACK_TERMS = 8

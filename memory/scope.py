@@ -11,7 +11,7 @@ import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 
-from memory.errors import InvalidIdentifier
+from mnemo.memory.errors import InvalidIdentifier
 
 MAX_ID_LEN = 128
 

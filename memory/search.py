@@ -26,11 +26,11 @@ from typing import Any, Protocol
 
 import structlog
 
-from memory.db import Database
-from memory.errors import InvalidSearchQuery
-from memory.fts_query import ParsedQuery, Scope, parse
-from memory.ranking import FusionRetriever, Retriever
-from memory.sessions import from_db_time
+from mnemo.memory.db import Database
+from mnemo.memory.errors import InvalidSearchQuery
+from mnemo.memory.fts_query import ParsedQuery, Scope, parse
+from mnemo.memory.ranking import FusionRetriever, Retriever
+from mnemo.memory.sessions import from_db_time
 
 log = structlog.get_logger(__name__)
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
-from memory import cjk
-from memory.db import Database
-from memory.errors import StoreError
-from memory.tokens import estimate_json_tokens, estimate_tokens
+from mnemo.memory import cjk
+from mnemo.memory.db import Database
+from mnemo.memory.errors import StoreError
+from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
 
 Role = Literal["user", "assistant", "tool"]
 ROLES: tuple[str, ...] = get_args(Role)

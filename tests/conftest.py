@@ -18,8 +18,8 @@ hypothesis_settings.register_profile(
 )
 hypothesis_settings.load_profile("mnemo")
 
-from gateway.config import Settings, load_settings
-from gateway.emulator import Emulator
+from mnemo.gateway.config import Settings, load_settings
+from mnemo.gateway.emulator import Emulator
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@
     trial_reply         the default responder, labelled with TRIAL_LABEL (trial.py)
 """
 
-from gateway.emulator.cache import PromptCache, Usage, prefix_blocks
-from gateway.emulator.script import (
+from mnemo.gateway.emulator.cache import PromptCache, Usage, prefix_blocks
+from mnemo.gateway.emulator.script import (
     Fault,
     FaultInjector,
     ManualClock,
@@ -22,9 +22,9 @@ from gateway.emulator.script import (
     ToolUse,
     error_body,
 )
-from gateway.emulator.server import Emulator
-from gateway.emulator.trial import TRIAL_LABEL, fact_to_save, trial_reply
-from gateway.emulator.validation import MAX_BREAKPOINTS, validate_request
+from mnemo.gateway.emulator.server import Emulator
+from mnemo.gateway.emulator.trial import TRIAL_LABEL, fact_to_save, trial_reply
+from mnemo.gateway.emulator.validation import MAX_BREAKPOINTS, validate_request
 
 __all__ = [
     "MAX_BREAKPOINTS",

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from memory.tokens import estimate_json_tokens
+from mnemo.memory.tokens import estimate_json_tokens
 
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 DEFAULT_LOOKBACK = 20

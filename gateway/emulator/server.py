@@ -32,8 +32,8 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.emulator.cache import PromptCache, Usage
-from gateway.emulator.script import (
+from mnemo.gateway.emulator.cache import PromptCache, Usage
+from mnemo.gateway.emulator.script import (
     Fault,
     FaultInjector,
     RecordedRequest,
@@ -44,10 +44,10 @@ from gateway.emulator.script import (
     error_body,
     monotonic_clock,
 )
-from gateway.emulator.trial import trial_reply
-from gateway.emulator.validation import validate_request
-from gateway.logs import get_logger
-from memory.tokens import estimate_json_tokens, estimate_tokens
+from mnemo.gateway.emulator.trial import trial_reply
+from mnemo.gateway.emulator.validation import validate_request
+from mnemo.gateway.logs import get_logger
+from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
 
 log = get_logger(__name__)
 

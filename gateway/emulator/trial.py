@@ -28,7 +28,7 @@ import json
 import re
 from typing import Any
 
-from gateway.emulator.script import RecordedRequest, Reply, ToolUse
+from mnemo.gateway.emulator.script import RecordedRequest, Reply, ToolUse
 
 TRIAL_LABEL = "[scripted reply — no ANTHROPIC_API_KEY set]"
 

@@ -6,6 +6,6 @@ the SQLite schema and writes, ``retrieval`` the ranking, ``provider`` the
 ``mnemo.memory_providers`` entry point like any third-party provider.
 """
 
-from providers.holographic.provider import HolographicProvider
+from mnemo.providers.holographic.provider import HolographicProvider
 
 __all__ = ["HolographicProvider"]

@@ -29,17 +29,17 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from memory.curated import Action, Target
-from memory.errors import ProviderError, StoreError
-from memory.provider import Availability, MemoryProvider, ProviderContext, Recall, ToolSchema
-from memory.provider_config import ConfigField, ConfigKind, provider_dir
-from memory.scope import UserRef
-from providers.holographic import hrr
-from providers.holographic.retrieval import Hit, RetrievalSettings, Retriever
-from providers.holographic.store import SHARED, FactStore, NewFact
+from mnemo.memory.curated import Action, Target
+from mnemo.memory.errors import ProviderError, StoreError
+from mnemo.memory.provider import Availability, MemoryProvider, ProviderContext, Recall, ToolSchema
+from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
+from mnemo.memory.scope import UserRef
+from mnemo.providers.holographic import hrr
+from mnemo.providers.holographic.retrieval import Hit, RetrievalSettings, Retriever
+from mnemo.providers.holographic.store import SHARED, FactStore, NewFact
 
 if TYPE_CHECKING:
-    from memory.memory_tool import MemoryWrite
+    from mnemo.memory.memory_tool import MemoryWrite
 
 log = structlog.get_logger(__name__)
 

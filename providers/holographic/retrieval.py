@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import structlog
 
-from providers.holographic import hrr
-from providers.holographic.entities import NEGATIONS, content_terms, extract_entities, ngrams, normalize, words
-from providers.holographic.store import Candidate, Fact, FactStore
+from mnemo.providers.holographic import hrr
+from mnemo.providers.holographic.entities import NEGATIONS, content_terms, extract_entities, ngrams, normalize, words
+from mnemo.providers.holographic.store import Candidate, Fact, FactStore
 
 log = structlog.get_logger(__name__)
 

@@ -37,9 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from memory.errors import SchemaTooNew, StoreError
-from providers.holographic import hrr
-from providers.holographic.entities import content_terms, extract_entities, ngrams
+from mnemo.memory.errors import SchemaTooNew, StoreError
+from mnemo.providers.holographic import hrr
+from mnemo.providers.holographic.entities import content_terms, extract_entities, ngrams
 
 SHARED = "shared"
 DEFAULT_TRUST = 0.5

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters.discord import DiscordAdapter
-from adapters.discord_routing import restore_discord_defaults
-from gateway.app import App, open_app
-from gateway.config import load_settings
-from gateway.emulator import Emulator
-from gateway.emulator.script import RecordedRequest
+from mnemo.adapters.discord import DiscordAdapter
+from mnemo.adapters.discord_routing import restore_discord_defaults
+from mnemo.app import App, open_app
+from mnemo.gateway.config import load_settings
+from mnemo.gateway.emulator import Emulator
+from mnemo.gateway.emulator.script import RecordedRequest
 from tests.fakes.discord_api import FakeChannel, FakeDiscord, FakeGuild, FakeUser, SentMessage
 
 TIMEOUT = 10.0

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters.telegram import TelegramAdapter
-from gateway.app import App, open_app
-from gateway.config import Settings, load_settings
-from gateway.emulator import Emulator, RecordedRequest
-from gateway.metrics import Metrics
-from gateway.webserver import WebServer
+from mnemo.adapters.telegram import TelegramAdapter
+from mnemo.app import App, open_app
+from mnemo.gateway.config import Settings, load_settings
+from mnemo.gateway.emulator import Emulator, RecordedRequest
+from mnemo.gateway.metrics import Metrics
+from mnemo.gateway.webserver import WebServer
 from tests.fakes.telegram_api import ApiError, FakeTelegram
 
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from adapters.discord import NONCE_MAX, DiscordAdapter
-from adapters.discord_routing import restore_discord_defaults
-from gateway.commands import default_commands
-from gateway.config import load_settings
-from gateway.emulator import Emulator, Reply, ToolUse
-from gateway.errors import StartupError
-from gateway.events import ChatRef, InboundMessage, OutboundMessage
-from memory.scope import UserRef
+from mnemo.adapters.discord import NONCE_MAX, DiscordAdapter
+from mnemo.adapters.discord_routing import restore_discord_defaults
+from mnemo.gateway.inbound.commands import default_commands
+from mnemo.gateway.config import load_settings
+from mnemo.gateway.emulator import Emulator, Reply, ToolUse
+from mnemo.gateway.errors import StartupError
+from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage
+from mnemo.memory.scope import UserRef
 from tests.adapters.discord_harness import TIMEOUT, Bot, running_bot
 from tests.fakes.discord_api import FakeDiscord
 

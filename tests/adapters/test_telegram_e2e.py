@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from adapters.telegram_format import is_valid_telegram_html, render_chunks, to_plain_text
-from adapters.telegram_updates import UNSUPPORTED_NOTE
-from gateway.commands import default_commands
-from gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse
-from gateway.errors import Forbidden, StartupError
-from gateway.events import ChatRef, InboundMessage, OutboundMessage
-from gateway.splitting import utf16_len
+from mnemo.adapters.telegram_format import is_valid_telegram_html, render_chunks, to_plain_text
+from mnemo.adapters.telegram_updates import UNSUPPORTED_NOTE
+from mnemo.gateway.inbound.commands import default_commands
+from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse
+from mnemo.gateway.errors import Forbidden, StartupError
+from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage
+from mnemo.adapters.splitting import utf16_len
 from tests.adapters.telegram_harness import FlakyTelegram, TelegramRig, last_user_text, wait_until
 
 CHAT = USER = 4711
@@ -390,8 +390,8 @@ async def test_a_wrong_token_is_a_clear_startup_error(rig: TelegramRig) -> None:
 
 
 async def test_webhook_mode_refuses_to_start_without_a_secret(rig: TelegramRig) -> None:
-    from gateway.metrics import Metrics
-    from gateway.webserver import WebServer
+    from mnemo.gateway.metrics import Metrics
+    from mnemo.gateway.webserver import WebServer
 
     settings = rig.settings(**{"telegram.webhook_url": "https://bot.example.org/telegram"})
     adapter = rig.adapter(settings, web=WebServer(settings.web, Metrics()))
@@ -428,7 +428,7 @@ async def test_labels_typing_refresh_and_forbidden(rig: TelegramRig) -> None:
 
 # -- a crash ---------------------------------------------------------------------------------------------
 
-MNEMO = [sys.executable, "-m", "gateway.cli.main"]
+MNEMO = [sys.executable, "-m", "mnemo"]
 
 
 def _process_env(home: Path, fake: FlakyTelegram, emulator: Emulator) -> dict[str, str]:

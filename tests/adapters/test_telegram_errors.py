@@ -18,8 +18,8 @@ from telegram.error import (
 )
 from telegram.error import Forbidden as TgForbidden
 
-from adapters.telegram import is_entity_error, platform_errors, retry_after_seconds
-from gateway.errors import Forbidden, PlatformRateLimited, PlatformUnavailable
+from mnemo.adapters.telegram import is_entity_error, platform_errors, retry_after_seconds
+from mnemo.gateway.errors import Forbidden, PlatformRateLimited, PlatformUnavailable
 
 
 @pytest.mark.parametrize(

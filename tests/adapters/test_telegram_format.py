@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.telegram_format import markdown_to_html, render_chunks, to_plain_text
-from adapters.telegram_html import TELEGRAM_MESSAGE_LIMIT, html_to_plain, is_valid_telegram_html
-from gateway.splitting import utf16_len
+from mnemo.adapters.telegram_format import markdown_to_html, render_chunks, to_plain_text
+from mnemo.adapters.telegram_html import TELEGRAM_MESSAGE_LIMIT, html_to_plain, is_valid_telegram_html
+from mnemo.adapters.splitting import utf16_len
 
 
 def html(markdown: str) -> str:

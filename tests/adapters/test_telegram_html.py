@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.telegram_html import (
+from mnemo.adapters.telegram_html import (
     Entity,
     TelegramHtmlError,
     html_to_plain,
@@ -17,7 +17,7 @@ from adapters.telegram_html import (
     parse_telegram_html,
     split_html,
 )
-from gateway.splitting import utf16_len
+from mnemo.adapters.splitting import utf16_len
 
 
 def error_of(html: str, *, strict: bool = True) -> str:

@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from adapters.telegram_polling import UpdatePoller
-from gateway.errors import PlatformRateLimited, PlatformUnavailable
+from mnemo.adapters.telegram_polling import UpdatePoller
+from mnemo.gateway.errors import PlatformRateLimited, PlatformUnavailable
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from telegram import Update
 
-from adapters.telegram_updates import Accept, BotIdentity, Ignore, Unsupported, classify, strip_mention
-from gateway.events import ChatType
+from mnemo.adapters.telegram_updates import Accept, BotIdentity, Ignore, Unsupported, classify, strip_mention
+from mnemo.gateway.events import ChatType
 from tests.fakes.telegram_world import TelegramWorld, detect_entities
 
 BOT = BotIdentity(4242, "mnemo_bot")

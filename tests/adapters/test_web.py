@@ -11,13 +11,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from adapters.web import TOKEN_COOKIE, WebAdapter
-from gateway.app import TRIAL_BANNER
-from gateway.config import WebSettings
-from gateway.emulator import Emulator, RecordedRequest, Reply
-from gateway.errors import StartupError
-from gateway.metrics import Metrics
-from gateway.webserver import WebServer
+from mnemo.adapters.web import TOKEN_COOKIE, WebAdapter
+from mnemo.gateway.config import TRIAL_BANNER
+from mnemo.gateway.config import WebSettings
+from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply
+from mnemo.gateway.errors import StartupError
+from mnemo.gateway.metrics import Metrics
+from mnemo.gateway.webserver import WebServer
 from tests.support.webchat import ChatClient, open_web_app, outbox_rows, web_settings
 
 ALICE = "alice-0123456789"

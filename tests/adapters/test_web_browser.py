@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
-from adapters.web import WebAdapter
-from gateway.app import open_app
-from gateway.emulator import TRIAL_LABEL, Emulator, Reply
-from gateway.metrics import Metrics
-from gateway.webserver import WebServer
+from mnemo.adapters.web import WebAdapter
+from mnemo.app import open_app
+from mnemo.gateway.emulator import TRIAL_LABEL, Emulator, Reply
+from mnemo.gateway.metrics import Metrics
+from mnemo.gateway.webserver import WebServer
 from tests.support.webchat import open_web_app, web_settings
 
 pytestmark = pytest.mark.browser

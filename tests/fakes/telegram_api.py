@@ -53,8 +53,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from adapters.telegram_html import TELEGRAM_MESSAGE_LIMIT, TelegramHtmlError, parse_telegram_html
-from gateway.splitting import utf16_len
+from mnemo.adapters.telegram_html import TELEGRAM_MESSAGE_LIMIT, TelegramHtmlError, parse_telegram_html
+from mnemo.adapters.splitting import utf16_len
 from tests.fakes.telegram_world import TelegramWorld, detect_entities
 
 _TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]{30,}$")

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.splitting import utf16_len
+from mnemo.adapters.splitting import utf16_len
 
 _MENTION = re.compile(r"(?<![\w@])@[A-Za-z0-9_]{3,32}\b")
 _BOT_COMMAND = re.compile(r"^/[A-Za-z0-9_]{1,32}(?:@[A-Za-z0-9_]+)?")

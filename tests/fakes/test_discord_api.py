@@ -18,14 +18,14 @@ import pytest
 import yarl
 from discord import app_commands
 
-from adapters.discord_routing import (
+from mnemo.adapters.discord_routing import (
     DEFAULT_API_BASE,
     DEFAULT_GATEWAY,
     current_routes,
     restore_discord_defaults,
     route_discord,
 )
-from gateway.errors import ConfigError
+from mnemo.gateway.errors import ConfigError
 from tests.fakes.discord_api import FakeChannel, FakeDiscord, FakeGuild, FakeUser
 
 TIMEOUT = 10.0

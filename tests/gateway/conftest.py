@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gateway.app import App, open_app
-from gateway.config import Settings, load_settings
-from gateway.emulator import Emulator
+from mnemo.app import App, open_app
+from mnemo.gateway.config import Settings, load_settings
+from mnemo.gateway.emulator import Emulator
 from tests.support.loopback import LoopbackAdapter
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.cli.main import main
-from gateway.emulator import Reply
+from mnemo.cli.main import main
+from mnemo.gateway.emulator import Reply
 from tests.support.loopback import LoopbackAdapter
 
 
@@ -51,7 +51,7 @@ async def test_denied_pairing_stays_refused(app_factory, emulator):
         await adapter.say(f"/pair deny {code}", user="admin")
         await adapter.wait_sent(2)
         assert "Denied" in adapter.sent[1].text
-        from memory.scope import UserRef
+        from mnemo.memory.scope import UserRef
 
         assert not await app.access.pairings.is_paired(UserRef("loop", "newbie"))
 
@@ -71,10 +71,10 @@ async def test_rate_limit_answers_once_then_drops(app_factory, emulator):
 
 
 def test_cli_pair_approve(tmp_path, capsys):
-    from gateway.access import PairingStore
-    from gateway.config import load_settings
-    from memory.db import Database
-    from memory.scope import UserRef
+    from mnemo.gateway.inbound.access import PairingStore
+    from mnemo.gateway.config import load_settings
+    from mnemo.memory.db import Database
+    from mnemo.memory.scope import UserRef
 
     home = tmp_path / "home"
 

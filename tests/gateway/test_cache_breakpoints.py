@@ -6,7 +6,7 @@ import copy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.llm import MAX_BREAKPOINTS, apply_cache_breakpoints
+from mnemo.gateway.llm.client import MAX_BREAKPOINTS, apply_cache_breakpoints
 
 
 def _markers(system_blocks, messages):

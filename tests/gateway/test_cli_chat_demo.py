@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-MNEMO = [sys.executable, "-m", "gateway.cli.main"]
+MNEMO = [sys.executable, "-m", "mnemo"]
 
 
 def _env(home: Path) -> dict[str, str]:

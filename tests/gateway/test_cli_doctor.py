@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from gateway.cli.doctor import Check, Status, render, run_checks
-from gateway.config import Settings, load_settings
-from gateway.emulator import Emulator
-from gateway.metrics import Metrics
-from gateway.webserver import WebServer
+from mnemo.cli.doctor import Check, Status, render, run_checks
+from mnemo.gateway.config import Settings, load_settings
+from mnemo.gateway.emulator import Emulator
+from mnemo.gateway.metrics import Metrics
+from mnemo.gateway.webserver import WebServer
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.telegram_api import FakeTelegram
 
@@ -187,7 +187,7 @@ async def test_the_command_prints_one_line_per_check_and_exits_1_on_a_failure(
     async def doctor(**env: str) -> tuple[int, str]:
         base = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "LANG": "C.UTF-8", "MNEMO_WEB_PORT": "0"}
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.cli.main", "--home", str(home), "doctor", "--timeout", "5",
+            sys.executable, "-m", "mnemo", "--home", str(home), "doctor", "--timeout", "5",
             env={**base, **env}, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, _ = await asyncio.wait_for(proc.communicate(), 60)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.cli.main import main
+from mnemo.cli.main import main
 
 
 def run(home: Path, *argv: str) -> int:

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.main import main
-from gateway.cli.profile import MANIFEST
+from mnemo.cli.main import main
+from mnemo.cli.profile import MANIFEST
 
 ENV = "ANTHROPIC_API_KEY=sk-ant-secret-value\n"
 
 # A folder provider with a secret setting that backs up its whole folder.
 REMOTE_PLUGIN = """
-from memory.provider import Availability, MemoryProvider, Recall
-from memory.provider_config import ConfigField
+from mnemo.memory.provider import Availability, MemoryProvider, Recall
+from mnemo.memory.provider_config import ConfigField
 
 class Remote(MemoryProvider):
     name = "remote"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.main import main
+from mnemo.cli.main import main
 
 
 def run(home: Path, *argv: str) -> int:
@@ -78,7 +78,7 @@ def test_setup_of_an_unknown_provider(home: Path, capsys: pytest.CaptureFixture[
 def test_setup_prompts_on_a_terminal(home: Path) -> None:
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli.main", "--home", str(home), "providers", "setup", "holographic", "--set", "dim=512"],
+        [sys.executable, "-m", "mnemo", "--home", str(home), "providers", "setup", "holographic", "--set", "dim=512"],
         stdin=slave,
         stdout=slave,
         stderr=slave,
@@ -148,7 +148,7 @@ def test_facts_report_a_broken_store_and_bad_arguments(home: Path, capsys: pytes
 
 
 def test_facts_work_from_a_fresh_process(home: Path) -> None:
-    cmd = [sys.executable, "-m", "gateway.cli.main", "--home", str(home), "facts"]
+    cmd = [sys.executable, "-m", "mnemo", "--home", str(home), "facts"]
     subprocess.run([*cmd, "add", "Carol's team ships on Thursdays."], check=True, capture_output=True)
     out = subprocess.run([*cmd, "probe", "Carol", "--json"], check=True, capture_output=True, text=True).stdout
     assert [f["content"] for f in json.loads(out)["facts"]] == ["Carol's team ships on Thursdays."]

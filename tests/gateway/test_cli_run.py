@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.emulator import TRIAL_LABEL
+from mnemo.gateway.emulator import TRIAL_LABEL
 from tests.support.webchat import ChatClient
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 async def start(home: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli.main", "--home", str(home), "run",
+        sys.executable, "-m", "mnemo", "--home", str(home), "run",
         env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
 

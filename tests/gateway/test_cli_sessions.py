@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.main import main
+from mnemo.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,12 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway.emulator import Emulator, Fault, RecordedRequest, Reply
-from memory.compressor import TRIM_KEY, is_summary
+from mnemo.gateway.emulator import Emulator, Fault, RecordedRequest, Reply
+from mnemo.memory.compressor import TRIM_KEY, is_summary
 from tests.gateway.test_housekeeping import SMALL, World, chain, converse, filler, last_text, settle
 from tests.support.loopback import LoopbackAdapter
 
-MNEMO = [sys.executable, "-m", "gateway.cli.main"]
+MNEMO = [sys.executable, "-m", "mnemo"]
 
 
 async def until(predicate, timeout: float = 30.0, what: str = "condition") -> None:

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import load_settings, read_dotenv
-from gateway.errors import ConfigError
+from mnemo.gateway.config import load_settings, read_dotenv
+from mnemo.gateway.errors import ConfigError
 
 
 def test_defaults_start_in_trial_mode(home: Path) -> None:

@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway.emulator import Emulator, Reply
+from mnemo.gateway.emulator import Emulator, Reply
 from tests.gateway.conftest import make_settings
 from tests.support.loopback import LoopbackAdapter
 
-MNEMO = [sys.executable, "-m", "gateway.cli.main"]
+MNEMO = [sys.executable, "-m", "mnemo"]
 
 
 def _env(home: Path, base_url: str) -> dict[str, str]:
@@ -70,7 +70,7 @@ async def test_kill_9_during_a_turn_then_restart_answers_exactly_once(tmp_path: 
 
 
 async def test_restart_never_asks_the_model_again_for_a_stored_reply(home: Path) -> None:
-    from gateway.app import open_app
+    from mnemo.app import open_app
 
     settings = make_settings(home)
     async with Emulator() as emu:
@@ -93,7 +93,7 @@ async def test_restart_never_asks_the_model_again_for_a_stored_reply(home: Path)
 
 
 async def test_reply_in_flight_at_crash_is_resent_labelled(home: Path) -> None:
-    from gateway.app import open_app
+    from mnemo.app import open_app
 
     settings = make_settings(home)
     async with Emulator() as emu:

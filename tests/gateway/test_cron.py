@@ -18,13 +18,13 @@ from zoneinfo import ZoneInfo
 
 from structlog.testing import capture_logs
 
-from gateway.cron import Caller
-from gateway.cron_store import CronJob, JobSource, JobState, JobTarget, RunState
-from gateway.emulator import Reply, ToolUse
-from gateway.emulator.script import RecordedRequest
-from gateway.events import ChatType
-from gateway.prompt import CRON_HINT
-from memory.scope import UserRef
+from mnemo.gateway.cron.service import Caller
+from mnemo.gateway.cron.store import CronJob, JobSource, JobState, JobTarget, RunState
+from mnemo.gateway.emulator import Reply, ToolUse
+from mnemo.gateway.emulator.script import RecordedRequest
+from mnemo.gateway.events import ChatType
+from mnemo.gateway.turns.prompt import CRON_HINT
+from mnemo.memory.scope import UserRef
 from tests.support.loopback import LoopbackAdapter
 
 T = TypeVar("T")

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.cli.main import main
-from gateway.cron import Caller
-from gateway.cron_store import JobState, JobTarget, RunState
-from gateway.events import ChatType
-from gateway.emulator import Reply
+from mnemo.cli.main import main
+from mnemo.gateway.cron.service import Caller
+from mnemo.gateway.cron.store import JobState, JobTarget, RunState
+from mnemo.gateway.events import ChatType
+from mnemo.gateway.emulator import Reply
 from tests.gateway.test_cron import eventually
 from tests.support.loopback import LoopbackAdapter
 
@@ -59,7 +59,7 @@ async def test_add_list_and_remove_from_another_process_reach_the_running_gatewa
     async with app_factory(adapter) as app:
         env = {**os.environ, "MNEMO_HOME": str(profile), "MNEMO_LOG_LEVEL": "warning"}
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.cli.main", "cron", "add", "--chat", "loop:u1", "--in", "1s",
+            sys.executable, "-m", "mnemo", "cron", "add", "--chat", "loop:u1", "--in", "1s",
             "Send", "a", "ping", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         out, err = await proc.communicate()

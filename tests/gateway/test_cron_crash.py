@@ -15,11 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway.cli.main import main
-from gateway.emulator import Emulator, Reply
-from gateway.emulator.script import RecordedRequest
+from mnemo.cli.main import main
+from mnemo.gateway.emulator import Emulator, Reply
+from mnemo.gateway.emulator.script import RecordedRequest
 
-MNEMO = [sys.executable, "-m", "gateway.cli.main"]
+MNEMO = [sys.executable, "-m", "mnemo"]
 
 
 def _env(home: Path, base_url: str) -> dict[str, str]:

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.config import CronSettings
-from gateway.cron import MAX_JOBS_PER_CHAT, Caller, CronJobs, parse_chat
-from gateway.cron_store import CronStore, JobSource, JobState, JobTarget
-from gateway.cron_tool import parse_add
-from gateway.errors import ConfigError, InvalidJob, JobNotAllowed, JobNotFound
-from gateway.events import ChatType
-from memory.db import Database
+from mnemo.gateway.config import CronSettings
+from mnemo.gateway.cron.service import MAX_JOBS_PER_CHAT, Caller, CronJobs, parse_chat
+from mnemo.gateway.cron.store import CronStore, JobSource, JobState, JobTarget
+from mnemo.gateway.cron.tool import parse_add
+from mnemo.gateway.errors import ConfigError, InvalidJob, JobNotAllowed, JobNotFound
+from mnemo.gateway.events import ChatType
+from mnemo.memory.db import Database
 
 
 class Clock:

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import InvalidJob
-from gateway.schedules import (
+from mnemo.gateway.errors import InvalidJob
+from mnemo.gateway.cron.schedules import (
     Schedule,
     ScheduleKind,
     cron_trigger,

@@ -4,13 +4,15 @@ hardening, each against what mnemo itself expects (env names, paths, /healthz)."
 
 from __future__ import annotations
 
+import tomllib
+
 import re
 import shlex
 from pathlib import Path
 
 import yaml
 
-from gateway.config import ENV_KEYS
+from mnemo.gateway.config import ENV_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -77,9 +79,10 @@ def test_dockerfile_runs_as_non_root_with_the_home_in_a_volume_and_a_healthcheck
             *sources, _ = rest.split()
             for src in sources:
                 assert (REPO / src).exists(), src
-    # The installed package includes every top-level package the distribution declares.
+    # The image copies every folder the distribution maps into the mnemo namespace.
     copied = {rest.split()[0] for w, rest in ins if w == "COPY"}
-    assert {"gateway", "adapters", "memory", "providers", "pyproject.toml"} <= copied
+    mapped = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
+    assert mapped | {"pyproject.toml"} <= copied
 
 
 def test_compose_builds_the_image_keeps_state_in_a_volume_and_publishes_on_loopback() -> None:

@@ -11,7 +11,7 @@ import anthropic
 import httpx
 import pytest
 
-from gateway.emulator import Emulator, Fault, ManualClock, RecordedRequest, Reply, ToolUse
+from mnemo.gateway.emulator import Emulator, Fault, ManualClock, RecordedRequest, Reply, ToolUse
 
 MODEL = "claude-test-1"
 WEATHER = {

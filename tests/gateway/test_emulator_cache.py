@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.emulator import Emulator, ManualClock, PromptCache, Reply, prefix_blocks
-from memory.tokens import estimate_json_tokens
+from mnemo.gateway.emulator import Emulator, ManualClock, PromptCache, Reply, prefix_blocks
+from mnemo.memory.tokens import estimate_json_tokens
 
 MODEL = "claude-test-1"
 EPHEMERAL = {"type": "ephemeral"}

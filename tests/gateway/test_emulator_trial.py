@@ -9,8 +9,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from gateway.emulator import TRIAL_LABEL, Emulator, RecordedRequest, Reply, ToolUse, fact_to_save, trial_reply
-from gateway.emulator.trial import profile_entries
+from mnemo.gateway.emulator import TRIAL_LABEL, Emulator, RecordedRequest, Reply, ToolUse, fact_to_save, trial_reply
+from mnemo.gateway.emulator.trial import profile_entries
 
 MEMORY_TOOL = {
     "name": "memory",

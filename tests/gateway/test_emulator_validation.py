@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.emulator import validate_request
+from mnemo.gateway.emulator import validate_request
 
 EPHEMERAL = {"type": "ephemeral"}
 TOOL = {"name": "memory", "input_schema": {"type": "object", "properties": {}}}

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from gateway.config import ENV_KEYS
+from mnemo.gateway.config import ENV_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 

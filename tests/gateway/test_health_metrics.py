@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.emulator import Emulator, Fault, RecordedRequest, Reply
-from gateway.emulator.cache import Usage
+from mnemo.gateway.emulator import Emulator, Fault, RecordedRequest, Reply
+from mnemo.gateway.emulator.cache import Usage
 from tests.support.loopback import LoopbackAdapter
 from tests.support.webchat import ChatClient, open_web_app, web_settings
 

@@ -5,9 +5,9 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.emulator.validation import validate_request
-from gateway.history import missing_tool_results, rebuild_counters, to_api_messages
-from memory.sessions import MessageRow, ToolCall
+from mnemo.gateway.emulator.validation import validate_request
+from mnemo.gateway.turns.history import missing_tool_results, rebuild_counters, to_api_messages
+from mnemo.memory.sessions import MessageRow, ToolCall
 
 _T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

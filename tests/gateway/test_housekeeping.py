@@ -8,9 +8,9 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.emulator import Fault, RecordedRequest, Reply, ToolUse, trial_reply
-from memory.compressor import SUMMARY_END, SUMMARY_KEY, is_summary
-from memory.flush import MemoryPass, instruction
+from mnemo.gateway.emulator import Fault, RecordedRequest, Reply, ToolUse, trial_reply
+from mnemo.memory.compressor import SUMMARY_END, SUMMARY_KEY, is_summary
+from mnemo.memory.flush import MemoryPass, instruction
 from tests.support.loopback import LoopbackAdapter
 
 # With an 8k window the threshold is 4,096 tokens; the system prompt and tool schemas

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from gateway.lanes import LaneSet
+from mnemo.gateway.inbound.lanes import LaneSet
 
 
 async def test_serial_within_a_key_and_concurrent_across_keys():

@@ -2,10 +2,10 @@
 
 import pytest
 
-from gateway.config import LLMSettings
-from gateway.emulator import Emulator, Fault, Reply
-from gateway.errors import InvalidLLMRequest, ProviderAuthError, RateLimited, TransientNetworkError
-from gateway.llm import LLMClient
+from mnemo.gateway.config import LLMSettings
+from mnemo.gateway.emulator import Emulator, Fault, Reply
+from mnemo.gateway.errors import InvalidLLMRequest, ProviderAuthError, RateLimited, TransientNetworkError
+from mnemo.gateway.llm.client import LLMClient
 
 
 async def _no_sleep(_: float) -> None:

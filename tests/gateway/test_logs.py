@@ -4,7 +4,7 @@ import logging
 
 import structlog
 
-from gateway.logs import configure_logging
+from mnemo.gateway.logs import configure_logging
 
 
 def test_secrets_and_token_shapes_never_reach_the_log() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.emulator import Reply, ToolUse
+from mnemo.gateway.emulator import Reply, ToolUse
 from tests.support.loopback import LoopbackAdapter
 
 
@@ -74,7 +74,7 @@ async def test_unknown_user_is_refused_and_nothing_is_stored(app_factory, emulat
 
 
 async def test_llm_failure_gives_an_apology_and_a_valid_history(app_factory, emulator):
-    from gateway.emulator import Fault
+    from mnemo.gateway.emulator import Fault
 
     emulator.script(*[Fault(status=529, retry_after=0.01)] * 3, Reply(text="back again"))
     adapter = LoopbackAdapter()
@@ -144,7 +144,7 @@ async def test_two_chats_are_ordered_within_and_concurrent_across(app_factory, e
 
 async def test_nudge_counters_are_rebuilt_from_history_across_restarts(home, emulator):
     """The review is due on the same turn whether or not the process restarted."""
-    from gateway.app import open_app
+    from mnemo.app import open_app
     from tests.gateway.conftest import make_settings
 
     settings = make_settings(home, **{"memory.nudge_interval": 3})
@@ -170,7 +170,7 @@ async def test_nudge_counters_are_rebuilt_from_history_across_restarts(home, emu
 
 
 async def test_memory_command_never_shows_a_profile_in_a_public_group_reply(app_factory, emulator):
-    from gateway.events import ChatType
+    from mnemo.gateway.events import ChatType
 
     adapter = LoopbackAdapter()
     async with app_factory(adapter) as app:
@@ -184,7 +184,7 @@ async def test_memory_command_never_shows_a_profile_in_a_public_group_reply(app_
 
 
 async def test_submit_reports_what_became_of_a_message(app_factory, emulator):
-    from gateway.events import Submitted
+    from mnemo.gateway.events import Submitted
 
     emulator.script(Reply(text="hi"))
     adapter = LoopbackAdapter()

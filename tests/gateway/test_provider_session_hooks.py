@@ -20,7 +20,7 @@ def _recording_provider(home: Path, *, fail_checkpoint: bool) -> Path:
         textwrap.dedent(
             f"""
             import json
-            from memory.provider import Availability, MemoryProvider, Recall
+            from mnemo.memory.provider import Availability, MemoryProvider, Recall
 
             LOG = {str(log)!r}
 

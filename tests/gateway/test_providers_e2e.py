@@ -7,8 +7,8 @@ import json
 import textwrap
 from pathlib import Path
 
-from gateway.emulator import Reply, ToolUse
-from memory.fence import FENCE_TAG
+from mnemo.gateway.emulator import Reply, ToolUse
+from mnemo.memory.fence import FENCE_TAG
 
 OPEN_TAG = f"<{FENCE_TAG}>"
 from tests.support.loopback import LoopbackAdapter
@@ -78,7 +78,7 @@ def _folder_provider(home: Path, name: str, body: str) -> None:
         textwrap.dedent(
             f"""
             import time
-            from memory.provider import Availability, MemoryProvider, Recall
+            from mnemo.memory.provider import Availability, MemoryProvider, Recall
 
             class Bad(MemoryProvider):
                 name = {name!r}

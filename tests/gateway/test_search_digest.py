@@ -2,7 +2,7 @@
 
 import json
 
-from gateway.emulator import Reply, ToolUse
+from mnemo.gateway.emulator import Reply, ToolUse
 from tests.support.loopback import LoopbackAdapter
 
 
@@ -32,7 +32,7 @@ async def test_digest_from_the_aux_model_replaces_raw_snippets(app_factory, emul
 
 
 async def test_digest_failure_falls_back_to_plain_hits(app_factory, emulator):
-    from gateway.emulator import Fault
+    from mnemo.gateway.emulator import Fault
 
     emulator.script(
         Reply(text="ok"),

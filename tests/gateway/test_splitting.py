@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.splitting import find_fences, split_message, utf16_len
+from mnemo.adapters.splitting import find_fences, split_message, utf16_len
 
 # -- an independent reading of the rules, so the properties do not trust the code ------
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import WorkerSettings
-from gateway.metrics import Metrics
-from gateway.worker import Job, JobQueue, JobRun, JobState
-from memory.db import Database
+from mnemo.gateway.config import WorkerSettings
+from mnemo.gateway.metrics import Metrics
+from mnemo.gateway.jobs.queue import Job, JobQueue, JobRun, JobState
+from mnemo.memory.db import Database
 
 
 class Clock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.compressor import (
+from mnemo.memory.compressor import (
     PRUNED,
     SUMMARY_END,
     SUMMARY_KEY,
@@ -17,8 +17,8 @@ from memory.compressor import (
     summary_text,
     transcript,
 )
-from memory.flush import MemoryPass, instruction, memory_pass_prompt, review_window, user_turns
-from memory.sessions import NewMessage, ToolCall
+from mnemo.memory.flush import MemoryPass, instruction, memory_pass_prompt, review_window, user_turns
+from mnemo.memory.sessions import NewMessage, ToolCall
 from tests.memory.test_compressor_properties import POLICY, row, to_rows, valid
 
 HEADINGS = [line for line in TEMPLATE.splitlines()]

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.emulator import validate_request
-from gateway.history import to_api_messages
-from memory.compressor import (
+from mnemo.gateway.emulator import validate_request
+from mnemo.gateway.turns.history import to_api_messages
+from mnemo.memory.compressor import (
     PRUNED,
     SUMMARY_END,
     CompressionPolicy,
@@ -21,7 +21,7 @@ from memory.compressor import (
     is_summary,
     rows_tokens,
 )
-from memory.sessions import MessageRow, NewMessage, ToolCall
+from mnemo.memory.sessions import MessageRow, NewMessage, ToolCall
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from memory.atomic import replace_file
-from memory.curated import (
+from mnemo.memory.atomic import replace_file
+from mnemo.memory.curated import (
     ENTRY_DELIMITER,
     SEPARATOR,
     CuratedFile,
@@ -14,8 +14,8 @@ from memory.curated import (
     Target,
     parse_entries,
 )
-from memory.errors import InvalidIdentifier
-from memory.scope import UserRef
+from mnemo.memory.errors import InvalidIdentifier
+from mnemo.memory.scope import UserRef
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import time
 from itertools import count
 from pathlib import Path
 
-from memory.curated import ENTRY_DELIMITER, MemoryFiles, parse_entries
+from mnemo.memory.curated import ENTRY_DELIMITER, MemoryFiles, parse_entries
 
 # fork: the children start in milliseconds, which is what lets the crash loop do 200+
 # kills quickly; each child only runs the functions below and exits.

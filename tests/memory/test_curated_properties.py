@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from memory.curated import ENTRY_DELIMITER, MemoryFiles, parse_entries
-from memory.threats import scan
+from mnemo.memory.curated import ENTRY_DELIMITER, MemoryFiles, parse_entries
+from mnemo.memory.threats import scan
 
 LIMIT = 60
 

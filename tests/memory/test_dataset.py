@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.dataset import (
+from mnemo.memory.dataset import (
     QuestionOutcome,
     ask_questions,
     dataset_files,
@@ -22,10 +22,10 @@ from memory.dataset import (
     parse_started_at,
     summarize,
 )
-from memory.db import Database
-from memory.errors import InvalidDataset
-from memory.search import SessionSearch
-from memory.sessions import SessionStore
+from mnemo.memory.db import Database
+from mnemo.memory.errors import InvalidDataset
+from mnemo.memory.search import SessionSearch
+from mnemo.memory.sessions import SessionStore
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "bench" / "data"

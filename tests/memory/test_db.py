@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from memory.db import Database, is_busy
-from memory.errors import StoreBusy, StoreError
+from mnemo.memory.db import Database, is_busy
+from mnemo.memory.errors import StoreBusy, StoreError
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from memory.db import Database
-from memory.errors import SchemaTooNew
-from memory.migrations import MIGRATIONS, Migration, migrate, schema_version, statements
+from mnemo.memory.db import Database
+from mnemo.memory.errors import SchemaTooNew
+from mnemo.memory.migrations import MIGRATIONS, Migration, migrate, schema_version, statements
 
 
 def _connect(path: Path) -> sqlite3.Connection:

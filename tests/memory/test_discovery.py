@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from memory.discovery import ProviderInfo, discover, load_provider
-from memory.errors import ProviderError
-from memory.provider import Availability, MemoryProvider, ProviderContext, Recall, ToolSchema
-from memory.provider_config import ConfigField, ConfigKind, read_provider_config, write_provider_config
-from memory.scope import AgentContext, UserRef
+from mnemo.memory.discovery import ProviderInfo, discover, load_provider
+from mnemo.memory.errors import ProviderError
+from mnemo.memory.provider import Availability, MemoryProvider, ProviderContext, Recall, ToolSchema
+from mnemo.memory.provider_config import ConfigField, ConfigKind, read_provider_config, write_provider_config
+from mnemo.memory.scope import AgentContext, UserRef
 
 PLUGIN_IMPL = """
-from memory.provider import Availability, MemoryProvider, Recall
+from mnemo.memory.provider import Availability, MemoryProvider, Recall
 
 class EchoProvider(MemoryProvider):
     name = "{name}"
@@ -55,7 +55,7 @@ def by_name(home: Path) -> dict[str, ProviderInfo]:
 def test_the_holographic_provider_comes_from_its_entry_point(home: Path) -> None:
     info = by_name(home)["holographic"]
     assert info.available and info.reason == ""
-    assert info.source == "entry point: providers.holographic:HolographicProvider"
+    assert info.source == "entry point: mnemo.providers.holographic:HolographicProvider"
     assert isinstance(load_provider("holographic", home), MemoryProvider)
 
 

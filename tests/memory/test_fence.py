@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.fence import FENCE_TAG, RECALL_NOTE, fence, sanitize_recall, strip_fences
+from mnemo.memory.fence import FENCE_TAG, RECALL_NOTE, fence, sanitize_recall, strip_fences
 
 OPEN = f"<{FENCE_TAG}>"
 CLOSE = f"</{FENCE_TAG}>"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from memory.db import Database
-from memory.errors import StoreError
-from memory.inbox import Inbox, InboxState
+from mnemo.memory.db import Database
+from mnemo.memory.errors import StoreError
+from mnemo.gateway.delivery.inbox import Inbox, InboxState
 
 
 @pytest.fixture
@@ -67,8 +67,8 @@ async def test_marking_an_unknown_row_is_an_error(db: Database) -> None:
 CRASHER = textwrap.dedent(
     """
     import asyncio, sys, time
-    from memory.db import Database
-    from memory.inbox import Inbox
+    from mnemo.memory.db import Database
+    from mnemo.gateway.delivery.inbox import Inbox
 
     async def main(path):
         db = Database(path)

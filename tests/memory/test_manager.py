@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from memory.curated import Action, Target
-from memory.fence import FENCE_TAG
-from memory.manager import ManagerLimits, MemoryManager
-from memory.memory_tool import MemoryWrite
-from memory.provider import (
+from mnemo.memory.curated import Action, Target
+from mnemo.memory.fence import FENCE_TAG
+from mnemo.memory.manager import ManagerLimits, MemoryManager
+from mnemo.memory.memory_tool import MemoryWrite
+from mnemo.memory.provider import (
     Availability,
     MemoryProvider,
     Messages,
@@ -26,8 +26,8 @@ from memory.provider import (
     RecallIndicator,
     ToolSchema,
 )
-from memory.provider_config import ConfigField, ConfigKind
-from memory.scope import AgentContext, UserRef
+from mnemo.memory.provider_config import ConfigField, ConfigKind
+from mnemo.memory.scope import AgentContext, UserRef
 
 FAST = ManagerLimits(
     provider_timeout_s=0.3,

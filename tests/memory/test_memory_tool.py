@@ -4,8 +4,8 @@ from typing import Any, Literal
 
 import pytest
 
-from memory.curated import Action, MemoryFiles, Target
-from memory.memory_tool import (
+from mnemo.memory.curated import Action, MemoryFiles, Target
+from mnemo.memory.memory_tool import (
     MAX_FAILED_WRITES,
     MEMORY_TOOL_SCHEMA,
     MemoryCallContext,
@@ -13,7 +13,7 @@ from memory.memory_tool import (
     WriteAttempts,
     run_memory_tool,
 )
-from memory.scope import AgentContext, UserRef
+from mnemo.memory.scope import AgentContext, UserRef
 
 ANA = UserRef("telegram", "100")
 BOB = UserRef("telegram", "200")

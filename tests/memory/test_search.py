@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from memory.db import Database
-from memory.errors import InvalidSearchQuery
-from memory.search import (
+from mnemo.memory.db import Database
+from mnemo.memory.errors import InvalidSearchQuery
+from mnemo.memory.search import (
     SESSION_SEARCH_TOOL_SCHEMA,
     SearchResult,
     SessionSearch,
     make_snippet,
     run_session_search_tool,
 )
-from memory.fts_query import parse
-from memory.sessions import NewMessage, SessionStore
+from mnemo.memory.fts_query import parse
+from mnemo.memory.sessions import NewMessage, SessionStore
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -250,8 +250,8 @@ async def test_a_digest_replaces_the_snippets_and_its_failure_falls_back(
 async def test_leaving_out_the_scope_filter_for_the_whole_store_changes_no_ranking(
     db: Database, store: SessionStore
 ) -> None:
-    from memory.fts_query import Scope
-    from memory.ranking import FusionRetriever
+    from mnemo.memory.fts_query import Scope
+    from mnemo.memory.ranking import FusionRetriever
 
     await session(store, "web:dm:1", ["We adopted a beagle named Biscuit", "lovely dog", "Biscuit hates rain", "ha"])
     chat_no = await db.read(lambda c: c.execute("SELECT id FROM chats").fetchone()[0])

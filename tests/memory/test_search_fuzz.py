@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory.db import Database
-from memory.errors import InvalidSearchQuery
-from memory.ranking import NaiveRetriever, create_baseline_index
-from memory.search import SessionSearch, run_session_search_tool
-from memory.sessions import NewMessage, SessionStore
+from mnemo.memory.db import Database
+from mnemo.memory.errors import InvalidSearchQuery
+from mnemo.memory.ranking import NaiveRetriever, create_baseline_index
+from mnemo.memory.search import SessionSearch, run_session_search_tool
+from mnemo.memory.sessions import NewMessage, SessionStore
 
 CHAT = "web:dm:fuzz"
 FTS_BITS = [

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from memory.db import Database
-from memory.errors import StoreError
-from memory.sessions import NewMessage, SessionStore, ToolCall, Usage, insert_messages
-from memory.tokens import estimate_json_tokens, estimate_tokens
+from mnemo.memory.db import Database
+from mnemo.memory.errors import StoreError
+from mnemo.memory.sessions import NewMessage, SessionStore, ToolCall, Usage, insert_messages
+from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

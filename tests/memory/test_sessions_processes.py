@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.db import Database
+from mnemo.memory.db import Database
 
 WRITERS = 4
 PER_WRITER = 2000
@@ -18,8 +18,8 @@ PER_WRITER = 2000
 WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from memory.db import Database
-    from memory.sessions import NewMessage, SessionStore
+    from mnemo.memory.db import Database
+    from mnemo.memory.sessions import NewMessage, SessionStore
 
     async def main(path, n, w):
         db = Database(path)

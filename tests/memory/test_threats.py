@@ -2,7 +2,7 @@ import unicodedata
 
 import pytest
 
-from memory.threats import INVISIBLE_CHARS, MAX_SCAN_BYTES, Threat, ThreatCategory, normalize, scan
+from mnemo.memory.threats import INVISIBLE_CHARS, MAX_SCAN_BYTES, Threat, ThreatCategory, normalize, scan
 
 C = ThreatCategory
 

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.tokens import estimate_tokens
+from mnemo.memory.tokens import estimate_tokens
 
 
 def test_ascii_is_about_four_characters_per_token():

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.trivial import TRIVIAL_PHRASES, is_trivial_prompt
+from mnemo.memory.trivial import TRIVIAL_PHRASES, is_trivial_prompt
 
 
 @pytest.mark.parametrize(

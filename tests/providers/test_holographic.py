@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory.curated import Action, Target
-from memory.memory_tool import MemoryWrite
-from memory.provider import ProviderContext
-from memory.scope import AgentContext, UserRef
-from providers.holographic import HolographicProvider
+from mnemo.memory.curated import Action, Target
+from mnemo.memory.memory_tool import MemoryWrite
+from mnemo.memory.provider import ProviderContext
+from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.providers.holographic import HolographicProvider
 
 ALICE = UserRef("telegram", "1")
 BOB = UserRef("telegram", "2")

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from memory.errors import ProviderError, SchemaTooNew
-from memory.manager import ManagerLimits, MemoryManager
-from memory.provider import ProviderContext
-from memory.scope import AgentContext, UserRef
-from providers.holographic import HolographicProvider, hrr
-from providers.holographic.entities import content_terms
-from providers.holographic.store import MIGRATIONS, SHARED, FactStore, NewFact
+from mnemo.memory.errors import ProviderError, SchemaTooNew
+from mnemo.memory.manager import ManagerLimits, MemoryManager
+from mnemo.memory.provider import ProviderContext
+from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.providers.holographic import HolographicProvider, hrr
+from mnemo.providers.holographic.entities import content_terms
+from mnemo.providers.holographic.store import MIGRATIONS, SHARED, FactStore, NewFact
 
 OWNERS = ("telegram:1", SHARED)
 
@@ -188,7 +188,7 @@ def test_bad_settings_make_the_provider_unavailable(home: Path, config: dict[str
 
 
 def test_several_threads_can_write_and_read_at_once(store: FactStore) -> None:
-    from providers.holographic.retrieval import RetrievalSettings, Retriever
+    from mnemo.providers.holographic.retrieval import RetrievalSettings, Retriever
 
     retriever = Retriever(store, RetrievalSettings(), lambda: 0.0)
     errors: list[BaseException] = []

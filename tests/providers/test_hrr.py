@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from providers.holographic import hrr
+from mnemo.providers.holographic import hrr
 
 STEP = 2 * math.pi / 65536
 

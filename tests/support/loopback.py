@@ -11,9 +11,9 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator
 
-from gateway.errors import PlatformUnavailable
-from gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage
-from gateway.ports import InboundSink
+from mnemo.gateway.errors import PlatformUnavailable
+from mnemo.gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage
+from mnemo.gateway.ports import InboundSink
 
 _ids = itertools.count(1)
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import aiohttp
 
-from gateway.app import App, open_app
-from gateway.config import Settings, load_settings
-from gateway.metrics import Metrics
-from gateway.webserver import WebServer
+from mnemo.app import App, open_app
+from mnemo.gateway.config import Settings, load_settings
+from mnemo.gateway.metrics import Metrics
+from mnemo.gateway.webserver import WebServer
 
 _ids = itertools.count(1)
 
@@ -76,7 +76,7 @@ def web_settings(home: Path, **overrides: Any) -> Settings:
 
 def open_web_app(settings: Settings, llm_base_url: str, *, extra_adapters: tuple[Any, ...] = ()) -> Any:
     """open_app with the real WebServer + WebAdapter (as ``mnemo run`` wires them)."""
-    from adapters.web import WebAdapter
+    from mnemo.adapters.web import WebAdapter
 
     server = WebServer(settings.web, Metrics())
     adapter = WebAdapter(server)

@@ -1,0 +1,510 @@
+"""The platform-independent pipeline: ``Gateway.submit`` → lane → agent → outbox.
+
+What happens to an inbound message, in this order, is one method (``submit``):
+
+1. **authorize** — allowlists, admins, pairing, rate limit (``gateway.access``); a
+   refused message is never stored, only logged, and its refusal is sent directly;
+2. **bind log context** — platform, chat, user for every log line of this message;
+3. **persist** — the durable inbox (insert-or-ignore on platform+chat+message id), so
+   a redelivered update is a no-op and an accepted one survives a crash;
+4. **dispatch** — control commands run now (they bypass the queue); everything else
+   goes to the lane of its session key.
+
+Authorization comes first so nothing of an unauthorized user is stored; persisting
+comes before dispatch so a message is never acknowledged before it is durable.
+
+A turn (``_run_turn``) resolves the chat's session, builds a fresh ``Agent`` from the
+store, runs it under the adapter's typing indicator, writes the reply to the outbox
+and marks the inbox rows done, then enqueues background work. On start, inbox rows
+left unfinished by a crash are fed back into their lanes; the agent recognises a user
+message it already stored and a reply it already produced, so nothing is asked twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import structlog
+
+from mnemo.gateway.inbound.access import AccessControl, Verdict
+from mnemo.gateway.turns.agent import Agent, AgentDeps, TurnInput, TurnResult
+from mnemo.gateway.config import Settings
+from mnemo.gateway.events import (
+    ChatRef,
+    InboundMessage,
+    OutboundMessage,
+    Submitted,
+    chat_of,
+    from_payload,
+    key_for,
+    to_payload,
+)
+from mnemo.gateway.llm.client import LLMClient, context_window
+from mnemo.gateway.logs import get_logger
+from mnemo.gateway.metrics import Metrics
+from mnemo.gateway.delivery.outbox import DeliveryLoop, Outbox
+from mnemo.gateway.ports import Adapter, ReportsReachability
+from mnemo.gateway.turns.prompt import PromptParts, render_system_prompt
+from mnemo.gateway.turns.tools import ToolRegistry, TurnContext
+from mnemo.memory.curated import MemoryFiles
+from mnemo.gateway.delivery.inbox import Inbox
+from mnemo.memory.manager import MemoryManager
+from mnemo.memory.scope import AgentContext
+from mnemo.memory.search import SessionSearch
+from mnemo.memory.sessions import SessionRow, SessionStore
+
+log = get_logger(__name__)
+
+SILENT = "[SILENT]"
+
+
+class JobSink(Protocol):
+    """Where the gateway hands background work (the worker queue implements it)."""
+
+    async def enqueue(self, kind: str, session_id: str, payload: dict[str, Any] | None = None) -> Any: ...
+
+    async def depth(self) -> int: ...
+
+    async def status_line(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    inbox_id: int
+    msg: InboundMessage
+
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """``/name@bot args`` → ("name", "args"); None if not a slash command."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or len(stripped) < 2:
+        return None
+    head, _, rest = stripped[1:].partition(" ")
+    name = head.split("@", 1)[0].lower()
+    if not name or not name.replace("_", "").isalnum():
+        return None
+    return name, rest.strip()
+
+
+def turn_text(batch: Sequence[InboundMessage]) -> str:
+    parts = []
+    for m in batch:
+        text = m.text
+        if m.reply_to:
+            quoted = m.reply_to[:500].replace("\n", "\n> ")
+            text = f"> {quoted}\n{text}"
+        if m.attachments:
+            kinds = ", ".join(a.kind + (f" ({a.name})" if a.name else "") for a in m.attachments)
+            text = f"{text}\n[attached: {kinds}]".strip()
+        parts.append(text)
+    return "\n".join(parts)
+
+
+class Gateway:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: SessionStore,
+        inbox: Inbox,
+        outbox: Outbox,
+        files: MemoryFiles,
+        llm: LLMClient,
+        tools: ToolRegistry,
+        access: AccessControl,
+        search: SessionSearch | None = None,
+        commands: CommandHandler | None = None,
+        metrics: Metrics | None = None,
+        providers: MemoryManager | None = None,
+        jobs: JobSink | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.inbox = inbox
+        self.outbox = outbox
+        self.files = files
+        self.llm = llm
+        self.tools = tools
+        self.access = access
+        self.search = search
+        self.providers = providers
+        self.jobs = jobs
+        self.clock = clock
+        self.adapters: dict[str, Adapter] = {}
+        self.metrics = metrics or Metrics()
+        self.metrics.on_scrape(self._refresh_gauges)
+        self.delivery = DeliveryLoop(outbox, self.adapters, on_sent=self._count_sent)
+        from mnemo.gateway.inbound.lanes import LaneSet
+
+        self.lanes: LaneSet[Queued] = LaneSet(
+            self._run_turn,
+            debounce_s=settings.gateway.debounce_s,
+            idle_s=settings.gateway.lane_idle_s,
+            debounce_for=self._debounce_for,
+        )
+        self.commands = commands
+        self.deps = AgentDeps(llm=llm, store=store, tools=tools, sessions=settings.sessions, memory=settings.memory)
+        self.turn_listeners: list[Callable[[TurnContext, TurnResult], Awaitable[None]]] = []
+        self._session_locks: dict[str, asyncio.Lock] = {}
+        self._started = False
+
+    # --- lifecycle -------------------------------------------------------------------
+    def add_adapter(self, adapter: Adapter) -> None:
+        if adapter.name in self.adapters:
+            raise ValueError(f"adapter {adapter.name!r} already added")
+        self.adapters[adapter.name] = adapter
+        if isinstance(adapter, ReportsReachability):
+            adapter.on_chat_reachable(self.delivery.chat_reachable)
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        await self.delivery.start()
+        await self.recover()
+
+    async def stop(self, drain_s: float = 5.0) -> None:
+        if not self._started:
+            return
+        self._started = False
+        await self.lanes.drain(drain_s)
+        await self.lanes.stop()
+        await self.delivery.deliver_due()
+        await self.delivery.stop()
+
+    async def recover(self) -> int:
+        """Feed inbox rows left unfinished by a crash back into their lanes."""
+        rows = await self.inbox.unfinished()
+        for row in rows:
+            msg = from_payload(row.payload)
+            self.lanes.submit(self.session_key(msg), Queued(row.id, msg))
+        if rows:
+            log.info("inbox_recovered", count=len(rows))
+        return len(rows)
+
+    # --- the inbound chain -----------------------------------------------------------
+    def session_key(self, msg: InboundMessage) -> str:
+        return key_for(msg, per_user=self.settings.sessions.group_sessions_per_user)
+
+    def is_admin(self, msg: InboundMessage) -> bool:
+        return self.access.is_admin(msg.platform, msg.user_id)
+
+    async def submit(self, msg: InboundMessage) -> Submitted:
+        """Called by adapters for every supported inbound message. Returns what became
+        of it, so an adapter can close a pending interaction that will get no reply."""
+        decision = await self.access.check(msg)
+        if decision.verdict is not Verdict.ALLOW:
+            self.metrics.refused.inc()
+            if decision.verdict is Verdict.REFUSE and decision.reply:
+                await self._send_direct(chat_of(msg), decision.reply, msg)
+                return Submitted.REFUSED
+            return Submitted.DROPPED
+        with structlog.contextvars.bound_contextvars(platform=msg.platform, chat=msg.chat_id, user=msg.user_id):
+            row = await self.inbox.accept(msg.platform, msg.chat_id, msg.message_id, to_payload(msg))
+            if row is None:
+                log.debug("duplicate_delivery_ignored", message_id=msg.message_id)
+                return Submitted.DUPLICATE
+            self.metrics.messages_in.labels(msg.platform).inc()
+            command = parse_command(msg.text) if msg.agent_context is AgentContext.PRIMARY else None
+            if command is not None and self.commands is not None and self.commands.knows(command[0]):
+                await self._run_command(row.id, msg, *command)
+                return Submitted.ACCEPTED
+            self.lanes.submit(self.session_key(msg), Queued(row.id, msg))
+            return Submitted.ACCEPTED
+
+    async def _run_command(self, inbox_id: int, msg: InboundMessage, name: str, args: str) -> None:
+        assert self.commands is not None
+        try:
+            reply = await self.commands.run(self, msg, name, args)
+        except Exception:  # loop boundary: a broken command answers, never crashes the adapter
+            log.exception("command_failed", command=name)
+            reply = f"/{name} failed unexpectedly; the error is in the bot's log."
+        await self.reply(msg, reply, inbox_id=inbox_id, kind="command")
+        await self.inbox.mark_done(inbox_id)
+
+    def _debounce_for(self, item: Queued) -> float | None:
+        adapter = self.adapters.get(item.msg.platform)
+        return adapter.debounce_s if adapter is not None else None
+
+    # --- sessions ---------------------------------------------------------------------
+    def session_lock(self, key: str) -> asyncio.Lock:
+        """Held by a turn while it resolves and uses the chat's session, and by a
+        compression rollover while it switches sessions, so the switch is atomic with
+        respect to the chat's lane."""
+        lock = self._session_locks.get(key)
+        if lock is None:
+            lock = self._session_locks[key] = asyncio.Lock()
+        return lock
+
+    async def render_system_prompt(self, msg: InboundMessage, *, shared_room: bool) -> str:
+        def read() -> tuple[str | None, str, str | None]:
+            soul_path = self.settings.soul_path
+            soul = soul_path.read_text(encoding="utf-8-sig") if soul_path.is_file() else None
+            memory_block = self.files.shared().load().render_block()
+            user_block = None if shared_room else self.files.user(msg.speaker).load().render_block()
+            return soul, memory_block, user_block
+
+        soul, memory_block, user_block = await asyncio.to_thread(read)
+        provider_block = self.providers.system_prompt_block() if self.providers is not None else ""
+        return render_system_prompt(
+            PromptParts(
+                persona=soul,
+                memory_block=memory_block,
+                user_block=user_block,
+                platform=msg.platform,
+                is_group=not msg.is_dm,
+                is_cron=msg.agent_context is AgentContext.CRON,
+                provider_block=provider_block,
+            )
+        )
+
+    async def start_session(
+        self, msg: InboundMessage, key: str, *, source: str = "chat", parent_session_id: str | None = None
+    ) -> SessionRow:
+        prompt = await self.render_system_prompt(msg, shared_room=self._shared_room(msg))
+        return await self.store.create_session(
+            chat_key=key,
+            platform=msg.platform,
+            chat_id=msg.chat_id,
+            thread_id=msg.thread_id,
+            user_id=msg.user_id,
+            agent_context=msg.agent_context.value,
+            source=source,
+            model=self.settings.llm.model,
+            system_prompt=prompt,
+            parent_session_id=parent_session_id,
+        )
+
+    def _shared_room(self, msg: InboundMessage) -> bool:
+        return not msg.is_dm and (msg.shared_room or not self.settings.sessions.group_sessions_per_user)
+
+    def _expired(self, session: SessionRow, last_activity: datetime | None) -> str | None:
+        cfg = self.settings.sessions
+        now = self.clock()
+        last = last_activity or session.started_at
+        if cfg.idle_reset_minutes is not None and now - last >= timedelta(minutes=cfg.idle_reset_minutes):
+            return "idle"
+        if cfg.daily_reset_hour is not None:
+            boundary = now.replace(hour=cfg.daily_reset_hour, minute=0, second=0, microsecond=0)
+            if boundary > now:
+                boundary -= timedelta(days=1)
+            if last < boundary:
+                return "daily"
+        return None
+
+    async def end_session(self, session: SessionRow, reason: str) -> None:
+        await self.store.end_session(session.id, reason)
+        if self.jobs is not None and session.agent_context == AgentContext.PRIMARY.value:
+            await self.jobs.enqueue("session_end", session.id, {"reason": reason})
+
+    async def resolve_session(self, msg: InboundMessage, key: str) -> SessionRow:
+        session = await self.store.active_session(key)
+        cfg = self.settings.sessions
+        if session is not None and (cfg.idle_reset_minutes is not None or cfg.daily_reset_hour is not None):
+            reason = self._expired(session, await self.store.last_activity(session.id))
+            if reason is not None:
+                log.info("session_expired", session=session.id, reason=reason)
+                await self.end_session(session, reason)
+                session = None
+        if session is None:
+            session = await self.start_session(msg, key)
+        return session
+
+    async def reset(self, msg: InboundMessage) -> SessionRow | None:
+        """/reset: end the chat's session; the next message starts a new one."""
+        key = self.session_key(msg)
+        session = await self.store.active_session(key)
+        if session is not None:
+            await self.end_session(session, "reset")
+        return session
+
+    def turn_context(self, msg: InboundMessage, session: SessionRow, key: str) -> TurnContext:
+        return TurnContext(
+            session_id=session.id,
+            chat_key=key,
+            platform=msg.platform,
+            chat_id=msg.chat_id,
+            speaker=msg.speaker,
+            speaker_name=msg.user_name,
+            agent_context=msg.agent_context,
+            is_admin=self.is_admin(msg),
+            is_dm=msg.is_dm,
+            thread_id=msg.thread_id,
+        )
+
+    # --- a turn -----------------------------------------------------------------------
+    def _typing(self, chat: ChatRef) -> contextlib.AbstractAsyncContextManager[None]:
+        adapter = self.adapters.get(chat.platform)
+        if adapter is None or not adapter.supports_typing or not adapter.connected:
+            return contextlib.nullcontext()
+        return adapter.typing(chat)
+
+    async def _request_context(self, msg: InboundMessage, text: str, ctx: TurnContext) -> str:
+        parts = []
+        if self.providers is not None:
+            recall = await self.providers.prefetch(text, ctx.for_providers(self.settings.home))
+            if recall is not None:
+                parts.append(recall.text)
+        if self._shared_room(msg):
+            block = await asyncio.to_thread(lambda: self.files.user(msg.speaker).load().render_block())
+            if block:
+                from mnemo.memory.fence import fence
+
+                parts.append(fence(f"Profile of the current speaker ({msg.user_name or msg.user_id}):\n{block}"))
+        return "\n\n".join(parts)
+
+    async def _run_turn(self, key: str, batch: Sequence[Queued]) -> None:
+        last = batch[-1].msg
+        for q in batch:
+            await self.inbox.mark_processing(q.inbox_id)
+        chat = chat_of(last)
+        text = turn_text([q.msg for q in batch])
+        try:
+            async with self._typing(chat), self.session_lock(key):
+                session = await self.resolve_session(last, key)
+                ctx = self.turn_context(last, session, key)
+                agent = await Agent.load(self.deps, session, ctx)
+                agent.label_authors = self._shared_room(last)
+                result = await agent.run(
+                    TurnInput(
+                        text=text,
+                        author_id=last.user_id,
+                        author_name=last.user_name,
+                        platform_message_id=last.message_id,
+                        request_context=await self._request_context(last, text, ctx),
+                        meta={"message_ids": [q.msg.message_id for q in batch]},
+                    )
+                )
+        except asyncio.CancelledError:
+            # /stop: the turn is abandoned; the messages are answered with a note.
+            await self._finish(batch, "Stopped.", kind="notice")
+            raise
+        except Exception:
+            self.metrics.errors.labels("turn").inc()
+            log.exception("turn_failed", key=key)
+            await self._finish(batch, "Sorry — something went wrong on my side. Please try again.", kind="notice")
+            return
+        await self._finish(batch, self._with_recall_note(result.reply or "(no reply)", key), kind="reply", session_id=session.id)
+        await self._after_turn(last, session, ctx, text, result)
+
+    def _with_recall_note(self, reply: str, key: str) -> str:
+        if self.providers is None or not self.settings.memory.show_recall_indicator:
+            return reply
+        indicator = self.providers.recall_indicator(key)
+        return f"{reply}\n\n{indicator.render()}" if indicator is not None and indicator.count else reply
+
+    async def _finish(self, batch: Sequence[Queued], text: str, *, kind: str, session_id: str | None = None) -> None:
+        last = batch[-1]
+        await self.reply(last.msg, text, inbox_id=last.inbox_id, kind=kind, session_id=session_id)
+        for q in batch:
+            await self.inbox.mark_done(q.inbox_id)
+
+    async def reply(
+        self,
+        msg: InboundMessage,
+        text: str,
+        *,
+        inbox_id: int | None = None,
+        kind: str = "reply",
+        session_id: str | None = None,
+    ) -> int:
+        out = OutboundMessage(
+            chat=chat_of(msg),
+            text=text,
+            reply_to_message_id=msg.message_id,
+            mention_user_id=msg.user_id,
+            scheduled=kind == "cron",
+        )
+        row_id = await self.outbox.enqueue(out, kind=kind, session_id=session_id, inbox_id=inbox_id)
+        self.delivery.wake()
+        return row_id
+
+    async def _send_direct(self, chat: ChatRef, text: str, msg: InboundMessage) -> None:
+        """Refusals bypass the outbox: nothing of an unauthorized user is stored."""
+        adapter = self.adapters.get(chat.platform)
+        if adapter is None:
+            return
+        try:
+            await adapter.send(
+                OutboundMessage(chat=chat, text=text, reply_to_message_id=msg.message_id, mention_user_id=msg.user_id)
+            )
+        except Exception as e:  # loop boundary: best effort, logged
+            log.warning("refusal_not_sent", platform=chat.platform, error=f"{type(e).__name__}: {e}")
+
+    async def run_scheduled(self, msg: InboundMessage, *, deliver: bool = True) -> TurnResult:
+        """A cron run: the same agent pipeline in a fresh session (``source="cron"``,
+        ``agent_context="cron"``) scoped to the target chat, never mirrored into that
+        chat's conversation. The result goes out through the outbox unless it is exactly
+        ``[SILENT]``."""
+        if msg.agent_context is not AgentContext.CRON:
+            raise ValueError("run_scheduled takes a cron message")
+        key = self.session_key(msg)
+        session = await self.start_session(msg, key, source="cron")
+        ctx = self.turn_context(msg, session, key)
+        try:
+            agent = await Agent.load(self.deps, session, ctx)
+            result = await agent.run(
+                TurnInput(text=msg.text, author_id=msg.user_id, author_name="scheduled job",
+                          platform_message_id=msg.message_id)
+            )
+        finally:
+            await self.store.end_session(session.id, "cron_done")
+        if deliver and result.reply.strip() != SILENT and not result.failed:
+            await self.reply(msg, result.reply, kind="cron", session_id=session.id)
+        return result
+
+    def _count_sent(self, row: Any) -> None:
+        self.metrics.messages_out.labels(row.chat.platform).inc()
+
+    async def _refresh_gauges(self) -> None:
+        self.metrics.queue_depth.labels("lanes").set(sum(self.lanes.queued(k) for k in self.lanes.keys()))
+        counts = await self.outbox.counts()
+        self.metrics.queue_depth.labels("outbox").set(counts.get("queued", 0) + counts.get("sending", 0))
+        if self.jobs is not None:
+            self.metrics.queue_depth.labels("jobs").set(await self.jobs.depth())
+
+    async def health(self) -> dict[str, Any]:
+        """/healthz: adapters connected and queue depths."""
+        counts = await self.outbox.counts()
+        adapters = {name: a.connected for name, a in self.adapters.items()}
+        body: dict[str, Any] = {
+            "status": "ok" if self._started and all(adapters.values()) else "degraded",
+            "adapters": adapters,
+            "lanes": len(self.lanes),
+            "queued_messages": sum(self.lanes.queued(k) for k in self.lanes.keys()),
+            "outbox_pending": counts.get("queued", 0) + counts.get("sending", 0),
+            "outbox_failed": counts.get("failed", 0),
+        }
+        if self.jobs is not None:
+            body["jobs_pending"] = await self.jobs.depth()
+        return body
+
+    async def _after_turn(
+        self, msg: InboundMessage, session: SessionRow, ctx: TurnContext, text: str, result: TurnResult
+    ) -> None:
+        """Background work, never on the reply path."""
+        if self.providers is not None and not result.failed:
+            self.providers.sync_turn(text, result.reply, ctx.for_providers(self.settings.home))
+        if self.jobs is not None and not result.failed:
+            window = context_window(self.settings.llm)
+            threshold = self.settings.compression.threshold * window
+            over = result.last_prompt_tokens >= threshold or result.context_trimmed
+            if self.settings.compression.enabled and over:
+                await self.jobs.enqueue("compress", session.id, {"prompt_tokens": result.last_prompt_tokens})
+            elif result.review_due:
+                await self.jobs.enqueue("review", session.id, {"user_turns": result.user_turns})
+        for listener in self.turn_listeners:
+            await listener(ctx, result)
+
+
+class CommandHandler(Protocol):
+    def knows(self, name: str) -> bool: ...
+
+    async def run(self, gateway: Gateway, msg: InboundMessage, name: str, args: str) -> str: ...
+

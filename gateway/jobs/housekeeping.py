@@ -1,0 +1,392 @@
+"""The background jobs behind layer 3: compression (flush → summary → rollover), memory
+review (the nudge) and session end. Registered on the ``JobQueue`` by kind; the reply
+path never waits for any of them.
+
+**compress** (enqueued when a reply's prompt crossed ``compression.threshold``):
+
+1. *Flush*: one request to the auxiliary model offering only the ``memory`` tool, with
+   ``AgentContext.FLUSH`` (add-only, enforced by the memory tool), built from the
+   stored transcript and the memory files read now. Its calls go through the same
+   registry path as a turn's (same checks, same provider mirror). Nothing of it is
+   stored in the conversation. Recorded in the job's checkpoint, so a retry or a
+   restart never flushes the same turns twice.
+2. *Summary* of the middle by the auxiliary model (``memory/compressor.py``). A
+   transient failure (network, overload, credentials) raises: the transcript stays as
+   it is and the queue retries after 60 → 300 → 900 s. Any other failure uses the
+   compressor's deterministic fallback summary.
+3. *Rollover*, under ``gateway.session_lock(chat_key)`` so no turn of that chat runs
+   meanwhile: a new session is created with a freshly rendered system prompt (memory
+   written during the old session appears now) under the hidden source ``rollover``,
+   filled with head + summary + tail — the tail taken from the rows as they are *now*,
+   so messages answered while the summary was written move along, once and in order —
+   and then one transaction ends the old session (``end_reason="compression"``) and
+   makes the new one the chat's active session. A crash before that transaction leaves
+   only an invisible, unfinished session, ended as ``abandoned`` by the next attempt.
+
+**review**: the auxiliary model reads the turns since the last memory write (bounded)
+and may add entries (``AgentContext.REVIEW``); nothing reaches the conversation or the
+user.
+
+**session_end** (idle/daily reset, ``/reset``): a flush when the session had at least
+``compression.flush_min_user_turns`` user turns, then the ``on_session_end`` hook
+(memory providers), each recorded once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mnemo.gateway.config import Settings
+from mnemo.gateway.errors import LLMError, ProviderAuthError, RateLimited, TransientNetworkError
+from mnemo.gateway.events import ChatType, InboundMessage, session_key
+from mnemo.gateway.inbound.pipeline import Gateway
+from mnemo.gateway.llm.client import LLMResponse, context_window
+from mnemo.gateway.logs import get_logger
+from mnemo.gateway.turns.tools import TurnContext
+from mnemo.gateway.jobs.queue import DEFAULT_BACKOFF, Job, JobQueue, JobRun
+from mnemo.memory.compressor import CompressionPlan, CompressionPolicy, ContextCompressor, rows_tokens
+from mnemo.memory.errors import MemoryUnreadable
+from mnemo.memory.flush import MEMORY_PASS_SYSTEM, MemoryPass, memory_pass_prompt, review_window, user_turns
+from mnemo.memory.scope import AgentContext
+from mnemo.memory.errors import ProviderError
+from mnemo.memory.sessions import MessageRow, SessionRow, Usage
+from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
+
+log = get_logger(__name__)
+
+# Failures that say nothing about the request: keep the transcript, try again later.
+TRANSIENT = (RateLimited, TransientNetworkError, ProviderAuthError)
+COMPRESS_BACKOFF: tuple[float, ...] = (60.0, 300.0, 900.0)
+PENDING_SOURCE = "rollover"  # a session being assembled: never the chat's active one
+MEMORY_PASS_MAX_TOKENS = 1024
+
+SessionEndHook = Callable[[SessionRow, Sequence[MessageRow]], Awaitable[None]]
+SessionSwitchHook = Callable[[SessionRow, SessionRow], Awaitable[None]]
+# Before a compression: False means a provider that promised durable capture failed,
+# so the transcript must stay as it is and the compression is retried later.
+PreCompressHook = Callable[[SessionRow, Sequence[MessageRow]], Awaitable[bool]]
+
+
+def compression_policy(settings: Settings) -> CompressionPolicy:
+    c = settings.compression
+    return CompressionPolicy(
+        context_window=context_window(settings.llm),
+        threshold=c.threshold,
+        head_messages=c.head_messages,
+        tail_min_messages=c.tail_min_messages,
+        tail_token_ratio=c.tail_token_ratio,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CompressionOutcome:
+    session_id: str
+    new_session_id: str | None  # None: skipped (see reason)
+    tokens_before: int  # estimated request size: system prompt + tools + messages
+    tokens_after: int
+    summarised_messages: int
+    fallback: bool  # the deterministic summary was used
+    compressor_s: float  # time in the compressor itself (planning, prompt, assembly)
+    reason: str = ""
+
+
+def session_message(session: SessionRow, rows: Sequence[MessageRow]) -> InboundMessage:
+    """A stand-in for the chat's inbound message, rebuilt from the session row, for the
+    gateway's per-message helpers (system prompt, admin check, speaker)."""
+    parts = session.chat_key.split(":")
+    chat_type = ChatType.GROUP if len(parts) > 1 and parts[1] == ChatType.GROUP.value else ChatType.DM
+    user_id = session.user_id or session.chat_id
+    per_user_key = session_key(session.platform, chat_type, session.chat_id, session.thread_id, user_id)
+    name = next((r.author_name for r in reversed(rows) if r.role == "user" and r.author_name), "")
+    return InboundMessage(
+        platform=session.platform,
+        chat_id=session.chat_id,
+        user_id=user_id,
+        message_id=f"housekeeping-{session.id}",
+        text="",
+        user_name=name or "",
+        chat_type=chat_type,
+        thread_id=session.thread_id,
+        agent_context=AgentContext(session.agent_context),
+        shared_room=chat_type is ChatType.GROUP and per_user_key != session.chat_key,
+    )
+
+
+class Housekeeping:
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        on_session_end: SessionEndHook | None = None,
+        on_session_switch: SessionSwitchHook | None = None,
+        on_pre_compress: PreCompressHook | None = None,
+        compress_backoff: Sequence[float] = COMPRESS_BACKOFF,
+        backoff: Sequence[float] = DEFAULT_BACKOFF,
+    ) -> None:
+        self.gw = gateway
+        self.settings = gateway.settings
+        self.compressor = ContextCompressor(compression_policy(gateway.settings))
+        self.on_session_end = on_session_end
+        self.on_session_switch = on_session_switch
+        self.on_pre_compress = on_pre_compress
+        self._compress_backoff = tuple(compress_backoff)
+        self._backoff = tuple(backoff)
+        self._queue: JobQueue | None = None
+        self.compressions: deque[CompressionOutcome] = deque(maxlen=1000)  # for /status, benchmarks
+
+    def register(self, queue: JobQueue) -> None:
+        self._queue = queue
+        queue.register("compress", self.compress, backoff=self._compress_backoff)
+        queue.register("review", self.review, backoff=self._backoff)
+        queue.register("session_end", self.session_end, backoff=self._backoff)
+
+    # --- compress ---------------------------------------------------------------------
+    async def compress(self, job: Job, run: JobRun) -> None:
+        store = self.gw.store
+        session = await store.get_session(job.session_id)
+        if session is None or session.is_ended or session.source != "chat" or session.agent_context != "primary":
+            return  # reset or rolled over since it was queued: nothing to do
+        rows = await store.load_messages(session.id)
+        await self._flush_once(session, rows, MemoryPass.COMPRESSION, run)
+        overhead = self._overhead(session)
+        started = time.perf_counter()
+        # The API measured the prompt over the threshold; estimates may disagree.
+        plan = self.compressor.plan(rows, overhead_tokens=overhead, force=True)
+        spent = time.perf_counter() - started
+        if plan is None:
+            self._record(CompressionOutcome(session.id, None, 0, 0, 0, False, spent, "nothing to summarise"))
+            return
+        if self.on_pre_compress is not None and not await self.on_pre_compress(session, rows):
+            raise ProviderError("a memory provider could not checkpoint the transcript; compression retried later")
+        summary, fallback, spent_prompt = await self._summarise(session, plan)
+        async with self.gw.session_lock(session.chat_key):
+            outcome = await self._rollover(session, plan, summary, fallback, spent + spent_prompt, overhead)
+        self._record(outcome)
+        if outcome.new_session_id is not None and self.on_session_switch is not None:
+            new = await store.get_session(outcome.new_session_id)
+            if new is not None:
+                await self.on_session_switch(session, new)
+
+    def _overhead(self, session: SessionRow) -> int:
+        schemas = self.gw.tools.schemas(AgentContext(session.agent_context))
+        return estimate_tokens(session.system_prompt) + (estimate_json_tokens(list(schemas)) if schemas else 0)
+
+    async def _summarise(self, session: SessionRow, plan: CompressionPlan) -> tuple[str, bool, float]:
+        started = time.perf_counter()
+        request = self.compressor.summary_request(plan)
+        spent = time.perf_counter() - started
+        try:
+            response = await self._ask(
+                session, system=request.system, prompt=request.prompt, max_tokens=request.max_tokens + request.max_tokens // 4
+            )
+        except TRANSIENT:
+            raise  # the transcript stays; the queue retries after a cooldown
+        except LLMError as e:
+            log.warning("summary_failed_using_fallback", session=session.id, error=f"{type(e).__name__}: {e}")
+        else:
+            if response.text.strip():
+                return response.text.strip(), False, spent
+            log.warning("summary_empty_using_fallback", session=session.id)
+        started = time.perf_counter()
+        fallback = self.compressor.fallback_summary(plan)
+        return fallback, True, spent + time.perf_counter() - started
+
+    async def _rollover(
+        self, session: SessionRow, plan: CompressionPlan, summary: str, fallback: bool, spent: float, overhead: int
+    ) -> CompressionOutcome:
+        """Runs under the chat's session lock."""
+        store = self.gw.store
+        current = await store.get_session(session.id)
+        if current is None or current.is_ended:
+            return CompressionOutcome(session.id, None, 0, 0, 0, fallback, spent, "session ended meanwhile")
+        rows = await store.load_messages(session.id)
+        started = time.perf_counter()
+        new_rows = self.compressor.assemble(plan, summary, current=rows, meta={"source_session": session.id, "fallback": fallback})
+        before, after = overhead + rows_tokens(rows), overhead + rows_tokens(new_rows)
+        spent += time.perf_counter() - started
+        if after >= before:
+            log.warning("compression_ineffective", session=session.id, tokens_before=before, tokens_after=after)
+            return CompressionOutcome(session.id, None, before, after, 0, fallback, spent, "would not shrink the history")
+        msg = session_message(session, rows)
+        new = await self.gw.start_session(msg, session.chat_key, source=PENDING_SOURCE, parent_session_id=session.id)
+        await store.append_messages(new.id, new_rows)
+        switched = await store.switch_session(session.id, new.id, pending_source=PENDING_SOURCE)
+        if not switched:
+            return CompressionOutcome(session.id, None, before, after, 0, fallback, spent, "session ended meanwhile")
+        # The new session's prompt is larger than the summarised rows suggest when the
+        # system prompt grew (memory written meanwhile): count it as it is now.
+        after = after - estimate_tokens(session.system_prompt) + estimate_tokens(new.system_prompt)
+        log.info(
+            "session_compressed",
+            old=session.id,
+            new=new.id,
+            tokens_before=before,
+            tokens_after=after,
+            summarised=len(plan.middle),
+            carried=len(new_rows) - 1,
+            fallback=fallback,
+        )
+        return CompressionOutcome(session.id, new.id, before, after, len(plan.middle), fallback, spent)
+
+    def _record(self, outcome: CompressionOutcome) -> None:
+        self.compressions.append(outcome)
+        if outcome.new_session_id is None:
+            log.info("compression_skipped", session=outcome.session_id, reason=outcome.reason)
+
+    # --- review -----------------------------------------------------------------------
+    async def review(self, job: Job, run: JobRun) -> None:
+        if run.checkpoint.get("reviewed"):
+            return
+        session = await self.gw.store.get_session(job.session_id)
+        if session is None or session.agent_context != "primary":
+            return
+        rows = await self.gw.store.load_messages(session.id)
+        window = review_window(rows, max(4, 2 * self.settings.memory.nudge_interval))
+        if user_turns(window) == 0:
+            return
+        try:
+            writes = await self._memory_pass(session, window, MemoryPass.REVIEW, AgentContext.REVIEW)
+        except TRANSIENT:
+            raise
+        except LLMError as e:
+            log.warning("review_failed", session=session.id, error=f"{type(e).__name__}: {e}")
+            writes = 0
+        await run.save(reviewed=True, writes=writes)
+
+    # --- session end ------------------------------------------------------------------
+    async def session_end(self, job: Job, run: JobRun) -> None:
+        session = await self.gw.store.get_session(job.session_id)
+        if session is None:
+            return
+        rows = await self.gw.store.load_messages(session.id)
+        if session.agent_context == "primary" and user_turns(rows) >= self.settings.compression.flush_min_user_turns:
+            await self._flush_once(session, rows, MemoryPass.SESSION_END, run)
+        if self.on_session_end is not None and not run.checkpoint.get("hooked"):
+            await self.on_session_end(session, rows)
+            await run.save(hooked=True)
+
+    # --- the memory pass (flush and review) -------------------------------------------
+    async def _flush_once(self, session: SessionRow, rows: Sequence[MessageRow], kind: MemoryPass, run: JobRun) -> None:
+        """Flush unless this job already did, or an earlier job flushed these turns."""
+        if run.checkpoint.get("flushed"):
+            return
+        last_user = max((r.id for r in rows if r.role == "user"), default=0)
+        if last_user and await self._flushed_upto(session.id) >= last_user:
+            await run.save(flushed=True, flushed_upto=last_user, flush_writes=0)
+            return
+        try:
+            writes = await self._memory_pass(session, rows, kind, AgentContext.FLUSH)
+        except TRANSIENT:
+            raise
+        except LLMError as e:
+            # A request the model rejects will not improve with retries; the flush is
+            # the bonus, the compression the job.
+            log.warning("flush_failed", session=session.id, error=f"{type(e).__name__}: {e}")
+            writes = 0
+        await run.save(flushed=True, flushed_upto=last_user, flush_writes=writes)
+
+    async def _flushed_upto(self, session_id: str) -> int:
+        if self._queue is None:
+            return 0
+        marks = [j.checkpoint.get("flushed_upto") for j in await self._queue.jobs(session_id=session_id)]
+        return max((m for m in marks if isinstance(m, int)), default=0)
+
+    async def _memory_pass(
+        self, session: SessionRow, rows: Sequence[MessageRow], kind: MemoryPass, context: AgentContext
+    ) -> int:
+        """One request offering only the memory tool; its calls run through the registry
+        under ``context`` (add-only). Returns the number of entries written."""
+        msg = session_message(session, rows)
+        shared_room = not msg.is_dm and (msg.shared_room or not self.settings.sessions.group_sessions_per_user)
+        ctx = TurnContext(
+            session_id=session.id,
+            chat_key=session.chat_key,
+            platform=session.platform,
+            chat_id=session.chat_id,
+            speaker=None if shared_room else msg.speaker,
+            speaker_name=msg.user_name,
+            agent_context=context,
+            is_admin=self.gw.is_admin(msg),
+            is_dm=msg.is_dm,
+        )
+        schemas = self.gw.tools.schemas(context, only=["memory"])
+        if not schemas:
+            log.warning("memory_pass_without_memory_tool", session=session.id)
+            return 0
+        memory_block, user_block = await asyncio.to_thread(self._current_memory, ctx)
+        prompt = memory_pass_prompt(
+            kind,
+            rows,
+            memory_block=memory_block,
+            user_block=user_block,
+            max_chars=4 * self.compressor.policy.threshold_tokens,
+        )
+        response = await self._ask(
+            session, system=MEMORY_PASS_SYSTEM, prompt=prompt, tools=schemas, max_tokens=MEMORY_PASS_MAX_TOKENS
+        )
+        writes = 0
+        for call in response.tool_uses:
+            if call.get("name") != "memory":
+                continue  # only the offered tool ever runs
+            result = await self.gw.tools.call("memory", call.get("input") or {}, ctx)
+            writes += int(result.memory_write)
+        log.info("memory_pass", kind=str(kind), session=session.id, calls=len(response.tool_uses), writes=writes)
+        return writes
+
+    def _current_memory(self, ctx: TurnContext) -> tuple[str, str | None]:
+        """The files as they are now — never the session's frozen snapshot."""
+        files = self.gw.files
+        try:
+            memory_block = files.shared().load().render_block()
+        except MemoryUnreadable as e:
+            memory_block = f"(MEMORY.md cannot be read: {e})"
+        if ctx.speaker is None:
+            return memory_block, None
+        try:
+            return memory_block, files.user(ctx.speaker).load().render_block()
+        except MemoryUnreadable as e:
+            return memory_block, f"(the user's profile cannot be read: {e})"
+
+    async def _ask(
+        self,
+        session: SessionRow,
+        *,
+        system: str,
+        prompt: str,
+        max_tokens: int,
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> LLMResponse:
+        """The auxiliary model first; the main model if the auxiliary one fails for a
+        reason other than load (a wrong or retired auxiliary model name must not stop
+        compression). Usage is added to the session's counters."""
+        llm = self.settings.llm
+        models = [llm.aux_model] + ([llm.model] if llm.model != llm.aux_model else [])
+        for i, model in enumerate(models):
+            try:
+                response = await self.gw.llm.create(
+                    system=system,
+                    messages=[{"role": "user", "content": prompt}],
+                    tools=tools,
+                    model=model,
+                    max_tokens=max_tokens,
+                    cache=False,
+                )
+            except RateLimited:
+                raise
+            except LLMError as e:
+                if i == len(models) - 1:
+                    raise
+                log.warning("aux_model_failed", model=model, fallback=models[-1], error=f"{type(e).__name__}: {e}")
+                continue
+            u = response.usage
+            await self.gw.store.add_usage(
+                session.id,
+                Usage(u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens, response.cost_usd),
+            )
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,70 @@
+"""The built-in tools (``memory``, ``session_search``) bound to their stores.
+
+They are registered through the same ``ToolRegistry.register`` path every other tool
+uses; this module only adapts each tool's memory-layer handler to the turn context.
+The memory tool never takes *whose* USER.md from its arguments: the speaker comes from
+the turn context, which the gateway built from the platform event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from mnemo.gateway.config import Settings
+from mnemo.gateway.turns.tools import Tool, ToolRegistry, ToolResult, TurnContext
+from mnemo.memory.curated import MemoryFiles
+from mnemo.memory.memory_tool import MEMORY_TOOL_SCHEMA, MemoryCallContext, MemoryWrite, run_memory_tool
+from mnemo.memory.search import SESSION_SEARCH_TOOL_SCHEMA, SearchDigest, SessionSearch, run_session_search_tool
+
+OnWrite = Callable[[MemoryWrite, TurnContext], Awaitable[None]]
+
+
+def memory_tool(files: MemoryFiles, settings: Settings, on_write: OnWrite | None = None) -> Tool:
+    async def handler(args: Mapping[str, Any], ctx: TurnContext) -> ToolResult:
+        call_ctx = MemoryCallContext(
+            speaker=ctx.speaker,
+            agent_context=ctx.agent_context,
+            is_admin=ctx.is_admin,
+            shared_write=settings.memory.shared_write,
+        )
+
+        async def mirror(write: MemoryWrite) -> None:
+            if on_write is not None:
+                await on_write(write, ctx)
+
+        result = await run_memory_tool(files, args, call_ctx, ctx.memory_attempts, on_write=mirror)
+        wrote = result.get("success") is True and result.get("changed") is True
+        return ToolResult(json.dumps(result, ensure_ascii=False), is_error=not result.get("success"), memory_write=wrote)
+
+    return Tool("memory", MEMORY_TOOL_SCHEMA, handler)
+
+
+def session_search_tool(search: SessionSearch, settings: Settings, digest: SearchDigest | None = None) -> Tool:
+    async def handler(args: Mapping[str, Any], ctx: TurnContext) -> dict[str, Any]:
+        return await run_session_search_tool(
+            search,
+            args,
+            chat_key=ctx.chat_key,
+            current_session_id=ctx.session_id,
+            default_limit=settings.search.default_limit,
+            max_limit=settings.search.max_limit,
+            digest=digest if settings.search.digest else None,
+        )
+
+    return Tool("session_search", SESSION_SEARCH_TOOL_SCHEMA, handler)
+
+
+def register_builtin_tools(
+    registry: ToolRegistry,
+    *,
+    files: MemoryFiles,
+    search: SessionSearch,
+    settings: Settings,
+    on_memory_write: OnWrite | None = None,
+    digest: SearchDigest | None = None,
+) -> None:
+    registry.register(memory_tool(files, settings, on_memory_write))
+    registry.register(session_search_tool(search, settings, digest))
+

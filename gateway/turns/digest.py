@@ -1,0 +1,52 @@
+"""The session_search digest: the auxiliary model summarises what the hits say.
+
+``memory.search.run_session_search_tool`` calls ``summarize`` after a search with hits
+when ``search.digest`` is on. The digest is focused on the query and written in the
+past tense ("On 3 May the user said …"), so the main model reads a short answer rather
+than raw snippets. Any failure raises; the search tool then returns the plain hits.
+"""
+
+from __future__ import annotations
+
+from mnemo.gateway.llm.client import LLMClient
+from mnemo.memory.search import SearchResult
+
+DIGEST_MAX_TOKENS = 600
+_HITS_CHARS = 12_000
+
+INSTRUCTION = (
+    "You are given excerpts from past conversations with this user, found by searching "
+    "for: {query!r}.\nSummarise, in the past tense and in at most 6 short bullet points, "
+    "only what the excerpts say that is relevant to the search (who said it and when). "
+    "If nothing is relevant, answer exactly: nothing relevant found."
+)
+
+
+class LLMSearchDigest:
+    def __init__(self, llm: LLMClient, model: str) -> None:
+        self.llm = llm
+        self.model = model
+
+    async def summarize(self, query: str, result: SearchResult) -> str:
+        lines: list[str] = []
+        used = 0
+        for session in result.sessions:
+            for hit in session.hits:
+                who = hit.author_name or hit.role
+                line = f"[{hit.created_at:%Y-%m-%d}] {who}: {hit.snippet}"
+                if used + len(line) > _HITS_CHARS:
+                    break
+                lines.append(line)
+                used += len(line)
+        prompt = INSTRUCTION.format(query=query) + "\n\nExcerpts:\n" + "\n".join(lines)
+        response = await self.llm.create(
+            system="You summarise search results precisely and briefly.",
+            messages=[{"role": "user", "content": prompt}],
+            model=self.model,
+            max_tokens=DIGEST_MAX_TOKENS,
+            cache=False,
+        )
+        text = response.text.strip()
+        if not text:
+            raise ValueError("empty digest")
+        return text

@@ -1,0 +1,159 @@
+"""The tool registry: a tool is an Anthropic schema plus an async handler.
+
+Handlers receive the validated arguments and the ``TurnContext`` of the turn that
+called them; whatever they need beyond that (stores, the LLM) is bound when the tool is
+registered. The registry turns every failure into an error ``tool_result`` the model can
+read — unknown tool, bad arguments, a handler exception — so a tool can never end a
+turn. Schemas are returned in registration order: tool definitions are part of the
+cached prompt prefix, so their bytes must not change between requests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mnemo.gateway.logs import get_logger
+from mnemo.memory.memory_tool import WriteAttempts
+from mnemo.memory.provider import ProviderContext
+from mnemo.memory.scope import AgentContext, UserRef
+
+log = get_logger(__name__)
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    """Who is speaking, where, and in which context — fixed for one turn."""
+
+    session_id: str
+    chat_key: str
+    platform: str
+    chat_id: str
+    speaker: UserRef | None
+    speaker_name: str
+    agent_context: AgentContext
+    is_admin: bool
+    is_dm: bool
+    thread_id: str | None = None
+    # Per-turn mutable counter of failed memory writes (3 → "stop retrying").
+    memory_attempts: WriteAttempts = field(default_factory=WriteAttempts)
+
+    def for_providers(self, home: Path) -> ProviderContext:
+        """The memory providers' view of this turn (layer 4 never sees gateway types)."""
+        return ProviderContext(
+            session_id=self.session_id,
+            chat_key=self.chat_key,
+            platform=self.platform,
+            user=self.speaker,
+            agent_context=self.agent_context,
+            home=home,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    content: str
+    is_error: bool = False
+    # True when the call changed curated memory (rebuilds the nudge counter).
+    memory_write: bool = False
+
+
+Handler = Callable[[Mapping[str, Any], TurnContext], Awaitable["str | dict[str, Any] | ToolResult"]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    schema: Mapping[str, Any]
+    handler: Handler
+    # Contexts in which the tool is offered; empty means all.
+    contexts: frozenset[AgentContext] = frozenset()
+
+    def offered_in(self, ctx: AgentContext) -> bool:
+        return not self.contexts or ctx in self.contexts
+
+
+def _check_args(schema: Mapping[str, Any], args: Any) -> str | None:
+    """Shallow JSON-schema check: object, required keys, top-level types and enums."""
+    if not isinstance(args, dict):
+        return "arguments must be a JSON object"
+    input_schema = schema.get("input_schema") or {}
+    props: Mapping[str, Any] = input_schema.get("properties") or {}
+    missing = [k for k in input_schema.get("required", ()) if k not in args]
+    if missing:
+        return f"missing required argument(s): {', '.join(missing)}"
+    for key, value in args.items():
+        spec = props.get(key)
+        if spec is None:
+            if input_schema.get("additionalProperties") is False:
+                return f"unknown argument {key!r} (allowed: {', '.join(props)})"
+            continue
+        expected = spec.get("type")
+        types = _JSON_TYPES.get(expected) if isinstance(expected, str) else None
+        if types and (not isinstance(value, types) or (expected != "boolean" and isinstance(value, bool))):
+            return f"argument {key!r} must be of type {expected}"
+        if "enum" in spec and value not in spec["enum"]:
+            return f"argument {key!r} must be one of {', '.join(map(str, spec['enum']))}"
+    return None
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    note = f"\n[output truncated: {len(text) - limit:,} of {len(text):,} characters cut]"
+    return text[: max(0, limit - len(note))] + note
+
+
+class ToolRegistry:
+    def __init__(self, max_output_chars: int = 20_000) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.max_output_chars = max_output_chars
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is already registered")
+        if tool.schema.get("name") != tool.name:
+            raise ValueError(f"tool {tool.name!r}: schema name {tool.schema.get('name')!r} differs")
+        self._tools[tool.name] = tool
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def schemas(self, ctx: AgentContext, only: Sequence[str] | None = None) -> list[Mapping[str, Any]]:
+        return [
+            t.schema
+            for t in self._tools.values()
+            if t.offered_in(ctx) and (only is None or t.name in only)
+        ]
+
+    async def call(self, name: str, args: Any, ctx: TurnContext) -> ToolResult:
+        tool = self._tools.get(name)
+        if tool is None or not tool.offered_in(ctx.agent_context):
+            return ToolResult(f"Error: unknown tool {name!r}. Available: {', '.join(self.names())}", is_error=True)
+        problem = _check_args(tool.schema, args)
+        if problem is not None:
+            return ToolResult(f"Error: {problem}", is_error=True)
+        try:
+            out = await tool.handler(args, ctx)
+        except Exception as e:  # loop boundary: a tool never ends the turn
+            log.exception("tool_failed", tool=name, session=ctx.session_id)
+            return ToolResult(f"Error: tool {name!r} failed: {type(e).__name__}: {e}", is_error=True)
+        if isinstance(out, ToolResult):
+            return ToolResult(_truncate(out.content, self.max_output_chars), out.is_error, out.memory_write)
+        if isinstance(out, dict):
+            text = json.dumps(out, ensure_ascii=False)
+            failed = out.get("success") is False or "error" in out and out.get("success") is not True
+            return ToolResult(_truncate(text, self.max_output_chars), is_error=bool(failed))
+        return ToolResult(_truncate(str(out), self.max_output_chars))

@@ -1,0 +1,282 @@
+"""Lifecycle in one place: build every component and enter it in one AsyncExitStack.
+
+    store → LLM client (→ emulator in trial mode) → memory providers → worker queue
+          → scheduler → gateway → adapters
+
+and exit in reverse. ``mnemo run``, ``mnemo chat``, ``mnemo demo`` and the end-to-end
+tests all go through ``open_app`` so they run the same pipeline.
+
+Start-up rules: with nothing configured mnemo runs in **local trial mode** (loopback
+adapters, the scripted offline model served by the in-process emulator, a banner
+saying so). A platform token without an LLM key or base URL is refused: a public bot
+never answers with the scripted model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mnemo.gateway.inbound.access import AccessControl, PairingStore
+from mnemo.gateway.turns.builtin_tools import register_builtin_tools
+from mnemo.gateway.inbound.commands import CommandRouter, default_commands
+from mnemo.gateway.config import TRIAL_BANNER, Settings
+from mnemo.gateway.cron.service import CronJobs
+from mnemo.gateway.cron.scheduler import CronRunner, CronScheduler
+from mnemo.gateway.cron.store import CronStore
+from mnemo.gateway.cron.tool import CronCommand, cronjob_tool
+from mnemo.gateway.turns.digest import LLMSearchDigest
+from mnemo.gateway.errors import StartupError
+from mnemo.gateway.inbound.pipeline import Gateway
+from mnemo.gateway.jobs.housekeeping import Housekeeping
+from mnemo.gateway.llm.client import LLMClient
+from mnemo.gateway.logs import get_logger
+from mnemo.gateway.metrics import Metrics
+from mnemo.gateway.delivery.outbox import Outbox
+from mnemo.gateway.jobs.provider_hooks import ProviderSessionHooks
+from mnemo.gateway.ports import Adapter
+from mnemo.gateway.turns.tools import Tool, ToolRegistry, ToolResult, TurnContext
+from mnemo.gateway.webserver import WebServer
+from mnemo.gateway.jobs.queue import JobQueue
+from mnemo.memory.curated import MemoryFiles
+from mnemo.memory.db import Database
+from mnemo.memory.discovery import load_provider
+from mnemo.memory.errors import ProviderError
+from mnemo.gateway.delivery.inbox import Inbox
+from mnemo.memory.manager import ManagerLimits, MemoryManager
+from mnemo.memory.memory_tool import MemoryWrite
+from mnemo.memory.search import SessionSearch
+from mnemo.memory.sessions import SessionStore
+
+log = get_logger(__name__)
+
+
+@dataclass
+class App:
+    settings: Settings
+    db: Database
+    store: SessionStore
+    inbox: Inbox
+    outbox: Outbox
+    files: MemoryFiles
+    search: SessionSearch
+    llm: LLMClient
+    tools: ToolRegistry
+    access: AccessControl
+    commands: CommandRouter
+    gateway: Gateway
+    metrics: Metrics
+    providers: MemoryManager
+    web: WebServer | None = None
+    jobs: JobQueue | None = None
+    housekeeping: Housekeeping | None = None
+    trial: bool = False
+    emulator: object | None = None
+    adapters: list[Adapter] = field(default_factory=list)
+    cron: CronJobs | None = None
+    cron_runner: CronRunner | None = None
+    scheduler: CronScheduler | None = None  # None when open_app(..., scheduler=False)
+
+
+async def open_providers(settings: Settings) -> MemoryManager:
+    """The MemoryManager with the configured external provider (``memory.provider``).
+    A provider that is unknown, unavailable or fails to start is logged and left out:
+    the bot runs on its built-in memory rather than not at all."""
+    manager = MemoryManager(
+        settings.home,
+        ManagerLimits(
+            provider_timeout_s=settings.memory.provider_timeout_s,
+            prefetch_timeout_s=settings.memory.prefetch_timeout_s,
+            drain_timeout_s=settings.worker.drain_timeout_s,
+        ),
+    )
+    name = settings.memory.provider
+    if name:
+        try:
+            manager.add_provider(load_provider(name, settings.home))
+        except ProviderError as e:
+            log.error("memory_provider_not_loaded", provider=name, error=str(e))
+    await manager.start()
+    return manager
+
+
+def register_provider_tools(tools: ToolRegistry, providers: MemoryManager, home: Path) -> None:
+    """Provider tools go through the same registry as the built-ins."""
+    for schema in providers.tool_schemas():
+        name = schema["name"]
+
+        async def handler(args: Mapping[str, Any], ctx: TurnContext, name: str = name) -> ToolResult:
+            text = await providers.handle_tool_call(name, args, ctx.for_providers(home))
+            return ToolResult(text, is_error=_reports_failure(text))
+
+        tools.register(Tool(name, schema, handler))
+
+
+def _reports_failure(text: str) -> bool:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and (value.get("ok") is False or value.get("success") is False)
+
+
+def check_startup(settings: Settings) -> None:
+    if settings.platform_tokens and not settings.has_llm_endpoint:
+        raise StartupError(
+            f"{', '.join(settings.platform_tokens)} token configured but no ANTHROPIC_API_KEY or "
+            "ANTHROPIC_BASE_URL: refusing to answer a public chat with the scripted trial model."
+        )
+
+
+@asynccontextmanager
+async def open_app(
+    settings: Settings,
+    *,
+    adapters: Sequence[Adapter] = (),
+    web: WebServer | None = None,
+    metrics: Metrics | None = None,
+    llm_base_url: str | None = None,
+    api_key: str | None = None,
+    trial: bool | None = None,
+    scheduler: bool = True,
+) -> AsyncIterator[App]:
+    """Build, start and yield the whole application; stop it in reverse on exit.
+
+    ``trial`` forces (or forbids) the scripted emulator; by default it is on exactly
+    when nothing is configured. ``llm_base_url`` points the client elsewhere (tests).
+    ``web`` is the local HTTP server adapters have added their routes to; it gets
+    ``/healthz`` and ``/metrics`` and is started after the gateway, before adapters.
+    ``scheduler=False`` leaves cron jobs to another process (``mnemo cron run-now``'s
+    minimal app runs one job and nothing else).
+    """
+    metrics = metrics or (web.metrics if web is not None else Metrics())
+    check_startup(settings)
+    use_trial = settings.trial_mode and llm_base_url is None if trial is None else trial
+    async with AsyncExitStack() as stack:
+        db = Database(settings.state_db)
+        await db.open()
+        stack.push_async_callback(db.close)
+        store = SessionStore(db)
+        inbox = Inbox(db)
+        outbox = Outbox(db)
+        files = MemoryFiles(
+            settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit
+        )
+        search = SessionSearch(db)
+
+        emulator = None
+        if use_trial:
+            from mnemo.gateway.emulator import Emulator
+
+            emulator = Emulator(record_limit=100)
+            await emulator.start()
+            stack.push_async_callback(emulator.stop)
+            llm_base_url = emulator.base_url
+            api_key = api_key or "trial-mode"
+            log.warning("trial_mode", banner=TRIAL_BANNER)
+        llm = LLMClient(settings.llm, base_url=llm_base_url, api_key=api_key, metrics=metrics)
+        stack.push_async_callback(llm.aclose)
+
+        providers = await open_providers(settings)
+        stack.push_async_callback(providers.shutdown)
+
+        tools = ToolRegistry(max_output_chars=settings.sessions.tool_output_max_chars)
+
+        async def mirror_write(write: MemoryWrite, ctx: TurnContext) -> None:
+            await providers.on_memory_write(write, ctx.for_providers(settings.home))
+
+        register_builtin_tools(
+            tools,
+            files=files,
+            search=search,
+            settings=settings,
+            on_memory_write=mirror_write,
+            digest=LLMSearchDigest(llm, settings.llm.aux_model),
+        )
+        access = AccessControl(settings, PairingStore(db))
+        cron = CronJobs(CronStore(db), settings.cron, default_timezone=settings.cron.timezone or settings.gateway.timezone)
+        tools.register(cronjob_tool(cron))
+        commands = default_commands(cron=CronCommand(cron))
+        jobs = JobQueue(db, settings.worker, metrics=metrics)
+        gateway = Gateway(
+            settings,
+            store=store,
+            inbox=inbox,
+            outbox=outbox,
+            files=files,
+            llm=llm,
+            tools=tools,
+            access=access,
+            search=search,
+            commands=commands,
+            metrics=metrics,
+            jobs=jobs,
+            providers=providers,
+        )
+        register_provider_tools(tools, providers, settings.home)
+        hooks = ProviderSessionHooks(providers, settings.home)
+        housekeeping = Housekeeping(
+            gateway,
+            on_session_end=hooks.session_end,
+            on_session_switch=hooks.session_switch,
+            on_pre_compress=hooks.pre_compress,
+        )
+        housekeeping.register(jobs)
+        for adapter in adapters:
+            gateway.add_adapter(adapter)
+        # The worker starts before the gateway and stops after it: jobs the last turns
+        # enqueue are persisted, and the running ones get their drain time.
+        await jobs.start()
+        stack.push_async_callback(jobs.stop)
+        # The cron scheduler likewise: a run in flight at shutdown gets its drain time
+        # while the LLM client and the store are still open.
+        cron_runner = CronRunner(gateway, cron.store)
+        cron_scheduler = None
+        if scheduler:
+            await cron.sync_declared(settings.cron.jobs)
+            cron_scheduler = CronScheduler(cron, cron_runner, settings.cron, drain_s=settings.worker.drain_timeout_s)
+            await cron_scheduler.start()
+            stack.push_async_callback(cron_scheduler.stop)
+        await gateway.start()
+        stack.push_async_callback(gateway.stop)
+        if web is not None:
+            web.set_health_probe(gateway.health)
+            await web.start()
+            stack.push_async_callback(web.stop)
+        for line in access.describe():
+            log.info("access_policy", policy=line)
+        app = App(
+            settings=settings,
+            db=db,
+            store=store,
+            inbox=inbox,
+            outbox=outbox,
+            files=files,
+            search=search,
+            llm=llm,
+            tools=tools,
+            access=access,
+            commands=commands,
+            gateway=gateway,
+            metrics=metrics,
+            providers=providers,
+            web=web,
+            jobs=jobs,
+            housekeeping=housekeeping,
+            trial=use_trial,
+            emulator=emulator,
+            adapters=list(adapters),
+            cron=cron,
+            cron_runner=cron_runner,
+            scheduler=cron_scheduler,
+        )
+        for adapter in adapters:
+            await adapter.start(gateway.submit)
+            stack.push_async_callback(adapter.stop)
+            log.info("adapter_started", adapter=adapter.name)
+        gateway.delivery.wake()
+        yield app

@@ -1,0 +1,288 @@
+"""``mnemo doctor``: check a profile before (or while) running it, one line per check.
+
+    ✓ config: /srv/mnemo/config.yaml is valid
+    ✗ .env: mode 0644 — other users can read your secrets; run: chmod 600 /srv/mnemo/.env
+    – llm: skipped — local trial mode (no ANTHROPIC_API_KEY): replies are scripted
+
+``✓`` passed, ``✗`` failed, ``–`` skipped (does not fail the run). Exit 0 when nothing
+failed, 1 otherwise. An invalid config never reaches this module: ``mnemo`` itself
+stops with exit 2 and the list of bad keys.
+
+The network checks are plain HTTP calls with a short timeout and no platform SDK (the
+gateway package never imports one): the LLM endpoint is asked for ``GET /v1/models``
+(free, and it checks the key) and, where a compatible endpoint has no such route, for a
+one-token message; Telegram for ``getMe`` and Discord for ``GET /users/@me``, through
+the configured base URLs. Secrets never appear in the output: every line is scrubbed of
+every configured secret value, because an error may quote a URL holding the Telegram
+token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import json
+import os
+import socket
+import sqlite3
+import stat
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import aiohttp
+
+from mnemo.gateway.config import Settings
+from mnemo.gateway.webserver import is_loopback
+from mnemo.memory.db import Database
+from mnemo.memory.errors import StoreError
+
+ANTHROPIC_API = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+DISCORD_API = "https://discord.com/api/v10"
+TIMEOUT_S = 5.0
+
+
+class Status(Enum):
+    PASS = ("✓", "OK")
+    FAIL = ("✗", "FAIL")
+    SKIP = ("–", "SKIP")
+
+    def mark(self, unicode: bool) -> str:
+        return self.value[0] if unicode else self.value[1]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="check config, file permissions, database and every configured endpoint")
+    p.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per network check (default 5)")
+    p.set_defaults(handler=doctor)
+
+
+# --- local checks -------------------------------------------------------------------------
+def check_config(settings: Settings) -> Check:
+    if settings.trial_mode:
+        mode = "local trial mode (nothing configured)"
+    else:
+        mode = "platforms: " + (", ".join(settings.platform_tokens) or "none (web chat only)")
+    where = f"{settings.config_path} is valid" if settings.config_path.exists() else "no config.yaml, built-in defaults"
+    return Check("config", Status.PASS, f"{where}; {mode}")
+
+
+def check_home(settings: Settings) -> Check:
+    home = settings.home
+    if not home.is_dir():
+        return Check("home", Status.FAIL, f"{home} does not exist (create it with: mkdir -m 700 {home})")
+    mode = stat.S_IMODE(home.stat().st_mode)
+    if mode & 0o022:
+        return Check(
+            "home",
+            Status.FAIL,
+            f"{home} is group/world-writable (mode {mode:04o}): others could rewrite the bot's memory "
+            f"and config; run: chmod go-w {home}",
+        )
+    if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
+        return Check("home", Status.FAIL, f"{home} is not readable and writable by this user")
+    return Check("home", Status.PASS, f"{home} (mode {mode:04o})")
+
+
+def check_dotenv(settings: Settings) -> Check:
+    path = settings.home / ".env"
+    if not path.exists():
+        return Check(".env", Status.SKIP, "none (secrets come from the environment)")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return Check(
+            ".env", Status.FAIL, f"mode {mode:04o}: other users can read your secrets; run: chmod 600 {path}"
+        )
+    return Check(".env", Status.PASS, f"{path} (mode {mode:04o})")
+
+
+def check_memories(settings: Settings) -> Check:
+    root = settings.memories_dir
+    if not root.exists():
+        return Check("memories", Status.PASS, f"{root} not created yet (made on the first memory write)")
+    shared = root / "MEMORY.md"
+    profiles = sorted((root / "users").glob("*/*/USER.md"))
+    chars = 0
+    for path in ([shared] if shared.exists() else []) + profiles:
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as e:
+            return Check("memories", Status.FAIL, f"cannot read {path}: {e}")
+        if path == shared:
+            chars = len(text)
+    return Check("memories", Status.PASS, f"{root} readable (MEMORY.md {chars:,} chars, {len(profiles)} user profiles)")
+
+
+async def check_database(settings: Settings) -> Check:
+    if not settings.home.is_dir():
+        return Check("state.db", Status.SKIP, "no home folder yet")
+    db = Database(settings.state_db)
+    try:
+        await db.open()
+        return Check("state.db", Status.PASS, f"{settings.state_db} opens, schema version {db.schema_version}")
+    except (StoreError, sqlite3.Error, OSError) as e:
+        return Check("state.db", Status.FAIL, f"{settings.state_db}: {e}")
+    finally:
+        await db.close()
+
+
+# --- network checks -----------------------------------------------------------------------
+def _error_text(body: Any) -> str:
+    """The human part of an API error body (Anthropic, Telegram or Discord shape)."""
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:200]
+        for key in ("description", "message"):
+            if body.get(key):
+                return str(body[key])[:200]
+    return ""
+
+
+async def _request(http: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> tuple[int, Any]:
+    async with http.request(method, url, **kw) as resp:
+        raw = await resp.read()
+    try:
+        return resp.status, json.loads(raw)
+    except ValueError:
+        return resp.status, None
+
+
+def _failed(name: str, status: int, body: Any, what: str) -> Check:
+    if status in (401, 403):
+        return Check(name, Status.FAIL, f"{what} rejected (HTTP {status}) {_error_text(body)}".rstrip())
+    return Check(name, Status.FAIL, f"HTTP {status} {_error_text(body)}".rstrip())
+
+
+async def check_llm(settings: Settings, http: aiohttp.ClientSession) -> Check:
+    if settings.trial_mode:
+        return Check("llm", Status.SKIP, "local trial mode (no ANTHROPIC_API_KEY): replies are scripted")
+    base = (settings.llm.base_url or ANTHROPIC_API).rstrip("/")
+    headers = {"anthropic-version": ANTHROPIC_VERSION}
+    if settings.llm.api_key is not None:
+        headers["x-api-key"] = settings.llm.api_key.get_secret_value()
+    status, body = await _request(http, "GET", f"{base}/v1/models?limit=1", headers=headers)
+    if status == 200:
+        return Check("llm", Status.PASS, f"{base} answers and accepts the key")
+    if status not in (404, 405):
+        return _failed("llm", status, body, "API key")
+    # An Anthropic-compatible endpoint without /v1/models: the cheapest real call.
+    probe = {"model": settings.llm.aux_model, "max_tokens": 1, "messages": [{"role": "user", "content": "ping"}]}
+    status, body = await _request(http, "POST", f"{base}/v1/messages", headers=headers, json=probe)
+    if status == 200:
+        return Check("llm", Status.PASS, f"{base} answers a 1-token message ({settings.llm.aux_model})")
+    return _failed("llm", status, body, "API key")
+
+
+async def check_telegram(settings: Settings, http: aiohttp.ClientSession) -> Check:
+    assert settings.telegram.bot_token is not None
+    base = settings.telegram.api_base_url.rstrip("/")
+    token = settings.telegram.bot_token.get_secret_value()
+    status, body = await _request(http, "GET", f"{base}/bot{token}/getMe")
+    if status == 200 and isinstance(body, dict) and body.get("ok") and isinstance(body.get("result"), dict):
+        me = body["result"]
+        mode = "webhook" if settings.telegram.webhook_url else "long polling"
+        return Check("telegram", Status.PASS, f"@{me.get('username')} (id {me.get('id')}) via {base}, {mode}")
+    return _failed("telegram", status, body, "bot token")
+
+
+async def check_discord(settings: Settings, http: aiohttp.ClientSession) -> Check:
+    assert settings.discord.bot_token is not None
+    base = (settings.discord.api_base_url or DISCORD_API).rstrip("/")
+    headers = {"Authorization": f"Bot {settings.discord.bot_token.get_secret_value()}"}
+    status, body = await _request(http, "GET", f"{base}/users/@me", headers=headers)
+    if status == 200 and isinstance(body, dict) and body.get("id"):
+        return Check("discord", Status.PASS, f"{body.get('username')} (id {body['id']}) via {base}")
+    return _failed("discord", status, body, "bot token")
+
+
+async def check_web(settings: Settings, http: aiohttp.ClientSession) -> Check:
+    web = settings.web
+    what = "web chat, /healthz, /metrics" if web.enabled else "/healthz, /metrics (web chat disabled)"
+    if not is_loopback(web.host) and web.access_token is None:
+        return Check("web", Status.FAIL, f"{web.host} is not a loopback address and MNEMO_WEB_TOKEN is not set")
+    if web.port == 0:
+        return Check("web", Status.PASS, f"{web.host}, a free port is picked at start ({what})")
+    try:
+        infos = socket.getaddrinfo(web.host, web.port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, addr = infos[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(addr)
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            return Check("web", Status.FAIL, f"cannot bind {web.host}:{web.port}: {e.strerror or e}")
+        return await _port_in_use(http, web.host, web.port)
+    return Check("web", Status.PASS, f"{web.host}:{web.port} is free ({what})")
+
+
+async def _port_in_use(http: aiohttp.ClientSession, host: str, port: int) -> Check:
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        status, body = await _request(http, "GET", f"http://{shown}:{port}/healthz")
+    except (aiohttp.ClientError, TimeoutError):
+        status, body = 0, None
+    if isinstance(body, dict) and "adapters" in body:
+        return Check("web", Status.PASS, f"{host}:{port} is in use by a running mnemo (/healthz: {body.get('status')})")
+    return Check("web", Status.FAIL, f"{host}:{port} is in use by another program")
+
+
+NetworkCheck = Callable[[Settings, aiohttp.ClientSession], Awaitable[Check]]
+
+
+async def _guarded(name: str, check: NetworkCheck, settings: Settings, http: aiohttp.ClientSession) -> Check:
+    try:
+        return await check(settings, http)
+    except TimeoutError:
+        return Check(name, Status.FAIL, "unreachable: no answer within the timeout")
+    except aiohttp.ClientError as e:
+        return Check(name, Status.FAIL, f"unreachable: {e}")
+
+
+async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> list[Check]:
+    checks = [check_config(settings), check_home(settings), check_dotenv(settings), check_memories(settings)]
+    checks.append(await check_database(settings))
+    network: list[tuple[str, NetworkCheck]] = [("llm", check_llm)]
+    if settings.telegram.bot_token is not None:
+        network.append(("telegram", check_telegram))
+    if settings.discord.bot_token is not None:
+        network.append(("discord", check_discord))
+    network.append(("web", check_web))
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        checks += await asyncio.gather(*(_guarded(name, fn, settings, http) for name, fn in network))
+    return checks
+
+
+def render(check: Check, secrets: tuple[str, ...], *, unicode: bool = True) -> str:
+    line = f"{check.status.mark(unicode)} {check.name}: {check.detail}"
+    for secret in secrets:
+        line = line.replace(secret, "***")
+    return line
+
+
+def doctor(args: argparse.Namespace, settings: Settings) -> int:
+    checks = asyncio.run(run_checks(settings, timeout_s=args.timeout))
+    encoding = sys.stdout.encoding or "ascii"
+    try:
+        "✓✗–".encode(encoding)
+        unicode = True
+    except (UnicodeEncodeError, LookupError):
+        unicode = False
+    secrets = settings.secret_values()
+    for check in checks:
+        print(render(check, secrets, unicode=unicode))
+    failed = [c.name for c in checks if c.status is Status.FAIL]
+    print(f"{len(failed)} check(s) failed: {', '.join(failed)}" if failed else "all checks passed")
+    return 1 if failed else 0

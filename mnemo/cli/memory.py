@@ -1,0 +1,110 @@
+"""``mnemo memory``: read and edit the curated memory files from a shell.
+
+The edits go through the same ``memory`` tool the model uses, acting as an admin in a
+primary context, so the same limits, threat scan and result texts apply; the tool's JSON
+result is printed. Exit codes: 0 success, 1 refused, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
+from mnemo.gateway.config import Settings
+from mnemo.memory.curated import CuratedFile, MemoryFiles
+from mnemo.memory.errors import InvalidIdentifier
+from mnemo.memory.memory_tool import MemoryCallContext, WriteAttempts, run_memory_tool
+from mnemo.memory.scope import AgentContext, UserRef
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "memory",
+        help="show or edit the curated memory (MEMORY.md, USER.md)",
+        description="Show or edit the curated memory files. Edits print the memory tool's JSON result.",
+    )
+    sub = parser.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
+
+    show = sub.add_parser("show", help="print the prompt blocks of MEMORY.md and, with --user, a USER.md")
+    show.add_argument("--user", metavar="PLATFORM:ID", help="also show this chat user's USER.md")
+    show.set_defaults(handler=_show)
+
+    add = sub.add_parser("add", help="add an entry")
+    _target_arguments(add)
+    add.add_argument("text", metavar="TEXT")
+    add.set_defaults(handler=_edit, memory_action="add")
+
+    replace = sub.add_parser("replace", help="replace the one entry containing OLD_TEXT with NEW_TEXT")
+    _target_arguments(replace)
+    replace.add_argument("old_text", metavar="OLD_TEXT")
+    replace.add_argument("text", metavar="NEW_TEXT")
+    replace.set_defaults(handler=_edit, memory_action="replace")
+
+    remove = sub.add_parser("remove", help="remove the one entry containing OLD_TEXT")
+    _target_arguments(remove)
+    remove.add_argument("old_text", metavar="OLD_TEXT")
+    remove.set_defaults(handler=_edit, memory_action="remove")
+
+
+def _target_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", required=True, choices=("memory", "user"), help="which file to edit")
+    parser.add_argument("--user", metavar="PLATFORM:ID", help="whose USER.md (required with --target user)")
+
+
+def _files(settings: Settings) -> MemoryFiles:
+    return MemoryFiles(settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit)
+
+
+def _user_ref(text: str | None) -> UserRef | None:
+    if text is None:
+        return None
+    try:
+        return UserRef.parse(text)
+    except InvalidIdentifier as e:
+        raise CommandError(f"--user: {e}", EXIT_USAGE) from None
+
+
+def _print_file(file: CuratedFile) -> bool:
+    """Print one file's prompt block; False if it cannot be read."""
+    snap = file.load()
+    for warning in snap.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(file.path)
+    print(snap.render_block() or "(empty)")
+    return snap.readable
+
+
+def _show(args: argparse.Namespace, settings: Settings) -> int:
+    ref = _user_ref(args.user)
+    files = _files(settings)
+    ok = _print_file(files.shared())
+    if ref is not None:
+        print()
+        try:
+            ok = _print_file(files.user(ref)) and ok
+        except InvalidIdentifier as e:
+            raise CommandError(f"--user: {e}", EXIT_USAGE) from None
+    return EXIT_OK if ok else EXIT_REFUSED
+
+
+def _edit(args: argparse.Namespace, settings: Settings) -> int:
+    ref = _user_ref(args.user)
+    if args.target == "user" and ref is None:
+        raise CommandError("--target user needs --user PLATFORM:ID (whose USER.md to edit)", EXIT_USAGE)
+    if args.target == "memory" and ref is not None:
+        raise CommandError("--user only applies to --target user; MEMORY.md is shared", EXIT_USAGE)
+    tool_args: dict[str, str] = {"action": args.memory_action, "target": args.target}
+    if args.memory_action in ("add", "replace"):
+        tool_args["content"] = args.text
+    if args.memory_action in ("replace", "remove"):
+        tool_args["old_text"] = args.old_text
+    ctx = MemoryCallContext(
+        speaker=ref, agent_context=AgentContext.PRIMARY, is_admin=True, shared_write=settings.memory.shared_write
+    )
+    result = asyncio.run(run_memory_tool(_files(settings), tool_args, ctx, WriteAttempts()))
+    print(json.dumps(result, ensure_ascii=False, indent=2))
+    return EXIT_OK if result["success"] else EXIT_REFUSED
