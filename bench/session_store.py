@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from mnemo.memory.db import Database
+from mnemo.gateway.storage import STATE_MIGRATIONS, state_database
 from mnemo.memory.migrations import migrate
 from mnemo.memory.ranking import FusionRetriever, NaiveRetriever, create_baseline_index
 from mnemo.memory.search import SessionSearch
@@ -96,7 +97,7 @@ def raw_reference(texts: list[str]) -> None:
         conn = sqlite3.connect(Path(tmp) / "state.db", isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
-        migrate(conn)
+        migrate(conn, STATE_MIGRATIONS)
         conn.execute("INSERT INTO chats(id, chat_key) VALUES (1, 'raw')")
         conn.execute("INSERT INTO sessions(id, chat_no, chat_key, platform, chat_id, agent_context, source, model,"
                      " system_prompt, started_at) VALUES ('s', 1, 'raw', 'b', 'b', 'primary', 'chat', 'm', 'p', 'x')")
@@ -117,7 +118,7 @@ async def ingest(total: int, lanes_list: list[int]) -> None:
     raw_reference(texts[: min(total, 20000)])
     for lanes in lanes_list:
         with tempfile.TemporaryDirectory() as tmp:
-            db = Database(Path(tmp) / "state.db")
+            db = state_database(Path(tmp) / "state.db")
             await db.open()
             store = SessionStore(db)
             sessions = [await new_session(store, f"bench:dm:{i}") for i in range(lanes)]
@@ -137,7 +138,7 @@ async def ingest(total: int, lanes_list: list[int]) -> None:
                   f" (busy retries {db.busy_retries})")
             await db.close()
     with tempfile.TemporaryDirectory() as tmp:
-        db = Database(Path(tmp) / "state.db")
+        db = state_database(Path(tmp) / "state.db")
         await db.open()
         store = SessionStore(db)
         sid = await new_session(store, "bench:dm:batch")
@@ -177,7 +178,7 @@ def pct(values: list[float], q: float) -> float:
 async def search_bench(total: int, chats: int, db_path: Path | None, repeat: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = db_path or Path(tmp) / "state.db"
-        db = Database(path)
+        db = state_database(path)
         await db.open()
         existing = await db.read(lambda c: c.execute("SELECT count(*) FROM messages").fetchone()[0])
         if existing == 0:

@@ -28,7 +28,7 @@ jobs) goes through this object. The rules it enforces, and why:
 
 Usage from async code::
 
-    db = Database(settings.state_db)
+    db = Database(settings.state_db, migrations=STATE_MIGRATIONS)
     await db.open()                                     # folder, WAL, migrations
     new_id = await db.write(lambda c: c.execute("INSERT …").lastrowid)
     rows = await db.read(lambda c: c.execute("SELECT …").fetchall())
@@ -38,16 +38,21 @@ and from synchronous code (the CLI, a worker process): ``open_sync`` / ``write_s
 / ``read_sync`` / ``close_sync`` do the same through the same threads (never call them
 from inside a running event loop: they block).
 
-A component with its own tables (outbox, jobs, cron jobs) appends a migration to
-``memory/migrations.py`` and keeps its SQL in small functions of a connection, passed
-to ``write`` (anything that changes data; keep it short, it holds the write lock) or
-``read`` (one consistent snapshot per call). It never opens its own connection to
+``migrations`` is the ordered list of the whole file; memory does not know the gateway's
+tables, so the caller passes it (``gateway/storage.py``: ``STATE_MIGRATIONS`` and
+``state_database(path)``, which every process opening ``state.db`` uses).
+
+A component with its own tables (outbox, jobs, cron jobs) defines its migrations in a
+``schema.py`` beside its code, appends them to that list, and keeps its SQL in small
+functions of a connection, passed to ``write`` (anything that changes data; keep it
+short, it holds the write lock) or ``read`` (one consistent snapshot per call). It never opens its own connection to
 ``state.db``: one writer per process is what makes ``BUSY`` impossible inside it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import sqlite3
 import threading
@@ -60,14 +65,32 @@ from typing import Any, TypeVar
 
 import structlog
 
+from mnemo.memory.atomic import ensure_folder
 from mnemo.memory.errors import StoreBusy, StoreError
-from mnemo.memory.migrations import MIGRATIONS, Migration, migrate
+from mnemo.memory.migrations import Migration, migrate
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
 
 _BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 Outcome = tuple[bool, Any]  # (succeeded, value or exception) of one write in a group
+
+
+def create_private_database(path: Path) -> None:
+    """Create a database's folders (0700) and the empty file itself (0600) before SQLite
+    opens it. The files hold conversations: SQLite would create the file 0644 minus the
+    umask, and its ``-wal`` / ``-shm`` files take the database file's mode, so setting
+    that one mode here (with ``fchmod``, whatever the umask) covers all three. An
+    existing file is left as it is."""
+    ensure_folder(path.parent)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def is_busy(err: sqlite3.Error) -> bool:
@@ -113,7 +136,7 @@ class Database:
         self,
         path: Path | str,
         *,
-        migrations: Sequence[Migration] = MIGRATIONS,
+        migrations: Sequence[Migration],
         readers: int = 2,
         busy_timeout_ms: int = 1000,
         max_busy_retries: int = 40,
@@ -156,7 +179,7 @@ class Database:
         """Create the folder, switch to WAL and apply pending migrations. Idempotent."""
         if self._writer is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_private_database(self.path)
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemo-db-writer")
         try:
             self.schema_version = writer.submit(self._open_writer).result()

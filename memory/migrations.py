@@ -1,25 +1,21 @@
 """Named, append-only schema migrations of ``state.db``, tracked by ``PRAGMA user_version``.
 
-``user_version`` is the number of migrations applied: migration ``MIGRATIONS[i]``
+``user_version`` is the number of migrations applied: migration ``migrations[i]``
 takes the database from version ``i`` to ``i + 1``. Each one runs in its own
 ``BEGIN IMMEDIATE`` transaction together with the version bump, so a crash leaves the
 database at the old or the new version, never in between. A database whose version is
-higher than ``len(MIGRATIONS)`` was written by a newer mnemo and is refused with
+higher than ``len(migrations)`` was written by a newer mnemo and is refused with
 ``SchemaTooNew`` (running old code on it could corrupt what it does not understand).
 The applied names are also kept in ``schema_migrations`` for humans and ``doctor``.
 
-Adding a table (outbox, jobs, cron_jobs, ...) — append one entry at the end::
-
-    Migration(
-        "0004_outbox",
-        '''
-        CREATE TABLE outbox (...);
-        CREATE INDEX outbox_pending ON outbox(state) WHERE state = 'pending';
-        ''',
-    ),
-
-Never edit, reorder or remove a migration that has shipped: existing databases have
-already run it. SQL is split into statements with ``sqlite3.complete_statement`` (so
+This module is the runner and memory's own steps (sessions, messages, FTS, the CJK
+index). Every other sub-system keeps its steps next to its code (e.g.
+``gateway/delivery/schema.py``), and the one ordered list of ``state.db`` is assembled
+in ``gateway/storage.py`` (``STATE_MIGRATIONS``), the only place that may import both
+sides. Adding a table — define its ``Migration("0008_…", sql)`` beside its owner and
+append it at the end of that list. Never edit, reorder or remove a migration that has
+shipped: existing databases have already run it (the runner checks that the names it
+finds in ``schema_migrations`` are the list's, in order). SQL is split into statements with ``sqlite3.complete_statement`` (so
 ``CREATE TRIGGER … BEGIN …; END;`` works); a step that needs Python (a backfill)
 passes ``python=fn`` which runs after the SQL on the same connection, inside the same
 transaction. ``executescript`` is never used: it would commit the open transaction.
@@ -34,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mnemo.memory import cjk
-from mnemo.memory.errors import SchemaTooNew
+from mnemo.memory.errors import SchemaTooNew, StoreError
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +57,14 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
-def migrate(
-    conn: sqlite3.Connection, migrations: Sequence[Migration] | None = None, *, path: Path | str = "state.db"
-) -> int:
+def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], *, path: Path | str = "state.db") -> int:
     """Apply the pending migrations in order; return the resulting version.
 
-    ``conn`` must be in autocommit mode (``isolation_level=None``).
+    ``conn`` must be in autocommit mode (``isolation_level=None``). Raises
+    ``SchemaTooNew`` for a database of a newer mnemo, ``StoreError`` when the steps it
+    has applied are not this list's first ones.
     """
-    migrations = MIGRATIONS if migrations is None else tuple(migrations)
+    migrations = tuple(migrations)
     current = schema_version(conn)
     if current > len(migrations):
         known = f" ({migrations[-1].name})" if migrations else ""
@@ -77,6 +73,7 @@ def migrate(
             f"{len(migrations)}{known}: it was written by a newer mnemo. "
             "Upgrade mnemo, or point --home at another profile."
         )
+    _check_history(conn, migrations, current, path)
     for version in range(current, len(migrations)):
         m = migrations[version]
         conn.execute("BEGIN IMMEDIATE")
@@ -104,6 +101,26 @@ def migrate(
                 conn.execute("ROLLBACK")
             raise
     return len(migrations)
+
+
+def _check_history(conn: sqlite3.Connection, migrations: Sequence[Migration], current: int, path: Path | str) -> None:
+    """The steps a database has applied must be this list's first ``current`` ones: a
+    list assembled in another order would otherwise skip or re-run a step silently."""
+    if current == 0:
+        return
+    try:
+        applied = conn.execute(
+            "SELECT version, name FROM schema_migrations WHERE version <= ? ORDER BY version", (current,)
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return  # no schema_migrations table: nothing recorded to compare with
+    for version, name in applied:
+        expected = migrations[version - 1].name
+        if name != expected:
+            raise StoreError(
+                f"{path}: schema version {version} is {name!r} in the database but {expected!r} in this mnemo's "
+                "migration list; the list was reordered"
+            )
 
 
 # --- the migrations --------------------------------------------------------------------
@@ -194,25 +211,6 @@ CREATE TRIGGER messages_fts_au AFTER UPDATE OF content, chat_no ON messages BEGI
 END;
 """
 
-_INBOX = """
--- Durable inbox: an accepted platform message is stored before it is acknowledged.
-CREATE TABLE inbox (
-    id          INTEGER PRIMARY KEY,
-    platform    TEXT NOT NULL,
-    chat_id     TEXT NOT NULL,
-    message_id  TEXT NOT NULL,
-    payload     TEXT NOT NULL,
-    state       TEXT NOT NULL DEFAULT 'received'
-                CHECK (state IN ('received', 'processing', 'done', 'failed')),
-    attempts    INTEGER NOT NULL DEFAULT 0,
-    error       TEXT,
-    received_at TEXT NOT NULL,
-    updated_at  TEXT NOT NULL,
-    UNIQUE (platform, chat_id, message_id)
-);
-CREATE INDEX inbox_unfinished ON inbox(id) WHERE state IN ('received', 'processing');
-"""
-
 _CJK_VIEW = """
 -- Unigram + bigram text of unspaced scripts (see memory/cjk.py); NULL for most rows.
 ALTER TABLE messages ADD COLUMN cjk TEXT;
@@ -247,128 +245,7 @@ def _backfill_cjk(conn: sqlite3.Connection) -> None:
             conn.execute("UPDATE messages SET cjk = ? WHERE id = ?", (text, row_id))
 
 
-# The durable outbox (delivery ledger) — see gateway/outbox.py.
-_OUTBOX = """
-CREATE TABLE outbox (
-    id INTEGER PRIMARY KEY,
-    platform TEXT NOT NULL,
-    chat_id TEXT NOT NULL,
-    thread_id TEXT,
-    text TEXT NOT NULL,
-    kind TEXT NOT NULL DEFAULT 'reply',          -- reply | command | cron | notice
-    reply_to TEXT,
-    mention_user_id TEXT,
-    session_id TEXT,
-    inbox_id INTEGER,
-    state TEXT NOT NULL DEFAULT 'queued',        -- queued | sending | sent | failed
-    attempts INTEGER NOT NULL DEFAULT 0,
-    possible_duplicate INTEGER NOT NULL DEFAULT 0,
-    not_before REAL NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL,
-    sent_at REAL,
-    platform_ids TEXT,
-    error TEXT
-);
-CREATE INDEX outbox_pending ON outbox(state, not_before);
-CREATE UNIQUE INDEX outbox_inbox ON outbox(inbox_id) WHERE inbox_id IS NOT NULL;
-"""
-
-# Pairing requests of unknown DM users — see gateway/access.py.
-_PAIRINGS = """
-CREATE TABLE pairings (
-    code TEXT PRIMARY KEY,
-    platform TEXT NOT NULL,
-    user_id TEXT NOT NULL,
-    user_name TEXT NOT NULL DEFAULT '',
-    state TEXT NOT NULL DEFAULT 'pending',   -- pending | approved | denied
-    created_at REAL NOT NULL,
-    decided_at REAL,
-    decided_by TEXT
-);
-CREATE INDEX pairings_user ON pairings(platform, user_id, state);
-"""
-
-
-# Background jobs of the worker queue — see gateway/worker.py. At most one queued or
-# running job per (session, kind): the partial unique index is the single-flight rule.
-_JOBS = """
-CREATE TABLE jobs (
-    id INTEGER PRIMARY KEY,
-    kind TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    payload TEXT NOT NULL DEFAULT '{}',
-    state TEXT NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'running', 'done', 'failed')),
-    attempts INTEGER NOT NULL DEFAULT 0,
-    not_before REAL NOT NULL DEFAULT 0,
-    checkpoint TEXT NOT NULL DEFAULT '{}',
-    error TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL
-);
-CREATE UNIQUE INDEX jobs_single_flight ON jobs(session_id, kind) WHERE state IN ('queued', 'running');
-CREATE INDEX jobs_due ON jobs(state, not_before);
-CREATE INDEX jobs_session ON jobs(session_id, kind);
-"""
-
-
-# Scheduled jobs and their runs — see gateway/cron.py and gateway/cron_store.py.
-# Times are UTC epoch seconds. ``rev`` changes with a job's definition or state, so a
-# running scheduler sees edits made by another process (the CLI); a run row is written
-# before the run starts and finished together with its outbox delivery.
-_CRON_JOBS = """
-CREATE TABLE cron_jobs (
-    id TEXT PRIMARY KEY,
-    platform TEXT NOT NULL,
-    chat_id TEXT NOT NULL,
-    chat_type TEXT NOT NULL,                 -- dm | group
-    thread_id TEXT,
-    user_id TEXT NOT NULL,                   -- the run speaks for this user
-    source TEXT NOT NULL,                    -- tool | command | cli | config
-    created_by TEXT NOT NULL,
-    prompt TEXT NOT NULL,
-    schedule_kind TEXT NOT NULL,             -- cron | every | at
-    schedule TEXT NOT NULL,
-    timezone TEXT NOT NULL,
-    start_at REAL,
-    state TEXT NOT NULL DEFAULT 'active',    -- active | paused | done
-    next_run_at REAL,
-    last_run_at REAL,
-    last_result TEXT,
-    rev INTEGER NOT NULL DEFAULT 1,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX cron_jobs_chat ON cron_jobs(platform, chat_id);
-CREATE TABLE cron_runs (
-    id INTEGER PRIMARY KEY,
-    job_id TEXT NOT NULL REFERENCES cron_jobs(id) ON DELETE CASCADE,
-    trigger TEXT NOT NULL,                   -- schedule | manual
-    state TEXT NOT NULL,                     -- requested | running | delivered | silent | failed | missed | interrupted | paused
-    scheduled_for REAL,
-    requested_at REAL,
-    started_at REAL,
-    finished_at REAL,
-    pid INTEGER,
-    session_id TEXT,
-    outbox_id INTEGER,
-    detail TEXT
-);
-CREATE INDEX cron_runs_job ON cron_runs(job_id, id);
-CREATE INDEX cron_runs_open ON cron_runs(state) WHERE state IN ('requested', 'running', 'interrupted');
-"""
-
-
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration("0001_sessions_and_messages", _SESSIONS_AND_MESSAGES),
-    Migration("0002_inbox", _INBOX),
-    Migration("0003_cjk_view", _CJK_VIEW, python=_backfill_cjk),
-    # Gateway tables live in the same database and the same migration list (one
-    # user_version for the whole file); their code is in gateway/outbox.py and
-    # gateway/access.py.
-    Migration("0004_outbox", _OUTBOX),
-    Migration("0005_pairings", _PAIRINGS),
-    Migration("0006_jobs", _JOBS),
-    Migration("0007_cron_jobs", _CRON_JOBS),
-)
+# memory's own steps of the ordered ``state.db`` list (assembled in gateway/storage.py,
+# which alone knows where the gateway's tables go between them).
+SESSIONS_AND_MESSAGES = Migration("0001_sessions_and_messages", _SESSIONS_AND_MESSAGES)
+CJK_VIEW = Migration("0003_cjk_view", _CJK_VIEW, python=_backfill_cjk)

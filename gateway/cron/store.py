@@ -13,6 +13,12 @@ Every change of a job goes through this store, whichever process makes it (the g
 * **A run is finished together with its delivery** (``finish_run``): the run row, the
   job's last result and the outbox row are written in one transaction. A run that was
   interrupted (crash, shutdown) has therefore delivered nothing and may run again.
+  The delivery is queued through the outbox's own port (``OutboxQueue.enqueue_within``,
+  handed this store's open transaction), never with the outbox's SQL.
+
+The ports are ``CronJobRepository`` (definitions) and ``CronRunRepository`` (runs);
+``CronRepository`` is both, and ``CronStore`` its SQLite implementation. Every backend
+passes ``tests/contract/test_cron.py``.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Protocol
 
 from mnemo.gateway.events import ChatRef, ChatType, OutboundMessage
-from mnemo.gateway.delivery.outbox import enqueue_sql
+from mnemo.gateway.delivery.outbox import OutboxQueue
 from mnemo.gateway.cron.schedules import Schedule, ScheduleKind
 from mnemo.memory.db import Database
 
@@ -160,9 +167,86 @@ class Claimed:
     manual: bool = False  # run-now: leaves the schedule (and a one-off's state) alone
 
 
+class CronJobRepository(Protocol):
+    """Job definitions. Called by ``CronJobs`` (the tool, ``/cron``, ``mnemo cron``,
+    config sync) in any process; every change bumps ``rev``. Raises ``StoreError``."""
+
+    async def insert(self, job: CronJob) -> bool:
+        """False when the id is taken (the caller picks another)."""
+        ...
+
+    async def redefine(self, job: CronJob, now: datetime) -> None: ...
+
+    async def get(self, job_id: str) -> CronJob | None: ...
+
+    async def all(self) -> list[CronJob]: ...
+
+    async def in_chat(self, target: JobTarget) -> list[CronJob]: ...
+
+    async def set_state(
+        self, job_id: str, state: JobState, next_run_at: datetime | None, now: datetime, result: str | None = None
+    ) -> bool: ...
+
+    async def delete(self, job_id: str) -> bool:
+        """Remove a job and its runs."""
+        ...
+
+
+class CronRunRepository(Protocol):
+    """Runs. Called by the ``CronScheduler`` of each process and by ``mnemo cron run``.
+    The ``claim_*`` methods are compare-and-swaps: of two processes racing for one slot
+    or run, exactly one gets a ``Claimed``. Raises ``StoreError``."""
+
+    async def claim_scheduled(
+        self, job_id: str, rev: int, seen_next: datetime | None, new_next: datetime | None, now: datetime, pid: int
+    ) -> Claimed | None: ...
+
+    async def record_missed(
+        self, job_id: str, rev: int, seen_next: datetime | None, new_next: datetime | None, now: datetime, detail: str
+    ) -> bool: ...
+
+    async def finish_run(
+        self,
+        run_id: int,
+        state: RunState,
+        now: datetime,
+        *,
+        detail: str | None = None,
+        session_id: str | None = None,
+        delivery: OutboundMessage | None = None,
+        job_done: bool = False,
+    ) -> int | None:
+        """Close the run and queue ``delivery`` in one transaction; the outbox row id."""
+        ...
+
+    async def request_run(self, job_id: str, now: datetime) -> int: ...
+
+    async def claim_run(
+        self, run_id: int, seen_state: RunState, seen_pid: int | None, now: datetime, pid: int
+    ) -> Claimed | None: ...
+
+    async def open_runs(self) -> list[CronRun]:
+        """Runs requested, running or interrupted, oldest first."""
+        ...
+
+    async def mark_run(self, run_id: int, state: RunState, now: datetime, detail: str | None = None) -> None: ...
+
+    async def get_run(self, run_id: int) -> CronRun | None: ...
+
+    async def runs(self, job_id: str | None = None) -> list[CronRun]: ...
+
+
+class CronRepository(CronJobRepository, CronRunRepository, Protocol):
+    """The cron tables, as a storage backend implements them."""
+
+
 class CronStore:
-    def __init__(self, db: Database) -> None:
+    """``CronRepository`` on ``state.db``; deliveries go through ``outbox`` (which must
+    be on the same database: they share this store's write transaction)."""
+
+    def __init__(self, db: Database, outbox: OutboxQueue) -> None:
         self.db = db
+        self._outbox = outbox
 
     # --- jobs -------------------------------------------------------------------------
     async def insert(self, job: CronJob) -> bool:
@@ -305,7 +389,9 @@ class CronStore:
                 return None  # the job (and its runs) was removed meanwhile
             outbox_id = None
             if delivery is not None:
-                outbox_id = enqueue_sql(c, delivery, kind="cron", session_id=session_id, now=now.timestamp())
+                outbox_id = self._outbox.enqueue_within(
+                    c, delivery, kind="cron", session_id=session_id, now=now.timestamp()
+                )
             c.execute(
                 "UPDATE cron_runs SET state = ?, finished_at = ?, detail = ?, session_id = ?, outbox_id = ?"
                 " WHERE id = ?",

@@ -8,6 +8,9 @@ started, ``processing`` ones were interrupted by a crash. ``attempts`` counts ho
 processing *started* (it is bumped by ``mark_processing``), so a message that crashes
 the process every time can be recognised and failed instead of looping forever.
 ``failed`` is terminal.
+
+``InboxRepository`` is the port; ``Inbox`` its SQLite implementation (table ``inbox``,
+schema in ``schema.py``). Every backend passes ``tests/contract/test_inbox.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from mnemo.memory.db import Database
 from mnemo.memory.errors import StoreError
@@ -66,7 +69,37 @@ def _row(r: sqlite3.Row) -> InboxRow:
     )
 
 
+class InboxRepository(Protocol):
+    """The durable inbox. Called by ``Gateway.submit`` (``accept``), the chat lanes (the
+    ``mark_*`` moves) and start-up recovery (``unfinished``). Raises ``StoreError``:
+    ``StoreBusy`` when locked too long, plain ``StoreError`` for a row that does not
+    exist."""
+
+    async def accept(
+        self, platform: str, chat_id: str, message_id: str, payload: Mapping[str, Any]
+    ) -> InboxRow | None:
+        """Store a new message, state ``received``; None when (platform, chat_id,
+        message_id) was already accepted."""
+        ...
+
+    async def mark_processing(self, inbox_id: int) -> None:
+        """→ processing, one more attempt."""
+        ...
+
+    async def mark_done(self, inbox_id: int) -> None: ...
+
+    async def mark_failed(self, inbox_id: int, error: str) -> None: ...
+
+    async def unfinished(self) -> list[InboxRow]:
+        """Rows received or processing, oldest first."""
+        ...
+
+    async def get(self, inbox_id: int) -> InboxRow | None: ...
+
+
 class Inbox:
+    """``InboxRepository`` on ``state.db``."""
+
     def __init__(self, db: Database, *, clock: Clock = utc_now) -> None:
         self._db = db
         self._clock = clock

@@ -15,6 +15,11 @@ Every reply, command answer and cron result is written here before anything is s
   leaves its rows waiting.
 
 The loop is woken on every enqueue and polls every ``poll_s`` for retries.
+
+Storage is behind two small ports: ``OutboxQueue`` (whoever queues a delivery) and
+``OutboxDelivery`` (the delivery loop); ``OutboxRepository`` is both, and ``Outbox`` is
+its SQLite implementation (table ``outbox``, schema in ``schema.py``). Every backend
+passes ``tests/contract/test_outbox.py``.
 """
 
 from __future__ import annotations
@@ -25,12 +30,16 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited
 from mnemo.gateway.events import ChatRef, OutboundMessage
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.ports import Adapter
 from mnemo.memory.db import Database
+
+if TYPE_CHECKING:  # storage.py imports this package's schema
+    from mnemo.gateway.storage import Transaction
 
 log = get_logger(__name__)
 
@@ -88,17 +97,78 @@ def _row(r: sqlite3.Row) -> OutboxRow:
     )
 
 
-def enqueue_sql(
+class OutboxQueue(Protocol):
+    """Queue a delivery. Called by the inbound pipeline and its commands (a reply, an
+    answer, a notice) and by cron (a run's result, inside the run's own transaction).
+    Raises ``StoreError`` (``StoreBusy``) when the store cannot be written."""
+
+    async def enqueue(
+        self, message: OutboundMessage, *, kind: str = "reply", session_id: str | None = None, inbox_id: int | None = None
+    ) -> int:
+        """Queue ``message``; return its row id. Idempotent per ``inbox_id``: a second
+        reply to the same inbox row returns the first one's id."""
+        ...
+
+    def enqueue_within(
+        self,
+        tx: Transaction,
+        message: OutboundMessage,
+        *,
+        kind: str = "reply",
+        session_id: str | None = None,
+        inbox_id: int | None = None,
+        now: float,
+    ) -> int:
+        """``enqueue`` inside the caller's open write transaction ``tx`` (what the same
+        backend's ``write`` handed it), so the delivery commits or rolls back with the
+        caller's own rows. Runs on the writer; errors propagate and abort ``tx``."""
+        ...
+
+    async def get(self, row_id: int) -> OutboxRow | None: ...
+
+    async def counts(self) -> dict[str, int]:
+        """Rows per state (for metrics and ``/status``)."""
+        ...
+
+
+class OutboxDelivery(Protocol):
+    """The delivery loop's side of the ledger (``DeliveryLoop``, one per process).
+    ``claim`` is the only guard against two senders: it succeeds for one of them."""
+
+    async def recover_in_flight(self) -> int: ...
+
+    async def due(self, platforms: set[str], limit: int = 50) -> list[OutboxRow]:
+        """Queued rows of ``platforms`` whose ``not_before`` has passed, oldest first."""
+        ...
+
+    async def claim(self, row_id: int) -> bool:
+        """queued → sending (one more attempt); False when it was not queued."""
+        ...
+
+    async def mark_sent(self, row_id: int, platform_ids: list[str]) -> None: ...
+
+    async def mark_retry(self, row_id: int, delay_s: float, error: str) -> None: ...
+
+    async def mark_failed(self, row_id: int, error: str) -> None: ...
+
+    async def release(self, chat: ChatRef) -> int:
+        """Make the chat's backed-off rows due now; return how many."""
+        ...
+
+
+class OutboxRepository(OutboxQueue, OutboxDelivery, Protocol):
+    """The whole outbox, as a storage backend implements it."""
+
+
+def _enqueue(
     conn: sqlite3.Connection,
     message: OutboundMessage,
     *,
-    kind: str = "reply",
-    session_id: str | None = None,
-    inbox_id: int | None = None,
-    now: float | None = None,
+    kind: str,
+    session_id: str | None,
+    inbox_id: int | None,
+    now: float,
 ) -> int:
-    """Insert a reply inside the caller's write transaction (so a reply and the inbox
-    row it answers change state together). Idempotent per inbox row."""
     if inbox_id is not None:
         existing = conn.execute("SELECT id FROM outbox WHERE inbox_id = ?", (inbox_id,)).fetchone()
         if existing is not None:
@@ -116,13 +186,15 @@ def enqueue_sql(
             message.mention_user_id,
             session_id,
             inbox_id,
-            time.time() if now is None else now,
+            now,
         ),
     )
     return int(cur.lastrowid)
 
 
 class Outbox:
+    """``OutboxRepository`` on ``state.db``."""
+
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self._clock = clock
@@ -137,8 +209,20 @@ class Outbox:
     ) -> int:
         now = self._clock()
         return await self.db.write(
-            lambda c: enqueue_sql(c, message, kind=kind, session_id=session_id, inbox_id=inbox_id, now=now)
+            lambda c: _enqueue(c, message, kind=kind, session_id=session_id, inbox_id=inbox_id, now=now)
         )
+
+    def enqueue_within(
+        self,
+        tx: Transaction,
+        message: OutboundMessage,
+        *,
+        kind: str = "reply",
+        session_id: str | None = None,
+        inbox_id: int | None = None,
+        now: float,
+    ) -> int:
+        return _enqueue(tx, message, kind=kind, session_id=session_id, inbox_id=inbox_id, now=now)
 
     async def get(self, row_id: int) -> OutboxRow | None:
         r = await self.db.read(lambda c: c.execute("SELECT * FROM outbox WHERE id = ?", (row_id,)).fetchone())
@@ -220,7 +304,7 @@ class DeliveryLoop:
 
     def __init__(
         self,
-        outbox: Outbox,
+        outbox: OutboxDelivery,
         adapters: Mapping[str, Adapter],
         *,
         poll_s: float = 1.0,

@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from mnemo.gateway.config import Settings
 from mnemo.gateway.events import InboundMessage
@@ -66,7 +67,33 @@ class Pairing:
     created_at: float
 
 
+class PairingRepository(Protocol):
+    """Pairing requests of unknown DM users. Called by ``AccessControl`` (``is_paired``,
+    ``request``), ``/pair`` and ``mnemo pair`` (``pending``, ``decide``, ``revoke``).
+    A code is valid for ``PAIRING_TTL_S``. Raises ``StoreError``."""
+
+    async def is_paired(self, user: UserRef) -> bool: ...
+
+    async def request(self, user: UserRef, user_name: str) -> str:
+        """The user's pending code (a new one if none is pending or it expired)."""
+        ...
+
+    async def decide(self, code: str, approve: bool, by: str) -> Pairing | None:
+        """Approve or deny a pending, unexpired code (case-insensitive); None when there is
+        no such code."""
+        ...
+
+    async def pending(self) -> list[Pairing]: ...
+
+    async def revoke(self, user: UserRef) -> int:
+        """Un-pair an approved user; how many approvals were withdrawn."""
+        ...
+
+
 class PairingStore:
+    """``PairingRepository`` on ``state.db`` (table ``pairings``, schema in
+    ``schema.py``). Every backend passes ``tests/contract/test_pairings.py``."""
+
     def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self._clock = clock
@@ -196,9 +223,9 @@ class AccessControl:
         return platform in LOOPBACK_PLATFORMS or f"{platform}:{user_id}" in self._admins
 
     def describe(self) -> list[str]:
-        """Start-up log lines: what the policy is, per platform."""
+        """Start-up log lines: what the policy is, per configured platform."""
         lines = []
-        for platform in ("telegram", "discord"):
+        for platform in self.settings.platform_tokens:  # an unconfigured platform has no policy to tell
             allow = self._allow[platform]
             if "*" in allow:
                 lines.append(f"{platform}: every user is allowed (access.allowed has {platform}:*)")

@@ -27,73 +27,31 @@ moves through::
   an attempt).
 
 Handlers are registered by kind; a job of a kind with no handler waits in the queue
-(a newer version may have written it). All tasks belong to the queue.
+(a newer version may have written it). All tasks belong to the queue. The rows are
+kept by a ``JobStorage`` (``store.py``; ``JobStore`` on ``state.db``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from prometheus_client import Counter, Histogram
 
 from mnemo.gateway.config import WorkerSettings
 from mnemo.gateway.logs import get_logger
+from mnemo.gateway.jobs.store import Job, JobState, JobStorage
 from mnemo.gateway.metrics import Metrics
-from mnemo.memory.db import Database
+
+__all__ = ["DEFAULT_BACKOFF", "Handler", "Job", "JobQueue", "JobRun", "JobState"]
 
 log = get_logger(__name__)
 
 DEFAULT_BACKOFF: tuple[float, ...] = (10.0, 60.0, 300.0, 900.0)
 DONE_RETENTION_S = 30 * 86_400  # finished rows are kept a month for /status and debugging
-
-
-class JobState(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    id: int
-    kind: str
-    session_id: str
-    payload: Mapping[str, Any]
-    state: JobState
-    attempts: int
-    not_before: float
-    checkpoint: Mapping[str, Any]
-    error: str | None
-    created_at: float
-    updated_at: float
-    started_at: float | None
-    finished_at: float | None
-
-
-def _job(r: sqlite3.Row) -> Job:
-    return Job(
-        id=r["id"],
-        kind=r["kind"],
-        session_id=r["session_id"],
-        payload=json.loads(r["payload"]),
-        state=JobState(r["state"]),
-        attempts=r["attempts"],
-        not_before=r["not_before"],
-        checkpoint=json.loads(r["checkpoint"]),
-        error=r["error"],
-        created_at=r["created_at"],
-        updated_at=r["updated_at"],
-        started_at=r["started_at"],
-        finished_at=r["finished_at"],
-    )
 
 
 class JobRun:
@@ -140,14 +98,14 @@ class JobQueue:
 
     def __init__(
         self,
-        db: Database,
+        store: JobStorage,
         settings: WorkerSettings,
         *,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
         poll_s: float = 1.0,
     ) -> None:
-        self.db = db
+        self.store = store
         self.settings = settings
         self._clock = clock
         self._poll_s = poll_s
@@ -185,7 +143,9 @@ class JobQueue:
     async def start(self) -> None:
         if self._dispatcher is not None:
             return
-        requeued, failed = await self.db.write(self._recover_sql)
+        requeued, failed = await self.store.recover(
+            self._clock(), max_attempts=self.settings.max_attempts, retention_s=DONE_RETENTION_S
+        )
         if requeued or failed:
             log.info("jobs_recovered", requeued=requeued, failed=failed)
         self._dispatcher = asyncio.create_task(self._dispatch(), name="job-dispatcher")
@@ -212,49 +172,11 @@ class JobQueue:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def _recover_sql(self, conn: sqlite3.Connection) -> tuple[int, int]:
-        now = self._clock()
-        # A job that kept killing the process must not loop forever.
-        failed = conn.execute(
-            "UPDATE jobs SET state = 'failed', error = 'interrupted by a restart too many times', updated_at = ?,"
-            " finished_at = ? WHERE state = 'running' AND attempts >= ?",
-            (now, now, self.settings.max_attempts),
-        ).rowcount
-        requeued = conn.execute(
-            "UPDATE jobs SET state = 'queued', not_before = ?, updated_at = ? WHERE state = 'running'", (now, now)
-        ).rowcount
-        conn.execute("DELETE FROM jobs WHERE state = 'done' AND updated_at < ?", (now - DONE_RETENTION_S,))
-        return requeued, failed
-
     # --- the JobSink port -----------------------------------------------------------
     async def enqueue(self, kind: str, session_id: str, payload: Mapping[str, Any] | None = None) -> Job:
         """Persist a job, or return the queued/running one of the same (session, kind)."""
-        body = json.dumps(dict(payload or {}), ensure_ascii=False)
         cooldown = self._kinds[kind].backoff[-1] if kind in self._kinds and self._kinds[kind].backoff else 0.0
-        now = self._clock()
-
-        def tx(conn: sqlite3.Connection) -> tuple[sqlite3.Row, bool]:
-            existing = conn.execute(
-                "SELECT * FROM jobs WHERE session_id = ? AND kind = ? AND state IN ('queued', 'running')",
-                (session_id, kind),
-            ).fetchone()
-            if existing is not None:
-                return existing, False
-            last = conn.execute(
-                "SELECT state, updated_at FROM jobs WHERE session_id = ? AND kind = ? ORDER BY id DESC LIMIT 1",
-                (session_id, kind),
-            ).fetchone()
-            # The cooldown after a failure is persisted: a new request does not hammer a
-            # failing endpoint again at once.
-            not_before = max(now, last["updated_at"] + cooldown) if last is not None and last["state"] == "failed" else now
-            cur = conn.execute(
-                "INSERT INTO jobs(kind, session_id, payload, not_before, created_at, updated_at) VALUES (?,?,?,?,?,?)",
-                (kind, session_id, body, not_before, now, now),
-            )
-            return conn.execute("SELECT * FROM jobs WHERE id = ?", (cur.lastrowid,)).fetchone(), True
-
-        row, created = await self.db.write(tx)
-        job = _job(row)
+        job, created = await self.store.add(kind, session_id, payload or {}, cooldown_s=cooldown, now=self._clock())
         if created:
             log.info("job_enqueued", kind=kind, session=session_id, job=job.id)
             self._wake.set()
@@ -264,11 +186,8 @@ class JobQueue:
 
     async def depth(self) -> int:
         """Jobs waiting or running."""
-        return int(
-            await self.db.read(
-                lambda c: c.execute("SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running')").fetchone()[0]
-            )
-        )
+        counts = await self.store.counts()
+        return counts.get(JobState.QUEUED, 0) + counts.get(JobState.RUNNING, 0)
 
     async def status_line(self) -> str:
         counts = await self.counts()
@@ -290,25 +209,14 @@ class JobQueue:
 
     # --- inspection -----------------------------------------------------------------
     async def counts(self) -> dict[str, int]:
-        rows = await self.db.read(lambda c: c.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
-        return {r[0]: r[1] for r in rows}
+        return await self.store.counts()
 
     async def get(self, job_id: int) -> Job | None:
-        r = await self.db.read(lambda c: c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
-        return None if r is None else _job(r)
+        return await self.store.get(job_id)
 
     async def jobs(self, *, session_id: str | None = None, kind: str | None = None) -> list[Job]:
         """Jobs in creation order, optionally of one session and/or kind."""
-        clauses, args = [], []
-        if session_id is not None:
-            clauses.append("session_id = ?")
-            args.append(session_id)
-        if kind is not None:
-            clauses.append("kind = ?")
-            args.append(kind)
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = await self.db.read(lambda c: c.execute(f"SELECT * FROM jobs{where} ORDER BY id", args).fetchall())
-        return [_job(r) for r in rows]
+        return await self.store.find(session_id=session_id, kind=kind)
 
     def wake(self) -> None:
         """Look for due jobs now (after a clock change in tests, or new handlers)."""
@@ -320,19 +228,12 @@ class JobQueue:
         kinds = sorted(self._kinds)
         if not kinds:
             return
-        marks = ",".join("?" * len(kinds))
 
         async def idle() -> bool:
             if self._running:
                 return False
             # A claimed job is 'running' in the table a moment before its task exists.
-            busy = await self.db.read(
-                lambda c: c.execute(
-                    f"SELECT COUNT(*) FROM jobs WHERE kind IN ({marks})"
-                    " AND (state = 'running' OR (state = 'queued' AND not_before <= ?))",
-                    (*kinds, self._clock()),
-                ).fetchone()[0]
-            )
+            busy = await self.store.outstanding(kinds, self._clock())
             return busy == 0 and not self._running
 
         deadline = time.monotonic() + timeout
@@ -347,32 +248,13 @@ class JobQueue:
         kinds = sorted(self._kinds)
         if not kinds:
             return None
-        marks = ",".join("?" * len(kinds))
-        value = await self.db.read(
-            lambda c: c.execute(
-                f"SELECT MIN(not_before) FROM jobs WHERE state = 'queued' AND kind IN ({marks})", kinds
-            ).fetchone()[0]
-        )
-        return None if value is None else float(value)
-
-    def _claim_sql(self, conn: sqlite3.Connection, kinds: list[str], now: float) -> sqlite3.Row | None:
-        marks = ",".join("?" * len(kinds))
-        return conn.execute(
-            "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ?, updated_at = ?"
-            " WHERE id = (SELECT id FROM jobs WHERE state = 'queued' AND not_before <= ?"
-            f" AND kind IN ({marks})"
-            " AND session_id NOT IN (SELECT session_id FROM jobs WHERE state = 'running')"
-            " ORDER BY not_before, id LIMIT 1) RETURNING *",
-            (now, now, now, *kinds),
-        ).fetchone()
+        return await self.store.next_due(kinds)
 
     async def _claim(self) -> Job | None:
         kinds = sorted(self._kinds)
         if not kinds:
             return None
-        now = self._clock()
-        row = await self.db.write(lambda c: self._claim_sql(c, kinds, now))
-        return None if row is None else _job(row)
+        return await self.store.claim(kinds, self._clock())
 
     async def _dispatch(self) -> None:
         while True:
@@ -462,29 +344,10 @@ class JobQueue:
             self._outcomes.labels(kind, outcome).inc()
 
     async def _mark(self, job_id: int, state: JobState, *, error: str | None = None, not_before: float | None = None) -> None:
-        now = self._clock()
-        finished = now if state in (JobState.DONE, JobState.FAILED) else None
-        await self.db.write(
-            lambda c: c.execute(
-                "UPDATE jobs SET state = ?, error = COALESCE(?, error), not_before = COALESCE(?, not_before),"
-                " updated_at = ?, finished_at = ? WHERE id = ?",
-                (str(state), error, not_before, now, finished, job_id),
-            )
-        )
+        await self.store.settle(job_id, state, now=self._clock(), error=error, not_before=not_before)
 
     async def _requeue(self, job_id: int) -> None:
-        now = self._clock()
-        await self.db.write(
-            lambda c: c.execute(
-                "UPDATE jobs SET state = 'queued', attempts = MAX(0, attempts - 1), updated_at = ?"
-                " WHERE id = ? AND state = 'running'",
-                (now, job_id),
-            )
-        )
+        await self.store.give_back(job_id, self._clock())
 
     async def _save_checkpoint(self, job_id: int, checkpoint: Mapping[str, Any]) -> None:
-        body = json.dumps(dict(checkpoint), ensure_ascii=False)
-        now = self._clock()
-        await self.db.write(
-            lambda c: c.execute("UPDATE jobs SET checkpoint = ?, updated_at = ? WHERE id = ?", (body, now, job_id))
-        )
+        await self.store.save_checkpoint(job_id, checkpoint, self._clock())

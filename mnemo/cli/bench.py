@@ -24,7 +24,7 @@ from typing import Any
 from mnemo.cli.main import EXIT_OK, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
 from mnemo.memory.dataset import QuestionOutcome, ask_questions, dataset_files, import_dataset, load_dataset, summarize
-from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import InvalidDataset
 from mnemo.memory.ranking import FusionRetriever, NaiveRetriever, Retriever, create_baseline_index
 from mnemo.memory.search import SessionSearch
@@ -64,7 +64,7 @@ RETRIEVERS: tuple[Retriever, ...] = (NaiveRetriever(), FusionRetriever())
 async def run_recall(paths: Sequence[Path], ks: Sequence[int], home: Path) -> RecallRun:
     files = dataset_files(paths)
     datasets = [load_dataset(p) for p in files]
-    db = Database(home / "state.db")
+    db = state_database(home / "state.db")
     await db.open()
     try:
         store = SessionStore(db)

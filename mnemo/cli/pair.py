@@ -14,7 +14,7 @@ import asyncio
 from mnemo.gateway.inbound.access import PairingStore
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, CommandError
 from mnemo.gateway.config import Settings
-from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import UserRef
 
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    db = Database(settings.state_db)
+    db = state_database(settings.state_db)
     await db.open()
     try:
         store = PairingStore(db)

@@ -19,6 +19,7 @@ from mnemo.cli.main import EXIT_OK, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
 from mnemo.memory.dataset import import_dataset, load_dataset
 from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import InvalidDataset, StoreError
 from mnemo.memory.search import SessionSearch, result_to_json
 from mnemo.memory.sessions import SessionRow, SessionStore
@@ -60,7 +61,7 @@ def register(subparsers: Any) -> None:
 
 def _run(settings: Settings, body: Callable[[Database], Awaitable[T]]) -> T:
     async def main() -> T:
-        db = Database(settings.state_db)
+        db = state_database(settings.state_db)
         try:
             await db.open()
             return await body(db)
@@ -84,6 +85,8 @@ def _session_line(s: SessionRow) -> str:
 def _list(args: argparse.Namespace, settings: Settings) -> int:
     if args.limit < 1:
         raise CommandError("--limit must be at least 1", EXIT_USAGE)
+    from mnemo.adapters.terminal import printable
+
     rows = _run(settings, lambda db: SessionStore(db).list_sessions(args.chat, limit=args.limit))
     for s in rows:
         if args.json:
@@ -91,23 +94,25 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
                               "started_at": s.started_at.isoformat(), "ended_at": s.ended_at and s.ended_at.isoformat(),
                               "end_reason": s.end_reason, "message_count": s.message_count, "title": s.title}))
         else:
-            print(_session_line(s))
+            print(printable(_session_line(s)))
     if not rows and not args.json:
         print("no sessions", file=sys.stderr)
     return EXIT_OK
 
 
 def _show(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.adapters.terminal import printable
+
     async def body(db: Database) -> int:
         store = SessionStore(db)
         session = await store.get_session(args.session_id)
         if session is None:
             raise CommandError(f"no session {args.session_id!r}")
-        print(_session_line(session))
+        print(printable(_session_line(session)))
         for m in await store.load_messages(session.id):
             who = m.author_name or m.role
             calls = "".join(f" [tool call {c.name}]" for c in m.tool_calls)
-            print(f"[{m.created_at:%Y-%m-%d %H:%M:%S}] #{m.id} {who}: {m.content}{calls}")
+            print(printable(f"[{m.created_at:%Y-%m-%d %H:%M:%S}] #{m.id} {who}: {m.content}{calls}"))
         return EXIT_OK
 
     return _run(settings, body)
@@ -118,6 +123,7 @@ def _search(args: argparse.Namespace, settings: Settings) -> int:
         raise CommandError("--limit must be at least 1", EXIT_USAGE)
     if not args.query.strip():
         raise CommandError("the search query is empty", EXIT_USAGE)
+    from mnemo.adapters.terminal import printable, printable_json
 
     async def body(db: Database) -> int:
         if args.chat:
@@ -126,15 +132,16 @@ def _search(args: argparse.Namespace, settings: Settings) -> int:
             keys = await db.read(lambda c: [r[0] for r in c.execute("SELECT chat_key FROM chats")])
         result = await SessionSearch(db).search(args.query, chat_keys=keys, limit=args.limit)
         if args.json:
-            print(json.dumps({"query": args.query, "count": len(result.hits), "results": result_to_json(result)},
-                             ensure_ascii=False))
+            print(printable_json(json.dumps(
+                {"query": args.query, "count": len(result.hits), "results": result_to_json(result)}, ensure_ascii=False
+            )))
             return EXIT_OK
         if not result.hits:
             print("no matches", file=sys.stderr)
         for s in result.sessions:
-            print(f"{s.session_id}  {s.started_at:%Y-%m-%d}  {s.chat_key}" + (f"  {s.title}" if s.title else ""))
+            print(printable(f"{s.session_id}  {s.started_at:%Y-%m-%d}  {s.chat_key}" + (f"  {s.title}" if s.title else "")))
             for h in s.hits:
-                print(f"  #{h.message_id} {h.created_at:%Y-%m-%d %H:%M} {h.author_name or h.role}: {h.snippet}")
+                print(printable(f"  #{h.message_id} {h.created_at:%Y-%m-%d %H:%M} {h.author_name or h.role}: {h.snippet}"))
         return EXIT_OK
 
     return _run(settings, body)

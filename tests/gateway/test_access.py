@@ -73,13 +73,13 @@ async def test_rate_limit_answers_once_then_drops(app_factory, emulator):
 def test_cli_pair_approve(tmp_path, capsys):
     from mnemo.gateway.inbound.access import PairingStore
     from mnemo.gateway.config import load_settings
-    from mnemo.memory.db import Database
+    from mnemo.gateway.storage import state_database
     from mnemo.memory.scope import UserRef
 
     home = tmp_path / "home"
 
     async def request() -> str:
-        db = Database(load_settings(home, environ={}).state_db)
+        db = state_database(load_settings(home, environ={}).state_db)
         await db.open()
         try:
             return await PairingStore(db).request(UserRef("telegram", "42"), "Zed")

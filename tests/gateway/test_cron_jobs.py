@@ -15,9 +15,10 @@ from mnemo.gateway.config import CronSettings
 from mnemo.gateway.cron.service import MAX_JOBS_PER_CHAT, Caller, CronJobs, parse_chat
 from mnemo.gateway.cron.store import CronStore, JobSource, JobState, JobTarget
 from mnemo.gateway.cron.tool import parse_add
+from mnemo.gateway.delivery.outbox import Outbox
 from mnemo.gateway.errors import ConfigError, InvalidJob, JobNotAllowed, JobNotFound
 from mnemo.gateway.events import ChatType
-from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 
 
 class Clock:
@@ -35,10 +36,10 @@ def clock() -> Clock:
 
 @pytest.fixture
 async def jobs(tmp_path: Path, clock: Clock) -> AsyncIterator[CronJobs]:
-    db = Database(tmp_path / "state.db")
+    db = state_database(tmp_path / "state.db")
     await db.open()
     try:
-        yield CronJobs(CronStore(db), CronSettings(max_prompt_chars=200), default_timezone="UTC", clock=clock)
+        yield CronJobs(CronStore(db, Outbox(db)), CronSettings(max_prompt_chars=200), default_timezone="UTC", clock=clock)
     finally:
         await db.close()
 

@@ -11,8 +11,10 @@ import pytest
 
 from mnemo.gateway.config import WorkerSettings
 from mnemo.gateway.metrics import Metrics
+from mnemo.gateway.jobs.store import JobStore
 from mnemo.gateway.jobs.queue import Job, JobQueue, JobRun, JobState
 from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 
 
 class Clock:
@@ -25,7 +27,7 @@ class Clock:
 
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    database = Database(tmp_path / "state.db")
+    database = state_database(tmp_path / "state.db")
     await database.open()
     yield database
     await database.close()
@@ -33,7 +35,7 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
 
 def make_queue(db: Database, clock: Clock | None = None, metrics: Metrics | None = None, **settings) -> JobQueue:
     cfg = WorkerSettings(**{"concurrency": 2, "max_attempts": 3, "drain_timeout_s": 1.0, **settings})
-    return JobQueue(db, cfg, clock=clock or Clock(), poll_s=0.05, metrics=metrics)
+    return JobQueue(JobStore(db), cfg, clock=clock or Clock(), poll_s=0.05, metrics=metrics)
 
 
 async def until(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:

@@ -22,7 +22,7 @@ from mnemo.memory.dataset import (
     parse_started_at,
     summarize,
 )
-from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import InvalidDataset
 from mnemo.memory.search import SessionSearch
 from mnemo.memory.sessions import SessionStore
@@ -90,7 +90,7 @@ def test_load_and_folder_expansion(tmp_path: Path) -> None:
 
 
 async def test_import_goes_through_the_store_and_questions_are_asked_in_scope(tmp_path: Path) -> None:
-    db = Database(tmp_path / "state.db")
+    db = state_database(tmp_path / "state.db")
     await db.open()
     store = SessionStore(db)
     seen: list[tuple[int, int]] = []

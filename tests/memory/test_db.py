@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from mnemo.memory.db import Database, is_busy
+from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import StoreBusy, StoreError
 
 
 @pytest.fixture
 async def db(tmp_path: Path):
-    d = Database(tmp_path / "profile" / "state.db")
+    d = state_database(tmp_path / "profile" / "state.db")
     await d.open()
     yield d
     await d.close()
@@ -58,7 +59,7 @@ async def test_a_failing_write_is_rolled_back_whole_and_its_error_propagates(db:
 
 
 async def test_busy_from_another_process_is_retried_until_the_lock_is_released(tmp_path: Path) -> None:
-    db = Database(tmp_path / "state.db", busy_timeout_ms=0)
+    db = state_database(tmp_path / "state.db", busy_timeout_ms=0)
     await db.open()
     release, locked = threading.Event(), threading.Event()
     holder = threading.Thread(target=_hold_write_lock, args=(db.path, release, locked))
@@ -79,7 +80,7 @@ async def test_busy_from_another_process_is_retried_until_the_lock_is_released(t
 
 
 async def test_busy_beyond_the_bounded_retries_raises_store_busy(tmp_path: Path) -> None:
-    db = Database(tmp_path / "state.db", busy_timeout_ms=0, max_busy_retries=3)
+    db = state_database(tmp_path / "state.db", busy_timeout_ms=0, max_busy_retries=3)
     await db.open()
     release, locked = threading.Event(), threading.Event()
     holder = threading.Thread(target=_hold_write_lock, args=(db.path, release, locked))
@@ -115,7 +116,7 @@ async def test_reader_connections_cannot_write(db: Database) -> None:
 
 
 async def test_passive_checkpoint_runs_after_the_configured_number_of_writes(tmp_path: Path) -> None:
-    db = Database(tmp_path / "state.db", checkpoint_every=3)
+    db = state_database(tmp_path / "state.db", checkpoint_every=3)
     await db.open()
     # Until a checkpoint, the schema and rows live in the WAL, not in the main file.
     before = db.path.stat().st_size
@@ -163,7 +164,7 @@ async def test_a_cancelled_write_that_has_not_started_is_not_run(db: Database) -
 
 
 async def test_close_is_idempotent_and_a_closed_database_refuses_work(tmp_path: Path) -> None:
-    db = Database(tmp_path / "state.db")
+    db = state_database(tmp_path / "state.db")
     await db.open()
     await db.open()  # idempotent
     await db.close()
@@ -175,7 +176,7 @@ async def test_close_is_idempotent_and_a_closed_database_refuses_work(tmp_path: 
 
 
 def test_sync_api_works_without_an_event_loop(tmp_path: Path) -> None:
-    db = Database(tmp_path / "state.db")
+    db = state_database(tmp_path / "state.db")
     db.open_sync()
     try:
         db.write_sync(lambda c: c.execute("INSERT INTO chats(chat_key) VALUES ('cli')"))

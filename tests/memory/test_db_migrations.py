@@ -4,13 +4,15 @@ a newer database, and all-or-nothing application."""
 from __future__ import annotations
 
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
 
-from mnemo.memory.db import Database
-from mnemo.memory.errors import SchemaTooNew
-from mnemo.memory.migrations import MIGRATIONS, Migration, migrate, schema_version, statements
+from mnemo.gateway.storage import STATE_MIGRATIONS as MIGRATIONS
+from mnemo.gateway.storage import state_database
+from mnemo.memory.errors import SchemaTooNew, StoreError
+from mnemo.memory.migrations import Migration, migrate, schema_version, statements
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -22,7 +24,7 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
 
 
 async def test_an_empty_database_is_migrated_to_the_latest_version(tmp_path: Path) -> None:
-    db = Database(tmp_path / "state.db")
+    db = state_database(tmp_path / "state.db")
     await db.open()
     await db.close()
     conn = _connect(db.path)
@@ -35,7 +37,7 @@ async def test_an_empty_database_is_migrated_to_the_latest_version(tmp_path: Pat
 
 async def test_opening_twice_applies_nothing_new(tmp_path: Path) -> None:
     for _ in range(2):
-        db = Database(tmp_path / "state.db")
+        db = state_database(tmp_path / "state.db")
         await db.open()
         assert db.schema_version == len(MIGRATIONS)
         await db.close()
@@ -63,7 +65,7 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_data_kept(tmp_
         )
     conn.close()
 
-    db = Database(path)
+    db = state_database(path)
     await db.open()
     assert db.schema_version == len(MIGRATIONS)
     rows = await db.read(lambda c: [r[0] for r in c.execute("SELECT content FROM messages ORDER BY id")])
@@ -87,7 +89,7 @@ async def test_a_database_from_a_newer_mnemo_is_refused_with_a_clear_message(tmp
     conn = _connect(path)
     conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 5}")
     conn.close()
-    db = Database(path)
+    db = state_database(path)
     with pytest.raises(SchemaTooNew, match=r"written by a newer mnemo"):
         await db.open()
     assert not db.is_open
@@ -105,7 +107,7 @@ def test_a_failing_migration_leaves_the_database_at_the_previous_version(tmp_pat
 
 def test_appending_a_migration_upgrades_an_existing_database(tmp_path: Path) -> None:
     conn = _connect(tmp_path / "state.db")
-    migrate(conn)
+    migrate(conn, MIGRATIONS)
     calls = []
     extended = (
         *MIGRATIONS,
@@ -139,3 +141,88 @@ def test_statements_keep_trigger_bodies_whole() -> None:
 def test_statements_reject_an_unterminated_statement() -> None:
     with pytest.raises(ValueError, match="incomplete"):
         list(statements("CREATE TABLE a(x)"))
+
+
+# --- the list assembled from the sub-systems' schema modules --------------------------
+
+HISTORICAL_NAMES = [
+    "0001_sessions_and_messages",
+    "0002_inbox",
+    "0003_cjk_view",
+    "0004_outbox",
+    "0005_pairings",
+    "0006_jobs",
+    "0007_cron_jobs",
+]
+
+
+def _legacy_migrations():
+    """``memory/migrations.py`` as it was when it held every table in one list (commit
+    94559e0, kept verbatim in tests/memory/data)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "legacy_migrations_0007", Path(__file__).parent / "data" / "legacy_migrations_0007.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _schema(conn: sqlite3.Connection) -> list[tuple[str, str, str | None]]:
+    return conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+
+
+def test_the_assembled_list_is_the_historical_one_step_for_step() -> None:
+    legacy = _legacy_migrations()
+    assert [m.name for m in MIGRATIONS] == HISTORICAL_NAMES
+    assert [m.name for m in legacy.MIGRATIONS] == HISTORICAL_NAMES
+    for new, old in zip(MIGRATIONS, legacy.MIGRATIONS, strict=True):
+        assert new.sql == old.sql, new.name
+        assert (new.python is None) == (old.python is None), new.name
+
+
+async def test_a_database_of_the_single_list_code_is_at_version_7_and_nothing_reruns(tmp_path: Path) -> None:
+    legacy = _legacy_migrations()
+    path = tmp_path / "state.db"
+    conn = _connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    assert legacy.migrate(conn) == 7
+    conn.execute("INSERT INTO outbox(platform, chat_id, text, created_at) VALUES ('telegram', '7', 'hi', 1.0)")
+    # Mark the recorded history: a re-run step would insert a new row and fail on the
+    # version key, or leave these untouched values changed.
+    conn.execute("UPDATE schema_migrations SET applied_at = 'legacy'")
+    schema_before = _schema(conn)
+    conn.close()
+
+    db = state_database(path)
+    await db.open()
+    assert db.schema_version == 7
+    history = await db.read(
+        lambda c: c.execute("SELECT version, name, applied_at FROM schema_migrations ORDER BY version").fetchall()
+    )
+    outbox = await db.read(lambda c: c.execute("SELECT text FROM outbox").fetchall())
+    schema_after = await db.read(_schema)
+    await db.close()
+    assert [tuple(r) for r in history] == [(i + 1, n, "legacy") for i, n in enumerate(HISTORICAL_NAMES)]
+    assert [r[0] for r in outbox] == ["hi"]
+    assert [tuple(r) for r in schema_after] == [tuple(r) for r in schema_before]
+
+    # And a database created by the assembled list has exactly the legacy schema.
+    fresh = state_database(tmp_path / "fresh.db")
+    await fresh.open()
+    fresh_schema = await fresh.read(_schema)
+    await fresh.close()
+    assert [tuple(r) for r in fresh_schema] == [tuple(r) for r in schema_before]
+
+
+def test_a_list_in_another_order_is_refused_against_an_existing_database(tmp_path: Path) -> None:
+    conn = _connect(tmp_path / "state.db")
+    migrate(conn, MIGRATIONS[:2])
+    swapped = (MIGRATIONS[0], MIGRATIONS[2], MIGRATIONS[1], *MIGRATIONS[3:])
+    with pytest.raises(StoreError, match="0002_inbox"):
+        migrate(conn, swapped)
+    assert schema_version(conn) == 2
+    conn.close()

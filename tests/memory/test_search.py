@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import InvalidSearchQuery
 from mnemo.memory.search import (
     SESSION_SEARCH_TOOL_SCHEMA,
@@ -25,7 +26,7 @@ T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 @pytest.fixture
 async def db(tmp_path: Path):
-    d = Database(tmp_path / "state.db")
+    d = state_database(tmp_path / "state.db")
     await d.open()
     yield d
     await d.close()

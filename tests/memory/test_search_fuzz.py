@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import InvalidSearchQuery
 from mnemo.memory.ranking import NaiveRetriever, create_baseline_index
 from mnemo.memory.search import SessionSearch, run_session_search_tool
@@ -39,7 +39,7 @@ SPECIMENS = [
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[asyncio.AbstractEventLoop, SessionSearch, SessionSearch]]:
     loop = asyncio.new_event_loop()
-    db = Database(Path(tmp_path_factory.mktemp("fuzz")) / "state.db")
+    db = state_database(Path(tmp_path_factory.mktemp("fuzz")) / "state.db")
 
     async def setup() -> None:
         await db.open()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import StoreError
 from mnemo.memory.sessions import NewMessage, SessionStore, ToolCall, Usage, insert_messages
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
@@ -26,7 +27,7 @@ class Clock:
 
 @pytest.fixture
 async def db(tmp_path: Path):
-    d = Database(tmp_path / "state.db")
+    d = state_database(tmp_path / "state.db")
     await d.open()
     yield d
     await d.close()

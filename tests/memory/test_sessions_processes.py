@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 
 WRITERS = 4
 PER_WRITER = 2000
@@ -18,11 +18,11 @@ PER_WRITER = 2000
 WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from mnemo.memory.db import Database
+    from mnemo.gateway.storage import state_database
     from mnemo.memory.sessions import NewMessage, SessionStore
 
     async def main(path, n, w):
-        db = Database(path)
+        db = state_database(path)
         await db.open()
         store = SessionStore(db)
         s = await store.create_session(
@@ -42,7 +42,7 @@ WRITER = textwrap.dedent(
 @pytest.mark.slow
 async def test_four_processes_writing_concurrently_lose_nothing(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
-    db = Database(path)
+    db = state_database(path)
     await db.open()  # schema first, so the writers race on data, not on migrations
     procs = [
         subprocess.Popen(
