@@ -15,12 +15,13 @@ import asyncio
 import contextlib
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TextIO
 
+from mnemo.adapters.terminal import printable
 from mnemo.gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage, delivery_label
 from mnemo.gateway.logs import get_logger
-from mnemo.gateway.ports import InboundSink
+from mnemo.gateway.ports import CommandInfo, InboundSink
 
 log = get_logger(__name__)
 
@@ -38,10 +39,14 @@ class ConsoleAdapter:
         stdout: TextIO | None = None,
         interactive: bool | None = None,
         transcript: bool = False,
+        stderr: TextIO | None = None,
     ) -> None:
         self.user = user
         self._in = stdin or sys.stdin
         self._out = stdout or sys.stdout
+        self._err = stderr or sys.stderr
+        self._lines = 0  # lines read, for the notes about undecodable input
+        self.failed = False  # the reader stopped on an error (``mnemo chat`` exits 1)
         self.interactive = self._in.isatty() if interactive is None else interactive
         # Scripted runs may print both sides ("you> …" / "mnemo> …"), e.g. for the demo.
         self.transcript = transcript
@@ -57,7 +62,7 @@ class ConsoleAdapter:
     def connected(self) -> bool:
         return self._connected
 
-    async def start(self, sink: InboundSink) -> None:
+    async def start(self, sink: InboundSink, commands: Sequence[CommandInfo] = ()) -> None:
         self._connected = True
         if self._task is None:
             self._task = asyncio.create_task(self._read_loop(sink), name="console-reader")
@@ -72,12 +77,13 @@ class ConsoleAdapter:
     async def send(self, message: OutboundMessage) -> list[str]:
         marks = delivery_label(message)
         prefix = f"{marks} " if marks else ""
+        text = printable(message.text)  # a reply never drives the terminal (ESC, CR, ...)
         if self.interactive:
-            self._out.write(f"\nmnemo> {prefix}{message.text}\n")
+            self._out.write(f"\nmnemo> {prefix}{text}\n")
         elif self.transcript:
-            self._out.write(f"mnemo> {prefix}{message.text}\n\n")
+            self._out.write(f"mnemo> {prefix}{text}\n\n")
         else:
-            self._out.write(f"{prefix}{message.text}\n\n")
+            self._out.write(f"{prefix}{text}\n\n")
         self._out.flush()
         self._replies.put_nowait(message)
         return [f"cli-{self._count}"]
@@ -102,7 +108,25 @@ class ConsoleAdapter:
         if self.interactive:
             self._out.write("you> ")
             self._out.flush()
-        return await asyncio.to_thread(self._in.readline)
+        # Bytes, decoded here one line at a time: a text stream would raise on the
+        # first undecodable byte and end the whole run.
+        source = getattr(self._in, "buffer", self._in)
+        raw: str | bytes = await asyncio.to_thread(source.readline)
+        self._lines += 1
+        if isinstance(raw, bytes):
+            try:
+                return raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                self._note(f"line {self._lines} is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})")
+                return raw.decode("utf-8", errors="replace")
+        if any(0xD800 <= ord(ch) <= 0xDFFF for ch in raw):  # surrogateescape'd bytes
+            self._note(f"line {self._lines} holds undecodable bytes")
+            return "".join("\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in raw)
+        return raw
+
+    def _note(self, what: str) -> None:
+        self._err.write(f"mnemo chat: {what}; the undecodable bytes were replaced with U+FFFD\n")
+        self._err.flush()
 
     async def _read_loop(self, sink: InboundSink) -> None:
         try:
@@ -120,7 +144,9 @@ class ConsoleAdapter:
                     await self._replies.get()  # the next line only after the reply
             if self.interactive:
                 self._out.write("\n")
-        except Exception:  # loop boundary: report, then end the run
+        except Exception as e:  # loop boundary: report, then end the run
+            self.failed = True
             log.exception("console_reader_failed")
+            self._err.write(f"mnemo chat: stopped reading input: {printable(str(e)) or type(e).__name__}\n")
         finally:
             self.finished.set()

@@ -47,7 +47,6 @@ import discord
 from discord import app_commands
 
 from mnemo.adapters.discord_routing import route_discord
-from mnemo.gateway.inbound.commands import default_commands
 from mnemo.gateway.config import DiscordSettings
 from mnemo.gateway.errors import Forbidden, PlatformRateLimited, PlatformUnavailable, StartupError
 from mnemo.gateway.events import (
@@ -60,7 +59,7 @@ from mnemo.gateway.events import (
     delivery_label,
 )
 from mnemo.gateway.logs import get_logger
-from mnemo.gateway.ports import InboundSink
+from mnemo.gateway.ports import CommandInfo, InboundSink
 from mnemo.adapters.splitting import split_message
 
 log = get_logger(__name__)
@@ -71,7 +70,6 @@ NONCE_MAX = 25  # Discord's limit on a message nonce, in characters
 INTERACTION_TTL_S = 14 * 60
 # Commands of the gateway that act on text (``/search WORDS``) get one optional string
 # option on Discord.
-TEXT_COMMANDS = frozenset(c.name for c in default_commands().commands() if c.takes_args)
 _ZWJ = "\u200d"
 _MASS_MENTION = re.compile(r"@(everyone|here)")
 _COMMAND_NAME = re.compile(r"^[-_a-z0-9]{1,32}$")
@@ -184,15 +182,12 @@ class DiscordAdapter:
         self,
         settings: DiscordSettings,
         *,
-        menu: Sequence[tuple[str, str]] | None = None,
-        text_commands: frozenset[str] = TEXT_COMMANDS,
         ready_timeout_s: float = 60.0,
         guild_ready_timeout_s: float = 2.0,
         max_ratelimit_timeout_s: float = 30.0,
     ) -> None:
         self.settings = settings
-        self.menu = list(default_commands().menu() if menu is None else menu)
-        self.text_commands = text_commands
+        self.menu: list[CommandInfo] = []  # the gateway's commands, given to start()
         self.ready_timeout_s = ready_timeout_s
         self.guild_ready_timeout_s = guild_ready_timeout_s
         # discord.py refuses values under 30 s; longer limits go back to the outbox.
@@ -217,9 +212,15 @@ class DiscordAdapter:
             and not client.is_closed()
         )
 
-    async def start(self, sink: InboundSink) -> None:
+    async def start(self, sink: InboundSink, commands: Sequence[CommandInfo] = ()) -> None:
+        """Log in, connect the gateway, sync the application commands. Raises
+        ``StartupError`` for a configuration error (no token, a token Discord refuses,
+        the Message Content intent not enabled) and ``PlatformUnavailable`` when Discord
+        cannot be reached (the supervisor calls ``start`` again; a failed start closes
+        its client, so the next call begins afresh)."""
         if self._client is not None:
             return
+        self.menu = list(commands)
         if self.settings.bot_token is None:
             raise StartupError("DISCORD_BOT_TOKEN is not set")
         route_discord(self.settings.api_base_url, self.settings.gateway_url)
@@ -248,8 +249,9 @@ class DiscordAdapter:
             raise StartupError(
                 "Discord refused DISCORD_BOT_TOKEN (401): reset the token in the developer portal"
             ) from e
-        except (aiohttp.ClientError, OSError, discord.HTTPException) as e:
-            raise StartupError(f"cannot reach Discord to log in: {type(e).__name__}: {e}") from e
+        except (aiohttp.ClientError, OSError, TimeoutError, discord.HTTPException) as e:
+            # Unreachable or failing (5xx, a 4xx other than 401): the supervisor retries.
+            raise PlatformUnavailable(f"cannot log in to Discord: {type(e).__name__}: {e}") from e
         self._task = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
         self._task.add_done_callback(self._connection_ended)
         ready = asyncio.create_task(client.wait_until_ready(), name="discord-ready")
@@ -260,8 +262,8 @@ class DiscordAdapter:
             return
         ready.cancel()
         await asyncio.gather(ready, return_exceptions=True)
-        if self._task not in done:
-            raise StartupError(f"Discord gateway not ready after {self.ready_timeout_s:.0f} s")
+        if self._task not in done:  # discord.py is still reconnecting: the gateway is unreachable
+            raise PlatformUnavailable(f"Discord gateway not ready after {self.ready_timeout_s:.0f} s")
         error = self._task.exception()
         if isinstance(error, discord.PrivilegedIntentsRequired):
             raise StartupError(
@@ -269,7 +271,9 @@ class DiscordAdapter:
             ) from error
         if isinstance(error, discord.LoginFailure):
             raise StartupError("Discord refused DISCORD_BOT_TOKEN on the gateway") from error
-        raise StartupError(f"Discord gateway connection failed: {type(error).__name__}: {error}") from error
+        if isinstance(error, discord.ConnectionClosed) and error.code == 4004:  # "Authentication failed"
+            raise StartupError("Discord refused DISCORD_BOT_TOKEN on the gateway (4004)") from error
+        raise PlatformUnavailable(f"Discord gateway connection failed: {type(error).__name__}: {error}") from error
 
     def _connection_ended(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None and self._client is not None:
@@ -288,7 +292,8 @@ class DiscordAdapter:
     # --- application commands --------------------------------------------------------
 
     def _register_commands(self, tree: app_commands.CommandTree[_Client]) -> None:
-        for name, summary in self.menu:
+        for command in self.menu:
+            name, summary = command.name, command.summary
             if not _COMMAND_NAME.match(name):
                 log.warning("discord_command_skipped", command=name, reason="not a valid Discord command name")
                 continue
@@ -297,7 +302,7 @@ class DiscordAdapter:
                 app_commands.Command(
                     name=name,
                     description=description or name,
-                    callback=self._command_callback(name, takes_text=name in self.text_commands),
+                    callback=self._command_callback(name, takes_text=command.takes_args),
                 )
             )
 

@@ -5,6 +5,8 @@ self-hosted ``telegram-bot-api``, or a test fake); ``/bot`` and ``/file/bot`` ar
 appended. PTB's ``Application`` owns the bot's lifecycle (``getMe`` at start, the HTTP
 pools) but has no ``Updater``: updates are received here so that one is confirmed to
 Telegram only after the gateway has stored it (see ``adapters.telegram_polling``).
+A Telegram that cannot be reached at start is a ``PlatformError`` (the start is retried
+by ``gateway.supervisor``); a rejected token is a ``StartupError`` (``startup_errors``).
 
 * Long polling (default): ``deleteWebhook``, then ``getUpdates`` in a loop that
   reconnects with backoff after network errors, flood waits or a conflicting instance.
@@ -70,12 +72,11 @@ from telegram.warnings import PTBDeprecationWarning
 from mnemo.adapters.telegram_format import TelegramChunk, render_chunks
 from mnemo.adapters.telegram_polling import UpdatePoller
 from mnemo.adapters.telegram_updates import UNSUPPORTED_NOTE, Accept, BotIdentity, Unsupported, classify
-from mnemo.gateway.inbound.commands import default_commands
 from mnemo.gateway.config import TelegramSettings
 from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited, PlatformUnavailable, StartupError
 from mnemo.gateway.events import ChatRef, OutboundMessage, delivery_label
 from mnemo.gateway.logs import get_logger
-from mnemo.gateway.ports import InboundSink
+from mnemo.gateway.ports import CommandInfo, InboundSink
 from mnemo.gateway.webserver import WebServer
 
 log = get_logger(__name__)
@@ -132,6 +133,23 @@ def platform_errors(action: str) -> Iterator[None]:
         raise PlatformUnavailable(f"Telegram failed {action}: {e.message}") from e
 
 
+@contextlib.contextmanager
+def startup_errors(action: str) -> Iterator[None]:
+    """Like ``platform_errors``, for the calls ``start`` makes: a rejected token and a
+    refused request are configuration errors (``StartupError``: ``mnemo run`` exits 2,
+    and restarting cannot help), anything else stays a ``PlatformError`` to retry."""
+    with platform_errors(action):
+        try:
+            yield
+        except InvalidToken as e:  # getMe answered 401 / 404
+            raise StartupError(
+                f"Telegram rejected TELEGRAM_BOT_TOKEN while {action} (401 Unauthorized): "
+                "check the token from @BotFather"
+            ) from e
+        except (BadRequest, TgForbidden) as e:  # e.g. a webhook URL Telegram will not use
+            raise StartupError(f"Telegram refused {action}: {e.message}") from e
+
+
 def label(message: OutboundMessage) -> str:
     marks = delivery_label(message)
     return marks + "\n\n" if marks else ""
@@ -168,7 +186,6 @@ class TelegramAdapter:
         settings: TelegramSettings,
         *,
         web: WebServer | None = None,
-        menu: Sequence[tuple[str, str]] | None = None,
         poll_timeout_s: float = 25.0,
         reconnect_backoff_s: tuple[float, float] = (1.0, 30.0),
         typing_interval_s: float = 4.0,
@@ -177,7 +194,7 @@ class TelegramAdapter:
     ) -> None:
         self.settings = settings
         self.web = web
-        self.menu = list(default_commands().menu() if menu is None else menu)
+        self.menu: list[CommandInfo] = []  # the gateway's commands, given to start()
         self.poll_timeout_s = poll_timeout_s
         self.reconnect_backoff_s = reconnect_backoff_s
         self.typing_interval_s = typing_interval_s
@@ -206,9 +223,17 @@ class TelegramAdapter:
             return True
         return self._poller is not None and self._poller.running and self._poller.healthy
 
-    async def start(self, sink: InboundSink) -> None:
+    async def start(self, sink: InboundSink, commands: Sequence[CommandInfo] = ()) -> None:
+        """Connect (``getMe``), set the menu, then poll or register the webhook.
+
+        Raises ``StartupError`` for a configuration error — no token, a token Telegram
+        rejects (401/404 from ``getMe``), a webhook Telegram refuses — and
+        ``PlatformError`` when Telegram cannot be reached or fails (network, 5xx, flood
+        wait): ``mnemo run``'s supervisor then calls ``start`` again later. A failed
+        start leaves nothing open behind it, so the next call begins afresh."""
         if self._app is not None:
             return
+        self.menu = list(commands)
         self._check_settings()
         assert self.settings.bot_token is not None
         root = self.settings.api_base_url.rstrip("/")
@@ -220,23 +245,18 @@ class TelegramAdapter:
             .updater(None)
             .build()
         )
+        self._app, self._sink = app, sink
         try:
-            with platform_errors("connecting (getMe)"):
+            with startup_errors(f"connecting to {root} (getMe)"):
                 await app.initialize()
-        except PlatformError as e:
-            raise StartupError(f"Telegram at {root}: {e}") from e
-        bot = app.bot
-        self._app, self._sink, self._identity = app, sink, BotIdentity(bot.id, bot.username)
-        try:
+            bot = app.bot
+            self._identity = BotIdentity(bot.id, bot.username)
             await self._set_commands(bot)
             if self.settings.webhook_url is not None:
                 await self._set_webhook(bot, self.settings.webhook_url)
             else:
-                try:
-                    with platform_errors("removing the webhook before polling"):
-                        await bot.delete_webhook()
-                except PlatformError as e:
-                    raise StartupError(f"Telegram: {e}") from e
+                with startup_errors("removing the webhook before polling"):
+                    await bot.delete_webhook()
                 low, high = self.reconnect_backoff_s
                 self._poller = UpdatePoller(
                     self._fetch, self._receive, timeout_s=self.poll_timeout_s, min_backoff_s=low, max_backoff_s=high
@@ -263,17 +283,14 @@ class TelegramAdapter:
 
     async def _set_webhook(self, bot: Bot, url: str) -> None:
         assert self.settings.webhook_secret is not None
-        try:
-            with platform_errors("setting the webhook"):
-                await bot.set_webhook(
-                    url, secret_token=self.settings.webhook_secret.get_secret_value(), allowed_updates=ALLOWED_UPDATES
-                )
-        except PlatformError as e:
-            raise StartupError(f"Telegram: {e}") from e
+        with startup_errors("setting the webhook"):
+            await bot.set_webhook(
+                url, secret_token=self.settings.webhook_secret.get_secret_value(), allowed_updates=ALLOWED_UPDATES
+            )
 
     async def _set_commands(self, bot: Bot) -> None:
         commands = [
-            BotCommand(name, (summary or name)[:256]) for name, summary in self.menu if _COMMAND_NAME.match(name)
+            BotCommand(c.name, (c.summary or c.name)[:256]) for c in self.menu if _COMMAND_NAME.match(c.name)
         ]
         try:
             with platform_errors("setting the command menu"):
@@ -291,6 +308,9 @@ class TelegramAdapter:
         app, self._app, self._identity = self._app, None, None
         if app is not None:
             await app.shutdown()
+            # A start whose getMe failed left the Application uninitialised, which makes
+            # its shutdown a no-op; the bot's HTTP pools are open all the same.
+            await app.bot.shutdown()
 
     def _bot(self) -> Bot:
         if self._app is None:

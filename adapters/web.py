@@ -17,7 +17,16 @@ Frames are JSON text:
                     {"type": "reply", "id": "o<outbox id>", "text": ..., "scheduled": bool,
                      "possible_duplicate": bool}
                     {"type": "typing", "active": bool}
-                    {"type": "error", "text": ...}
+                    {"type": "error", "text": ..., "id": ... | null, "retry": bool}
+                    retry false: the message was refused (too long, invalid text, ...)
+                    and resending it can never work, so the page drops it; retry true:
+                    the bot could not take it now, the page resends it after a reconnect
+
+Size: the page refuses a message over ``MAX_TEXT_CHARS`` (sent in the hello frame as
+``max_chars``) before sending anything. The server answers every frame up to
+``MAX_RECEIVE_BYTES`` (16 × the ``MAX_FRAME_BYTES`` it accepts): an over-long one gets an
+error frame naming its message id and the socket stays open. Only a frame beyond that
+is cut off by aiohttp with close code 1009 (message too big).
 
 Identity: the page makes a random user id once and keeps it in ``localStorage``, so a
 reload continues the same chat (chat id = user id, a DM). The id is validated here
@@ -52,7 +61,7 @@ import hmac
 import html
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
@@ -63,7 +72,7 @@ from mnemo.gateway.config import TRIAL_BANNER
 from mnemo.gateway.errors import PlatformUnavailable
 from mnemo.gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage
 from mnemo.gateway.logs import get_logger
-from mnemo.gateway.ports import ChatReachable, InboundSink
+from mnemo.gateway.ports import CommandInfo, ChatReachable, InboundSink
 from mnemo.gateway.webserver import WebServer, is_loopback
 
 log = get_logger(__name__)
@@ -72,6 +81,9 @@ USER_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
 MESSAGE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_TEXT_CHARS = 32_000
 MAX_FRAME_BYTES = 256 * 1024
+MAX_RECEIVE_BYTES = 16 * MAX_FRAME_BYTES  # read (and answered) before aiohttp closes with 1009
+# The id of an over-long frame, read from its start (the page puts "type" and "id" first).
+_FRAME_ID = re.compile(r'"id"\s*:\s*"([A-Za-z0-9_-]{1,64})"')
 TOKEN_COOKIE = "mnemo_web_token"
 
 _STATIC = {"/chat.js": "application/javascript", "/chat.css": "text/css"}
@@ -89,7 +101,7 @@ _SECURITY_HEADERS = {
 
 
 def _asset(name: str) -> str:
-    return (resources.files("adapters") / "web_static" / name).read_text(encoding="utf-8")
+    return (resources.files(__package__) / "web_static" / name).read_text(encoding="utf-8")
 
 
 class WebAdapter:
@@ -128,7 +140,7 @@ class WebAdapter:
     def on_chat_reachable(self, hook: ChatReachable) -> None:
         self._reachable = hook
 
-    async def start(self, sink: InboundSink) -> None:
+    async def start(self, sink: InboundSink, commands: Sequence[CommandInfo] = ()) -> None:
         self._sink = sink
         log.info("web_chat_ready", url=self.server.url if self.server.port is not None else None)
 
@@ -218,18 +230,21 @@ class WebAdapter:
             raise web.HTTPBadRequest(text="invalid user id: 8-64 characters of A-Z a-z 0-9 _ -\n")
         if self._sink is None:
             raise web.HTTPServiceUnavailable(text="the web chat is not running\n")
-        ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_FRAME_BYTES)
+        ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_RECEIVE_BYTES)
         await ws.prepare(request)
         group = self._sockets.setdefault(user, set())
         group.add(ws)
         log.debug("web_socket_open", user=user, sockets=len(group))
         try:
-            await ws.send_str(json.dumps({"type": "hello", "user": user, "typing": user in self._typing}))
+            hello = {"type": "hello", "user": user, "typing": user in self._typing, "max_chars": MAX_TEXT_CHARS}
+            await ws.send_str(json.dumps(hello))
             if self._reachable is not None:
                 await self._reachable(ChatRef(self.name, user))
             async for frame in ws:
                 if frame.type is WSMsgType.TEXT:
                     await self._on_text(ws, user, frame.data)
+                elif frame.type is WSMsgType.ERROR:
+                    log.warning("web_socket_error", user=user, error=str(frame.data))
         finally:
             group.discard(ws)
             if not group and self._sockets.get(user) is group:
@@ -238,6 +253,15 @@ class WebAdapter:
         return ws
 
     async def _on_text(self, ws: web.WebSocketResponse, user: str, data: str) -> None:
+        size = len(data.encode("utf-8", errors="surrogatepass"))
+        if size > MAX_FRAME_BYTES:
+            found = _FRAME_ID.search(data, 0, 512)
+            await self._send_error(
+                ws,
+                f"message too long ({size:,} bytes; at most {MAX_TEXT_CHARS:,} characters); nothing was sent",
+                found.group(1) if found else None,
+            )
+            return
         try:
             frame = json.loads(data)
         except json.JSONDecodeError:
@@ -255,6 +279,12 @@ class WebAdapter:
         if len(text) > MAX_TEXT_CHARS:
             await self._send_error(ws, f"message too long (at most {MAX_TEXT_CHARS} characters)", message_id)
             return
+        bad = next((ch for ch in text if 0xD800 <= ord(ch) <= 0xDFFF), None)
+        if bad is not None:  # "\ud800" in JSON: no store can hold it, so resending never helps
+            await self._send_error(
+                ws, f"the message holds an invalid character (lone surrogate U+{ord(bad):04X}); it was not sent", message_id
+            )
+            return
         sink = self._sink
         if sink is None:
             return  # shutting down: the page resends it after reconnecting
@@ -270,12 +300,16 @@ class WebAdapter:
             await sink(msg)
         except Exception:  # loop boundary: one bad message must not close the page's socket
             log.exception("web_message_not_accepted", message_id=message_id)
-            await self._send_error(ws, "the bot could not accept this message; it will be resent", message_id)
+            await self._send_error(
+                ws, "the bot could not accept this message; it will be resent", message_id, retry=True
+            )
             return
         await self._send_frame(ws, {"type": "ack", "id": message_id})
 
-    async def _send_error(self, ws: web.WebSocketResponse, text: str, message_id: str | None = None) -> None:
-        await self._send_frame(ws, {"type": "error", "text": text, "id": message_id})
+    async def _send_error(
+        self, ws: web.WebSocketResponse, text: str, message_id: str | None = None, *, retry: bool = False
+    ) -> None:
+        await self._send_frame(ws, {"type": "error", "text": text, "id": message_id, "retry": retry})
 
     async def _send_frame(self, ws: web.WebSocketResponse, frame: dict[str, Any]) -> bool:
         if ws.closed:

@@ -35,7 +35,13 @@ import numpy as np
 from mnemo.memory.db import Database
 from mnemo.gateway.storage import STATE_MIGRATIONS, state_database
 from mnemo.memory.migrations import migrate
-from mnemo.memory.ranking import FusionRetriever, NaiveRetriever, create_baseline_index
+from mnemo.memory.ranking import (
+    ContextRetriever,
+    FusionRetriever,
+    NaiveRetriever,
+    create_baseline_index,
+    create_legacy_index,
+)
 from mnemo.memory.search import SessionSearch
 from mnemo.memory.sessions import NewMessage, SessionStore
 
@@ -116,9 +122,11 @@ async def ingest(total: int, lanes_list: list[int]) -> None:
     gen = TextGen()
     texts = gen.batch(total)
     raw_reference(texts[: min(total, 20000)])
-    for lanes in lanes_list:
+    # The schema before the contextual index (0008) first, on the same texts, for comparison.
+    runs = [(1, "before 0008", STATE_MIGRATIONS[:7])] + [(lanes, "", STATE_MIGRATIONS) for lanes in lanes_list]
+    for lanes, label, migrations in runs:
         with tempfile.TemporaryDirectory() as tmp:
-            db = state_database(Path(tmp) / "state.db")
+            db = Database(Path(tmp) / "state.db", migrations=migrations)
             await db.open()
             store = SessionStore(db)
             sessions = [await new_session(store, f"bench:dm:{i}") for i in range(lanes)]
@@ -134,7 +142,7 @@ async def ingest(total: int, lanes_list: list[int]) -> None:
             await asyncio.gather(*(lane(i) for i in range(lanes)))
             dt = time.perf_counter() - t
             n = per_lane * lanes
-            print(f"ingest one transaction per message, {lanes} lane(s): {n} msgs in {dt:.1f} s = {n / dt:,.0f} msgs/s"
+            print(f"ingest one transaction per message, {lanes} lane(s){' ' + label if label else ''}: {n} msgs in {dt:.1f} s = {n / dt:,.0f} msgs/s"
                   f" (busy retries {db.busy_retries})")
             await db.close()
     with tempfile.TemporaryDirectory() as tmp:
@@ -184,8 +192,9 @@ async def search_bench(total: int, chats: int, db_path: Path | None, repeat: int
         if existing == 0:
             print(f"building {total:,} messages over {chats} chats at {path} ...")
             await build(db, total, chats)
-            print("building the baseline's unstemmed index ...")
+            print("building the baseline's unstemmed index and the pre-0008 index ...")
             await db.write(create_baseline_index)
+            await db.write(create_legacy_index)
         existing = await db.read(lambda c: c.execute("SELECT count(*) FROM messages").fetchone()[0])
         n_chats = await db.read(lambda c: c.execute("SELECT count(*) FROM chats").fetchone()[0])
         size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*")) / 1e6
@@ -193,7 +202,7 @@ async def search_bench(total: int, chats: int, db_path: Path | None, repeat: int
         _, questions = corpus()
         keys = await db.read(lambda c: [r[0] for r in c.execute("SELECT chat_key FROM chats")])
         rng = random.Random(5)
-        for retriever in (NaiveRetriever(), FusionRetriever()):
+        for retriever in (NaiveRetriever(), FusionRetriever(name="fusion"), ContextRetriever()):
             search = SessionSearch(db, retriever=retriever)
             for q in questions[:20]:  # warm the page cache
                 await search.search(q, chat_keys=[rng.choice(keys)], limit=10)

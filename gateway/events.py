@@ -7,6 +7,8 @@ session key is computed.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -24,6 +26,9 @@ class Attachment:
     kind: str  # "photo", "document", "voice", ...
     name: str = ""
     size: int | None = None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,12 @@ class InboundMessage:
     private: bool = False
 
     def __post_init__(self) -> None:
+        # Free text from any platform may carry lone surrogates (a JSON "\ud800"):
+        # they cannot be stored or sent on, so every adapter's message gets U+FFFD for them.
+        for name in ("text", "user_name", "reply_to"):
+            value = getattr(self, name)
+            if value is not None and _SURROGATE.search(value):
+                object.__setattr__(self, name, _SURROGATE.sub("\ufffd", value))
         validate_id("platform", self.platform)
         validate_id("chat", self.chat_id)
         validate_id("user", self.user_id)
@@ -95,6 +106,10 @@ class OutboundMessage:
     outbox_id: int | None = None
 
 
+# A scheduled run whose reply is exactly this delivers nothing.
+SILENT = "[SILENT]"
+
+
 def delivery_label(message: OutboundMessage) -> str:
     """How a delivery is marked for the reader, the same on every platform:
     ``⏰ scheduled``, ``(possible duplicate: re-sent after a restart)``, both, or ""."""
@@ -131,6 +146,13 @@ def session_key(
             raise ValueError("a per-user group session key needs the user id")
         parts.append(user_id)
     return ":".join(parts)
+
+
+def is_shared_room(msg: InboundMessage, *, per_user: bool = True) -> bool:
+    """The one shared-room rule: a group chat whose session the whole room shares —
+    marked so by the adapter, or every group when per-member sessions are off. A shared
+    room's system prompt carries no USER.md and its history belongs to no one member."""
+    return not msg.is_dm and (msg.shared_room or not per_user)
 
 
 def key_for(msg: InboundMessage, *, per_user: bool = True) -> str:

@@ -2,10 +2,15 @@
 
 ``Adapter`` is implemented by every platform module in ``adapters/``. The gateway calls:
 
-* ``start(sink)`` once, from ``mnemo run``'s lifecycle stack, after the store, the LLM
-  client and the worker are up. The adapter begins receiving and calls
+* ``start(sink, commands)`` once, from ``mnemo run``'s lifecycle stack, after the store,
+  the LLM client and the worker are up. The adapter begins receiving and calls
   ``await sink(InboundMessage)`` for each supported event (unsupported events are
-  dropped with a debug log). ``start`` returns once the adapter is receiving.
+  dropped with a debug log). ``commands`` are the slash commands of the one command
+  registry, for the platform's menu (Telegram's command list, Discord's application
+  commands). ``start`` returns once the adapter is receiving. It raises ``StartupError``
+  for a configuration error (exit 2) and ``PlatformError`` when the platform cannot be
+  reached; then ``gateway.supervisor`` calls it again after a backoff, so a failed
+  ``start`` must leave nothing open behind it.
 * ``send(OutboundMessage)`` from the delivery loop, one logical reply at a time; the
   adapter splits it at ``max_message_len``, formats it, and returns the platform ids of
   the messages it sent. It raises ``gateway.errors.PlatformError`` subclasses:
@@ -28,14 +33,25 @@ minutes after the page is open again.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage, Submitted
 
 InboundSink = Callable[[InboundMessage], Awaitable[Submitted]]
 ChatReachable = Callable[[ChatRef], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandInfo:
+    """A slash command as a platform menu shows it."""
+
+    name: str
+    summary: str
+    takes_args: bool = False  # platforms with typed commands offer one text option
+    admin_only: bool = False
 
 
 @runtime_checkable
@@ -49,7 +65,7 @@ class Adapter(Protocol):
     @property
     def connected(self) -> bool: ...
 
-    async def start(self, sink: InboundSink) -> None: ...
+    async def start(self, sink: InboundSink, commands: Sequence[CommandInfo] = ()) -> None: ...
 
     async def stop(self) -> None: ...
 

@@ -13,6 +13,8 @@ rename (``tests/memory/test_db_migrations.py`` pins the historical names)::
     0005_pairings                gateway/inbound/schema.py
     0006_jobs                    gateway/jobs/schema.py
     0007_cron_jobs               gateway/cron/schema.py
+    0008_contextual_index        memory/migrations.py
+    0009_message_vectors         memory/migrations.py
 
 Every process that opens ``state.db`` (the gateway, each CLI command, a benchmark)
 goes through ``state_database``.
@@ -26,16 +28,22 @@ outbox delivery) receives it from that repository's ``write`` and passes it to a
 
 from __future__ import annotations
 
+import socket
 import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.schema import CRON_JOBS
+from mnemo.gateway.errors import StartupError
 from mnemo.gateway.delivery.schema import INBOX, OUTBOX
 from mnemo.gateway.inbound.schema import PAIRINGS
 from mnemo.gateway.jobs.schema import JOBS
 from mnemo.memory.db import Database
-from mnemo.memory.migrations import CJK_VIEW, SESSIONS_AND_MESSAGES, Migration
+from mnemo.memory.migrations import CJK_VIEW, CONTEXTUAL_INDEX, MESSAGE_VECTORS, SESSIONS_AND_MESSAGES, Migration
 
 Transaction: TypeAlias = sqlite3.Connection
 
@@ -47,6 +55,8 @@ STATE_MIGRATIONS: tuple[Migration, ...] = (
     PAIRINGS,
     JOBS,
     CRON_JOBS,
+    CONTEXTUAL_INDEX,
+    MESSAGE_VECTORS,
 )
 
 
@@ -54,3 +64,93 @@ def state_database(path: Path | str, **options: Any) -> Database:
     """A (not yet opened) ``Database`` for ``state.db`` with the whole migration list;
     ``options`` are ``Database``'s tuning keywords (readers, busy timeout, …)."""
     return Database(path, migrations=STATE_MIGRATIONS, **options)
+
+
+@dataclass
+class StorageBackend:
+    """Every repository of one backend, on one open database: what ``open_app`` builds
+    the agent and the pipeline on, so neither knows which backend it runs on.
+
+    ``name`` is ``"sqlite"`` (``db`` a ``Database``) or ``"postgresql"`` (``db`` a
+    ``PgDatabase``); ``close`` closes the database."""
+
+    name: str
+    db: Any
+    sessions: Any  # SessionStore | PgSessionStore (SessionRepository + usage/rollover)
+    search: Any  # SessionSearch | PgSessionSearch (SearchRepository)
+    inbox: Any  # InboxRepository
+    outbox: Any  # OutboxRepository
+    jobs: Any  # JobStorage
+    cron: Any  # CronRepository
+    pairings: Any  # PairingRepository
+    # A lock on a key held across every process of the database (PostgreSQL's advisory
+    # locks); None when one process owns the store (SQLite).
+    shared_lock: Callable[[str], AbstractAsyncContextManager[None]] | None = None
+
+    async def close(self) -> None:
+        await self.db.close()
+
+
+async def open_backend(settings: Settings) -> StorageBackend:
+    """Open the configured backend: ``database.url`` unset = ``$MNEMO_HOME/state.db``,
+    ``postgresql://…`` = that server. Raises ``StartupError`` (one line, exit 2) when the
+    ``postgres`` extra is missing, the server is unreachable or its schema is newer than
+    this mnemo."""
+    if not settings.database.is_postgresql:
+        from mnemo.gateway.cron.store import CronStore
+        from mnemo.gateway.delivery.inbox import Inbox
+        from mnemo.gateway.delivery.outbox import Outbox
+        from mnemo.gateway.inbound.access import PairingStore
+        from mnemo.gateway.jobs.store import JobStore
+        from mnemo.memory.search import SessionSearch
+        from mnemo.memory.semantic import configured_retriever
+        from mnemo.memory.sessions import SessionStore
+
+        db = state_database(settings.state_db)
+        await db.open()
+        outbox = Outbox(db)
+        return StorageBackend(
+            "sqlite", db, SessionStore(db), SessionSearch(db, retriever=configured_retriever(settings.search.semantic)),
+            Inbox(db), outbox, JobStore(db), CronStore(db, outbox), PairingStore(db),
+        )
+    return await _open_postgresql(settings)
+
+
+async def _open_postgresql(settings: Settings) -> StorageBackend:
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as e:
+        raise StartupError(
+            f"database.url is a PostgreSQL URL but {e.name or 'psycopg'} is not installed: "
+            "pip install 'mnemo[postgres]' (or unset MNEMO_DATABASE_URL for SQLite)"
+        ) from None
+    from mnemo.gateway.storage_pg.cron import PgCronStore
+    from mnemo.gateway.storage_pg.inbox import PgInbox
+    from mnemo.gateway.storage_pg.jobs import PgJobStore
+    from mnemo.gateway.storage_pg.outbox import PgOutbox
+    from mnemo.gateway.storage_pg.pairings import PgPairingStore
+    from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
+    from mnemo.memory.errors import StoreError
+    from mnemo.memory.pg.db import PgDatabase
+    from mnemo.memory.pg.search import PgSessionSearch
+    from mnemo.memory.pg.sessions import PgSessionStore
+
+    cfg = settings.database
+    assert cfg.url is not None
+    db = PgDatabase(
+        cfg.url.get_secret_value(),
+        migrations=PG_MIGRATIONS,
+        max_size=cfg.pool_size,
+        connect_timeout_s=cfg.connect_timeout_s,
+    )
+    try:
+        await db.open()
+    except StoreError as e:  # unreachable, schema too new, reordered migrations
+        raise StartupError(str(e)) from e
+    owner = cfg.replica_id or socket.gethostname()
+    outbox = PgOutbox(db, owner=owner)
+    return StorageBackend(
+        "postgresql", db, PgSessionStore(db), PgSessionSearch(db), PgInbox(db), outbox,
+        PgJobStore(db, owner=owner), PgCronStore(db, outbox), PgPairingStore(db), shared_lock=db.advisory_lock,
+    )

@@ -8,8 +8,10 @@ the bot as its operator. ``port: 0`` picks a free port (``url`` tells which).
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -71,9 +73,27 @@ class WebServer:
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as e:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+            raise StartupError(self._bind_problem(e)) from e
         self.port = int(self._runner.addresses[0][1])
         log.info("web_server_listening", url=self.url)
+
+    def _bind_problem(self, e: OSError) -> str:
+        host, port = self.settings.host, self.settings.port
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        fix = "set MNEMO_WEB_PORT (web.port) to a free port, or 0 to pick one"
+        if e.errno == errno.EADDRINUSE:
+            return f"cannot listen on {shown}: the port is already in use (another mnemo, or another program); {fix}"
+        if e.errno in (errno.EACCES, errno.EPERM):
+            return f"cannot listen on {shown}: permission denied (ports below 1024 need privileges); {fix}"
+        if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(e, socket.gaierror):
+            return (f"cannot listen on {shown}: {host!r} is not an address of this machine; "
+                    "set MNEMO_WEB_HOST (web.host), e.g. 127.0.0.1")
+        return f"cannot listen on {shown}: {e.strerror or e}; {fix}"
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None

@@ -405,6 +405,44 @@ class CuratedFile:
         return WriteResult(False, message, action, self.target, chars, self.limit)
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryBlocks:
+    """The curated files of one moment, as every reader needs them: the system prompt
+    and the shared-room fence take the ``*_block`` (an unreadable file gives no block),
+    people (``/memory``, ``mnemo memory show``) and background memory passes take the
+    ``*_text`` (which says that a file cannot be read instead of showing it as empty)."""
+
+    memory: Snapshot
+    user: Snapshot | None  # None: no speaker asked for (a shared room, a CLI without --user)
+    memory_name: str = "MEMORY.md"
+
+    @property
+    def memory_block(self) -> str:
+        return self.memory.render_block()
+
+    @property
+    def user_block(self) -> str | None:
+        return None if self.user is None else self.user.render_block()
+
+    @property
+    def memory_text(self) -> str:
+        return _for_people(self.memory, "the shared notes (MEMORY.md)")
+
+    @property
+    def user_text(self) -> str | None:
+        return None if self.user is None else _for_people(self.user, "the profile (USER.md)")
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.memory.warnings + (self.user.warnings if self.user is not None else ())
+
+
+def _for_people(snap: Snapshot, what: str) -> str:
+    if not snap.readable:
+        return f"({what} cannot be read: {'; '.join(snap.warnings)})"
+    return snap.render_block()
+
+
 class MemoryFiles:
     """Where the curated files of one profile live: ``<memories_dir>/MEMORY.md`` and
     ``<memories_dir>/users/<platform>/<user_id>/USER.md``."""
@@ -442,3 +480,9 @@ class MemoryFiles:
         if not path.resolve().is_relative_to(self.users_dir.resolve()):
             raise InvalidIdentifier(f"the USER.md of {ref} would resolve outside {self.users_dir}")
         return CuratedFile(Target.USER, path, self.user_limit, root=self.users_dir, lock_timeout=self._lock_timeout)
+
+    def blocks(self, speaker: UserRef | None) -> MemoryBlocks:
+        """The one reader of the curated files for prompts and people: MEMORY.md and,
+        with a speaker, their USER.md, read now (an unreadable file is reported, never
+        shown as empty and never overwritten)."""
+        return MemoryBlocks(self.shared().load(), None if speaker is None else self.user(speaker).load())

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from mnemo.memory.errors import MemoryRefused
 from mnemo.memory.fence import fence, sanitize_recall, strip_fences
 from mnemo.memory.provider import (
     Availability,
@@ -49,6 +50,7 @@ from mnemo.memory.provider import (
     ToolSchema,
 )
 from mnemo.memory.provider_config import read_provider_config
+from mnemo.memory.threats import guard_write
 from mnemo.memory.trivial import is_trivial_prompt
 
 if TYPE_CHECKING:
@@ -93,6 +95,19 @@ _FAILED = object()
 
 def _error(message: str) -> str:
     return json.dumps({"ok": False, "error": message}, ensure_ascii=False)
+
+
+def _durable_refusal(schema: ToolSchema, args: Mapping[str, Any]) -> str | None:
+    """The threat scan over the arguments a tool stores durably; the refusal or None."""
+    for key in schema.durable_args:
+        values = args.get(key)
+        for value in values if isinstance(values, list) else (values,):
+            if isinstance(value, str):
+                try:
+                    guard_write(value, f"'{key}'")
+                except MemoryRefused as e:
+                    return e.reason
+    return None
 
 
 class MemoryManager:
@@ -290,7 +305,10 @@ class MemoryManager:
         entry = self._tools.get(name)
         if entry is None or not entry[0].ready:
             return _error(f"no memory provider handles tool {name!r}")
-        slot = entry[0]
+        slot, schema = entry
+        refused = _durable_refusal(schema, args)
+        if refused is not None:
+            return _error(refused)
         result = await self._run(slot, name, slot.provider.handle_tool_call, (name, dict(args), ctx), self.limits.tool_timeout_s)
         if result is _FAILED:
             return _error(f"{name} failed; the memory provider {slot.name!r} is unavailable right now")

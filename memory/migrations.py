@@ -249,3 +249,96 @@ def _backfill_cjk(conn: sqlite3.Connection) -> None:
 # which alone knows where the gateway's tables go between them).
 SESSIONS_AND_MESSAGES = Migration("0001_sessions_and_messages", _SESSIONS_AND_MESSAGES)
 CJK_VIEW = Migration("0003_cjk_view", _CJK_VIEW, python=_backfill_cjk)
+
+
+# --- 0008: the contextual index -----------------------------------------------------------
+
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+
+
+def context_sql(m: str) -> str:
+    """SQL for the ``context`` column of message alias ``m``: who said it, the date in
+    words (``7 May 2023``) and the previous turn of the same session."""
+    months = " ".join(f"WHEN '{i:02d}' THEN '{name}'" for i, name in enumerate(_MONTHS, 1))
+    return (
+        f"coalesce({m}.author_name, {m}.role) || ' ' || (0 + substr({m}.created_at, 9, 2)) || ' '"
+        f" || (CASE substr({m}.created_at, 6, 2) {months} ELSE '' END) || ' ' || substr({m}.created_at, 1, 4)"
+        f" || ' ' || coalesce((SELECT p.content FROM messages p WHERE p.session_id = {m}.session_id"
+        f" AND p.id < {m}.id ORDER BY p.id DESC LIMIT 1), '')"
+    )
+
+
+_CONTEXTUAL_INDEX = f"""
+-- Every message indexed with its context (memory/ranking.py ContextRetriever): the
+-- message itself in 'content', and in 'context' who said it, the date in words and
+-- the previous turn of the session; the rowid stays the message's own id. Contentless:
+-- the context is recomputed for 'delete' (messages are append-only, the previous turn
+-- never changes). It replaces messages_fts, which stays only until every old row has
+-- been re-indexed in the background (memory/reindex.py; state in search_reindex).
+CREATE VIRTUAL TABLE messages_ctx USING fts5(
+    content, context, scope, content='', tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER messages_ctx_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_ctx(rowid, content, context, scope)
+    VALUES (new.id, new.content, {context_sql("new")}, 'c' || new.chat_no);
+END;
+CREATE TRIGGER messages_ctx_ad AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_ctx(messages_ctx, rowid, content, context, scope)
+    VALUES ('delete', old.id, old.content, {context_sql("old")}, 'c' || old.chat_no);
+END;
+-- The chat's participants (their names are removed from queries: every turn of theirs
+-- carries the name in its context, so it matches everything and finds nothing).
+CREATE TABLE chat_speakers (
+    chat_no INTEGER NOT NULL,
+    name    TEXT NOT NULL,
+    PRIMARY KEY (chat_no, name)
+) WITHOUT ROWID;
+CREATE TRIGGER chat_speakers_ai AFTER INSERT ON messages WHEN new.author_name IS NOT NULL BEGIN
+    INSERT OR IGNORE INTO chat_speakers(chat_no, name) VALUES (new.chat_no, new.author_name);
+END;
+-- Background re-indexing of the rows written before this step: ids next_id..last_id.
+CREATE TABLE search_reindex (
+    name    TEXT PRIMARY KEY,
+    next_id INTEGER NOT NULL,
+    last_id INTEGER NOT NULL,
+    started_at TEXT NOT NULL
+);
+"""
+
+LEGACY_FTS_DROP = (
+    "DROP TRIGGER IF EXISTS messages_fts_ai",
+    "DROP TRIGGER IF EXISTS messages_fts_ad",
+    "DROP TRIGGER IF EXISTS messages_fts_au",
+    "DROP TABLE IF EXISTS messages_fts",
+)
+
+
+def _plan_reindex(conn: sqlite3.Connection) -> None:
+    lo, hi = conn.execute("SELECT min(id), max(id) FROM messages").fetchone()
+    if lo is None:
+        for stmt in LEGACY_FTS_DROP:  # nothing to re-index: the old index goes now
+            conn.execute(stmt)
+        return
+    conn.execute(
+        "INSERT INTO search_reindex(name, next_id, last_id, started_at) VALUES ('messages_ctx', ?, ?, ?)",
+        (lo, hi, datetime.now(UTC).isoformat(timespec="seconds")),
+    )
+
+
+CONTEXTUAL_INDEX = Migration("0008_contextual_index", _CONTEXTUAL_INDEX, python=_plan_reindex)
+
+
+_MESSAGE_VECTORS = """
+-- Sentence embeddings of messages for the optional semantic retriever (memory/semantic.py):
+-- float32 blobs written in the background; empty unless search.semantic is on.
+CREATE TABLE message_vectors (
+    id      INTEGER PRIMARY KEY,
+    chat_no INTEGER NOT NULL,
+    model   TEXT NOT NULL,
+    vec     BLOB NOT NULL
+);
+CREATE INDEX message_vectors_by_chat ON message_vectors(chat_no, model, id);
+"""
+
+MESSAGE_VECTORS = Migration("0009_message_vectors", _MESSAGE_VECTORS)

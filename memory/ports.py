@@ -59,6 +59,10 @@ class SessionRepository(Protocol):
         """The session's messages in order."""
         ...
 
+    async def last_activity(self, session_id: str) -> datetime | None:
+        """When the newest message of the session was stored (None: no messages)."""
+        ...
+
 
 class SearchRepository(Protocol):
     """Full-text search of past messages (the ``session_search`` tool, ``mnemo

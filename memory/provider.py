@@ -27,6 +27,10 @@ call. Never store it on ``self``.
 Writes: the manager calls ``sync_turn``, ``on_memory_write``, ``on_session_end``,
 ``on_pre_compress`` and ``on_delegation`` only when ``ctx.agent_context`` is PRIMARY.
 Tool calls arrive in every context; a tool that writes must check ``ctx.may_write``.
+Everything a provider stores from a tool call reaches later prompts, so it passes the
+same threat scan as curated memory: list those arguments in ``ToolSchema.durable_args``
+(the manager scans them), and scan any other text you persist with
+``memory.threats.guard_write``.
 """
 
 from __future__ import annotations
@@ -108,6 +112,10 @@ class ToolSchema:
     name: str
     description: str
     input_schema: Mapping[str, Any]
+    # String arguments the provider stores and later recalls into a prompt ("remember",
+    # "conclude", a fact's content): the manager passes each through the threat scan
+    # (``memory.threats.guard_write``) and refuses the call before the provider sees it.
+    durable_args: tuple[str, ...] = ()
 
     def to_api(self) -> dict[str, Any]:
         """The Anthropic tool definition."""

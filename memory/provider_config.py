@@ -22,6 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from mnemo.memory.atomic import ensure_folder
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.scope import validate_id
 
@@ -128,7 +129,7 @@ def read_provider_config(home: Path, name: str, schema: Sequence[ConfigField] = 
 
 
 def _write_atomic(path: Path, data: Mapping[str, Any], mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_folder(path.parent)  # providers/ and providers/<name>/: 0700, like every profile folder
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, mode)
@@ -160,7 +161,7 @@ def write_provider_config(
     folder = provider_dir(home, name)
     public = {k: v for k, v in parsed.items() if not fields[k].secret}
     secret = {k: v for k, v in parsed.items() if fields[k].secret}
-    _write_atomic(folder / CONFIG_FILE, public, 0o644)
+    _write_atomic(folder / CONFIG_FILE, public, 0o600)  # profile files are private, secrets or not
     if secret:
         _write_atomic(folder / SECRETS_FILE, secret, 0o600)
     return folder / CONFIG_FILE

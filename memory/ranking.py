@@ -213,3 +213,125 @@ class FusionRetriever:
                 final = self._with_neighbours(conn, base)
         ranked = sorted(final.items(), key=lambda kv: (-kv[1], kv[0]))
         return ranked[:pool]
+
+
+# --- the contextual retriever (the default) ------------------------------------------------
+
+CTX_TABLE = "messages_ctx"
+LEGACY_TABLE = "messages_fts"
+
+
+def create_legacy_index(conn: sqlite3.Connection) -> None:
+    """Re-create the pre-0008 index ``messages_fts`` (benchmarks only; inside a write),
+    so ``FusionRetriever`` can be measured next to the contextual one."""
+    conn.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {LEGACY_TABLE} USING fts5("
+        "content, scope, content='messages_fts_docs', content_rowid='id',"
+        " tokenize='porter unicode61 remove_diacritics 2')"
+    )
+    conn.execute(f"INSERT INTO {LEGACY_TABLE}({LEGACY_TABLE}) VALUES ('rebuild')")
+
+
+def participant_words(conn: sqlite3.Connection, scope: Scope) -> frozenset[str]:
+    """The lower-cased words of the names of everyone who spoke in the scope's chats."""
+    marks = ",".join("?" * len(scope.chat_nos))
+    out: set[str] = set()
+    for (name,) in conn.execute(f"SELECT name FROM chat_speakers WHERE chat_no IN ({marks})", scope.chat_nos):
+        out.update(w.lower() for w in WORD.findall(name))
+    return frozenset(out)
+
+
+def without_names(query: ParsedQuery, names: frozenset[str]) -> ParsedQuery:
+    """``query`` without the participants' own names (when something else is left)."""
+    if not names:
+        return query
+    terms = tuple(f for f in query.terms if f[0] not in names)
+    if not terms:
+        return query
+    return ParsedQuery(query.raw_words, terms, query.phrases, query.cjk_runs)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRetriever:
+    """Contextual index + participant-aware query + neighbours + name feedback.
+
+    Each message is matched on its own text (weight 1) and on its context — speaker,
+    date in words, previous turn — at ``context_weight``; the names of the chat's own
+    participants are dropped from the query (their turns all carry the name). While
+    old rows are still being re-indexed (``memory/reindex.py``) it answers with
+    ``FusionRetriever`` on the old index.
+    """
+
+    name: str = "contextual"
+    distinct_texts: bool = True
+    context_weight: float = 0.15
+    cjk_weight: float = 1.0
+    neighbour_weight: float = 0.2
+    feedback_docs: int = 5
+    feedback_weight: float = 0.5
+    candidates: int = 100
+    drop_names: bool = True
+    speaker_boost: float = 1.0
+
+    def _scores(self, conn: sqlite3.Connection, expr: str | None, scope: Scope, n: int) -> Ranked:
+        if expr is None or not scope.chat_nos:
+            return []
+        rows = conn.execute(
+            f"SELECT rowid, -bm25({CTX_TABLE}, 1.0, ?, 0.0) AS s FROM {CTX_TABLE} WHERE {CTX_TABLE} MATCH ?"
+            " ORDER BY s DESC LIMIT ?",
+            (self.context_weight, scope.match(expr), n),
+        ).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    def _with_neighbours(self, conn: sqlite3.Connection, base: Mapping[int, float]) -> dict[int, float]:
+        if self.neighbour_weight <= 0:
+            return dict(base)
+        final: dict[int, float] = defaultdict(float)
+        for i, (prev, nxt) in neighbours(conn, list(base)).items():
+            final[i] += base[i]
+            for j in (prev, nxt):
+                if j is not None:
+                    final[j] += self.neighbour_weight * base[i]
+        return final
+
+    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, scope: Scope, pool: int) -> Ranked:
+        from mnemo.memory.reindex import pending  # reindex imports migrations, not ranking
+
+        if pending(conn):
+            return FusionRetriever(name=self.name).retrieve(conn, query, scope, pool)
+        n = max(pool, self.candidates)
+        names = participant_words(conn, scope) if self.drop_names else frozenset()
+        q = without_names(query, names)
+        cols = "{content context}"
+        base: dict[int, float] = defaultdict(float)
+        alts = [w for family in q.terms for w in family] + [" ".join(p) for p in q.phrases]
+        for i, s in _normalised(self._scores(conn, any_of(cols, alts), scope, n)).items():
+            base[i] += s
+        if self.cjk_weight > 0:
+            for i, s in _normalised(fts_scores(conn, "messages_cjk", cjk_expression(q), scope, n)).items():
+                base[i] += self.cjk_weight * s
+        if not base:
+            return []
+        final = self._with_neighbours(conn, base)
+        if self.feedback_docs > 0 and self.feedback_weight > 0:
+            top = [i for i, _ in sorted(final.items(), key=lambda kv: (-kv[1], kv[0]))[: self.feedback_docs]]
+            asked = {w for family in q.terms for w in family} | names
+            marks = ",".join("?" * len(top))
+            extra: list[str] = []
+            for (content,) in conn.execute(f"SELECT content FROM messages WHERE id IN ({marks})", tuple(top)):
+                extra += [w for w in proper_nouns(content) if w not in asked]
+            extra = list(dict.fromkeys(extra))[:MAX_FEEDBACK_TERMS]
+            if extra:
+                found = self._scores(conn, any_of("content", extra), scope, n)
+                for i, s in _normalised(found).items():
+                    base[i] = base.get(i, 0.0) + self.feedback_weight * s
+                final = self._with_neighbours(conn, base)
+        named = {w for w in query.raw_words if w in names}
+        if named and self.speaker_boost > 0 and final:
+            # The question names a participant: their own turns are likelier evidence.
+            marks = ",".join("?" * len(final))
+            for i, who in conn.execute(f"SELECT id, author_name FROM messages WHERE id IN ({marks})", tuple(final)):
+                if who and any(w.lower() in named for w in WORD.findall(who)):
+                    final[i] *= 1.0 + self.speaker_boost
+        ranked = sorted(final.items(), key=lambda kv: (-kv[1], kv[0]))
+        return ranked[:pool]

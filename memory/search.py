@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -29,7 +29,7 @@ import structlog
 from mnemo.memory.db import Database
 from mnemo.memory.errors import InvalidSearchQuery
 from mnemo.memory.fts_query import ParsedQuery, Scope, parse
-from mnemo.memory.ranking import FusionRetriever, Retriever
+from mnemo.memory.ranking import ContextRetriever, Retriever, neighbours
 from mnemo.memory.sessions import from_db_time
 
 log = structlog.get_logger(__name__)
@@ -37,6 +37,14 @@ log = structlog.get_logger(__name__)
 MAX_LIMIT = 100
 CRON_WEIGHT = 0.5  # a cron session's hit counts half
 SNIPPET_CHARS = 240
+
+
+@dataclass(frozen=True, slots=True)
+class ContextTurn:
+    message_id: int
+    speaker: str
+    created_at: datetime
+    text: str  # cut to SNIPPET_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +57,15 @@ class SearchHit:
     created_at: datetime
     snippet: str
     score: float
+    # The turns right before and after it in its session (the ±1 window the model sees).
+    before: ContextTurn | None = None
+    after: ContextTurn | None = None
+
+    @property
+    def speaker(self) -> str:
+        """Who said it, as shown to people and to the model: the name, else the id,
+        else the role."""
+        return self.author_name or self.author_id or self.role
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +122,7 @@ def make_snippet(content: str, query: ParsedQuery, width: int = SNIPPET_CHARS) -
 class SessionSearch:
     def __init__(self, db: Database, *, retriever: Retriever | None = None) -> None:
         self._db = db
-        self.retriever: Retriever = retriever or FusionRetriever()
+        self.retriever: Retriever = retriever or ContextRetriever()
 
     async def search(
         self,
@@ -182,8 +199,37 @@ class SessionSearch:
         hits.sort(key=lambda hr: (-hr[0].score, hr[0].message_id))
         if self.retriever.distinct_texts:
             hits = _distinct(hits)
-        hits = hits[:limit]
+        hits = _with_window(conn, hits[:limit])
         return SearchResult(query, tuple(h for h, _ in hits), _group(hits))
+
+
+def _with_window(
+    conn: sqlite3.Connection, hits: list[tuple[SearchHit, sqlite3.Row]]
+) -> list[tuple[SearchHit, sqlite3.Row]]:
+    """Attach the previous and next turn of each hit's session (same session, so same chat)."""
+    if not hits:
+        return hits
+    around = neighbours(conn, [h.message_id for h, _ in hits])
+    want = {j for pair in around.values() for j in pair if j is not None}
+    turns: dict[int, ContextTurn] = {}
+    if want:
+        marks = ",".join("?" * len(want))
+        for r in conn.execute(
+            f"SELECT id, role, author_id, author_name, created_at, content FROM messages WHERE id IN ({marks})",
+            tuple(want),
+        ):
+            created = from_db_time(r["created_at"])
+            assert created is not None
+            text = " ".join(r["content"].split())
+            if len(text) > SNIPPET_CHARS:
+                text = text[:SNIPPET_CHARS].rstrip() + "…"
+            turns[r["id"]] = ContextTurn(r["id"], r["author_name"] or r["author_id"] or r["role"], created, text)
+    out = []
+    for hit, row in hits:
+        prev, nxt = around.get(hit.message_id, (None, None))
+        hit = replace(hit, before=turns.get(prev) if prev else None, after=turns.get(nxt) if nxt else None)
+        out.append((hit, row))
+    return out
 
 
 def _distinct(hits: list[tuple[SearchHit, sqlite3.Row]]) -> list[tuple[SearchHit, sqlite3.Row]]:
@@ -248,11 +294,15 @@ def result_to_json(result: SearchResult, *, with_snippets: bool = True) -> list[
             m: dict[str, Any] = {
                 "message_id": h.message_id,
                 "role": h.role,
-                "who": h.author_name or h.author_id or h.role,
+                "who": h.speaker,
                 "date": h.created_at.isoformat(timespec="seconds"),
             }
             if with_snippets:
                 m["text"] = h.snippet
+                for key, turn in (("before", h.before), ("after", h.after)):
+                    if turn is not None:
+                        m[key] = {"who": turn.speaker, "date": turn.created_at.isoformat(timespec="seconds"),
+                                  "text": turn.text}
             matches.append(m)
         item: dict[str, Any] = {
             "session_id": s.session_id,

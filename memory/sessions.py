@@ -25,6 +25,7 @@ from mnemo.memory import cjk
 from mnemo.memory.db import Database
 from mnemo.memory.errors import StoreError
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
+from mnemo.memory.usage import Usage
 
 Role = Literal["user", "assistant", "tool"]
 ROLES: tuple[str, ...] = get_args(Role)
@@ -129,17 +130,6 @@ class SessionRow:
     @property
     def is_ended(self) -> bool:
         return self.ended_at is not None
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token use of one or more LLM requests; accumulated per session."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    cost_usd: float = 0.0
 
 
 _SESSION_COLUMNS = (
@@ -421,6 +411,16 @@ class SessionStore:
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY id", (session_id,)
             )
             return [message_from_row(r) for r in rows]
+
+        return await self._db.read(q)
+
+    async def last_activity(self, session_id: str) -> datetime | None:
+        """When the session's newest message was stored; None for a session without
+        messages (the idle/daily reset policy then counts from its start)."""
+
+        def q(conn: sqlite3.Connection) -> datetime | None:
+            row = conn.execute("SELECT MAX(created_at) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
+            return from_db_time(row[0]) if row and row[0] is not None else None
 
         return await self._db.read(q)
 

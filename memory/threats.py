@@ -1,17 +1,55 @@
 """The threat scanner for text that will reach a system prompt.
 
 Curated memory is injected into every future prompt, so it is the most privileged place
-an attacker can plant text. Every write to it (and later every skill or context file) is
-passed through :func:`scan`, which returns the first :class:`Threat` found or ``None``.
+an attacker can plant text. Every durable write the model can make goes through
+:func:`scan` — curated memory (``memory/curated.py``), holographic facts (their store),
+and the tool arguments an external provider declares durable (``ToolSchema.durable_args``,
+checked by the manager); skills and context files must use it too, through
+:func:`guard_write` (which raises ``MemoryRefused``) or :func:`scan`. It returns the
+first :class:`Threat` found or ``None``.
 
 Order of checks, and why:
 
 1. size: more than ``MAX_SCAN_BYTES`` of UTF-8 is refused outright rather than scanned
    partially (a payload past the scanned prefix would slip through);
-2. invisible characters, on the *raw* text: NFKC keeps most of them, but checking before
-   normalization means no normalization quirk can hide one;
+2. characters, on the *raw* text (checking before normalization means no normalization
+   quirk can hide one):
+
+   * ``invalid_text``: a lone surrogate (undecodable bytes smuggled in through
+     surrogateescape, or ``"\\ud800"`` in JSON) cannot be stored as UTF-8;
+   * ``control_character``: C0 controls except tab and newline (CR only as part of
+     CRLF), DEL and the C1 controls. ESC starts terminal escape sequences (``\\e[8m``
+     hides text from the operator reading ``mnemo memory show``), NUL truncates text in
+     C-based tools;
+   * ``invisible_unicode``: every format character (category Cf: zero-width and bidi
+     controls including LRM/RLM, soft hyphen, U+180E, U+2061-2064, U+FFF9-FFFB, the TAG
+     block U+E0000-E007F that spells hidden ASCII, ...) except the few *visible* ones
+     (the Arabic/Syriac number signs such as U+0600-0605), plus the invisible fillers
+     U+034F, U+115F, U+1160, U+3164, U+FFA0 and the Mongolian selectors. Variation
+     selectors (U+FE00-FE0F, U+E0100-E01EF) are allowed one at a time right after a
+     visible character, which is how emoji (``❤️``) and ideographic variants use them;
+     a run of two or more, or one after a space or at the start, is refused: that is
+     how bytes are smuggled in variation selectors;
 3. the patterns, on NFKC-normalized text with typographic apostrophes folded to ``'``,
-   so full-width or compatibility look-alikes (``ｉｇｎｏｒｅ``) match like ASCII.
+   so full-width or compatibility look-alikes (``ｉｇｎｏｒｅ``) match like ASCII. The
+   instruction-shaped patterns (injection, override, role hijack, deception, bypass,
+   prompt leak, future instructions) are also matched against de-obfuscated copies:
+   runs of single letters joined (``I-g-n-o-r-e``, ``i g n o r e``), common leetspeak
+   mapped inside words that mix letters and digits or symbols (``1gn0re``, ``@ll``),
+   and, for the core "ignore previous instructions" phrase, the text squashed to
+   letters only (``i g n o r e a l l p r i o r ...``). The copies are only matched,
+   never stored, and only by those patterns (a digit in a token or path stays a digit
+   for the secret patterns).
+
+Future instructions — where the line is: text aimed at the assistant's behaviour in
+later turns ("from now on", "in all future conversations", "always", "every reply",
+"going forward", ...) is refused when the same sentence tells the assistant to disclose
+a secret (reply with / include / send / reveal ... a password, API key, credentials, an
+access token, a private key, the system prompt) or to drop its own rules (ignore /
+bypass / override your rules, safety guidelines, the system prompt; obey someone else).
+A plain preference passes ("From now on the user wants answers in French", "Always
+store API keys in env vars"), and so does a prohibition ("from now on never share the
+admin password").
 
 The patterns are deliberately phrase-shaped (verb + object), not single words, so that
 ordinary notes ("Store API keys in env vars", "You are now ready to start") pass. A
@@ -27,21 +65,47 @@ import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 
+from mnemo.memory.errors import MemoryRefused
+
 MAX_SCAN_BYTES = 64 * 1024
 
-# Zero-width and bidirectional-control characters that let text say one thing to a human
-# and another to a model: U+200B-200D, U+2060, U+2062-2064, U+FEFF, U+202A-202E, U+2066-2069.
-INVISIBLE_CHARS: frozenset[str] = frozenset(
-    chr(cp)
-    for cp in (
-        *range(0x200B, 0x200E),
-        0x2060,
-        *range(0x2062, 0x2065),
-        0xFEFF,
-        *range(0x202A, 0x202F),
-        *range(0x2066, 0x206A),
-    )
+# Format characters (Cf) that render as a visible sign: the prepended concatenation marks.
+_VISIBLE_FORMAT: frozenset[str] = frozenset(
+    chr(cp) for cp in (*range(0x0600, 0x0606), 0x06DD, 0x070F, 0x0890, 0x0891, 0x08E2, 0x110BD, 0x110CD)
 )
+# Invisible characters outside Cf: the combining grapheme joiner, the Hangul fillers and
+# the Mongolian free variation selectors.
+_INVISIBLE_OTHER: frozenset[str] = frozenset(
+    chr(cp) for cp in (0x034F, 0x115F, 0x1160, 0x3164, 0xFFA0, 0x180B, 0x180C, 0x180D, 0x180F)
+)
+_C0_NAMES = (
+    "NUL SOH STX ETX EOT ENQ ACK BEL BS HT LF VT FF CR SO SI "
+    "DLE DC1 DC2 DC3 DC4 NAK SYN ETB CAN EM SUB ESC FS GS RS US"
+).split()
+
+
+def is_variation_selector(ch: str) -> bool:
+    cp = ord(ch)
+    return 0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF
+
+
+def is_invisible(ch: str) -> bool:
+    """A character that hides text: format characters (Cf) but the visible few, and the
+    invisible fillers. Variation selectors are judged in context by :func:`scan`."""
+    return (unicodedata.category(ch) == "Cf" and ch not in _VISIBLE_FORMAT) or ch in _INVISIBLE_OTHER
+
+
+def is_control(ch: str) -> bool:
+    """C0 except tab and newline, DEL, C1. (CR is allowed by :func:`scan` only before LF.)"""
+    cp = ord(ch)
+    return (cp < 0x20 and ch not in "\t\n") or 0x7F <= cp <= 0x9F
+
+
+def control_name(ch: str) -> str:
+    cp = ord(ch)
+    if cp < 0x20:
+        return _C0_NAMES[cp]
+    return "DEL" if cp == 0x7F else "a C1 control"
 
 
 class ThreatCategory(StrEnum):
@@ -56,7 +120,10 @@ class ThreatCategory(StrEnum):
     SECRET_FILE = "secret_file"
     HARDCODED_SECRET = "hardcoded_secret"
     PERSISTENCE = "persistence"
+    FUTURE_INSTRUCTION = "future_instruction"
     INVISIBLE_UNICODE = "invisible_unicode"
+    CONTROL_CHARACTER = "control_character"
+    INVALID_TEXT = "invalid_text"
     TOO_LONG = "too_long"
 
 
@@ -91,6 +158,49 @@ _SECRET_NAMES = (
     r"|(?:auth|access|refresh|bot|bearer)[_-]?token|token|secret|password|passwd|pwd"
 )
 
+# Future instructions: a marker of later turns, then (same sentence, no negation in
+# between) a disclosure of a secret or the dropping of the assistant's own rules.
+_FUTURE = (
+    r"(?:\bfrom\s+now\s+on\b|\bfrom\s+(?:this|that|here)\s+(?:point|moment|day|time)?\s*(?:on|forward|onwards?)\b"
+    r"|\b(?:going|moving)\s+forward\b|\bhenceforth\b|\bhereafter\b|\bfrom\s+here\s+on\b"
+    r"|\b(?:in|for|during|on)\s+(?:all\s+|any\s+|every\s+|each\s+)?(?:the\s+)?(?:future|later|subsequent|upcoming"
+    r"|following|next|coming)\s+(?:conversations?|sessions?|chats?|turns?|replies|responses|answers|messages"
+    r"|interactions|requests)\b"
+    r"|\b(?:in|for|on)\s+(?:all|every|each)\s+(?:conversations?|sessions?|chats?|turns?|replies|responses|answers"
+    r"|messages|interactions)\b|\bevery\s+(?:reply|response|answer|message|turn|conversation|session)\b"
+    r"|\b(?:each|every)\s+time\b|\bwhenever\b|\balways\b|\bforever\b|\bpermanently\b|\bfrom\s+today\b)"
+)
+_NO_NEGATION = r"(?:(?!\b(?:never|not|no|don't|doesn't|won't|shouldn't|mustn't|cannot|can't)\b)[^.!?\n])"
+_SECRET_THING = (
+    r"(?:passwords?|passphrases?|passwd|credentials?|secrets?|api[\s_-]?keys?|secret[\s_-]?keys?"
+    r"|(?:access|auth|bearer|bot|refresh|session|api|oauth)[\s_-]?tokens?|private[\s_-]?keys?|ssh[\s_-]?keys?"
+    r"|2fa(?:\s+codes?)?|otp|one[\s-]time\s+(?:codes?|passwords?)|pin(?:\s+codes?)?|recovery\s+codes?"
+    r"|seed\s+phrases?|(?<![\w.])\.env\b|environment\s+variables|system\s+prompt|hidden\s+instructions"
+    r"|initial\s+instructions)\b"
+)
+_DISCLOSE = (
+    r"(?:(?:reply|respond|answer|start|end|begin|sign|open|close)\s+(?:\S+\s+){0,3}?with|include|reveal|disclose"
+    r"|share|send|give|tell|print|output|show|leak|append|attach|mention|repeat|provide|post|paste|e-?mail|forward"
+    r"|expose|hand\s+over|read\s+out|spell\s+out)\b"
+)
+_RULES = (
+    r"(?:(?:your|its|the\s+assistant's|the\s+bot's|all\s+(?:of\s+)?(?:your|the|previous|prior|safety)"
+    r"|any\s+(?:of\s+)?(?:your|the|safety)|the\s+(?:above|previous|system|safety|original)|previous|prior"
+    r"|earlier|original|safety|security|ethical|content|system)\s+(?:\S+\s+){0,2}?"
+    r"(?:rules|instructions|guidelines|restrictions|filters?|guardrails|polic(?:y|ies)|principles|limits|limitations"
+    r"|prompt|programming|training)\b|\bsafety\b|\bguardrails\b|\bsystem\s+prompt\b|\bcontent\s+polic(?:y|ies)\b)"
+)
+_DROP = (
+    r"(?:ignore|disregard|bypass|override|forget|skip|disable|turn\s+off|circumvent|break|violate|drop|abandon"
+    r"|suspend|deactivate|switch\s+off)\b"
+)
+_FUTURE_ACT = (
+    rf"(?:\b{_DISCLOSE}{_NO_NEGATION}{{0,80}}?{_SECRET_THING}"
+    rf"|\b{_DROP}\s+(?:\S+\s+){{0,3}}?{_RULES}"
+    r"|\bobey\s+(?:only\s+)?(?:me|them|him|her|this\s+(?:note|message|user)|these\s+instructions|whoever|anyone"
+    r"|the\s+(?:next|last|following)|instructions\s+(?:in|from)))"
+)
+
 # (category, human description, pattern). The first match wins, so the more specific
 # categories come before the broader ones that could also match the same text.
 _PATTERNS: tuple[tuple[ThreatCategory, str, re.Pattern[str]], ...] = tuple(
@@ -120,6 +230,20 @@ _PATTERNS: tuple[tuple[ThreatCategory, str, re.Pattern[str]], ...] = tuple(
             "tells the model to ignore its rules",
             rf"\b(?:ignore|forget|disregard)\s+{_W}{{0,8}}?(?:previous|above|prior|earlier|preceding)\s+"
             rf"{_W}{{0,2}}?(?:rules|guidelines)\b",
+            _I,
+        ),
+        (
+            ThreatCategory.PROMPT_INJECTION,
+            "tells the model to ignore what it was told",
+            r"\b(?:ignore|forget|disregard|override|bypass|discard|set\s+aside|pay\s+no\s+attention\s+to"
+            r"|throw\s+(?:away|out))\s+(?:(?:all|any|every|each|of|the|your|these|those)\s+){0,3}"
+            r"(?:(?:instructions?|prompts?|directives?|rules|guidelines|commands|guidance|orders)\s+"
+            r"(?:above|before\s+this|so\s+far|(?:you\s+(?:were|have\s+been|got)\s+)?(?:given|told)\b"
+            r"|(?:that\s+)?you\s+(?:were|have\s+been)\s+(?:given|told))"
+            r"|(?:everything|anything|all|what)\s+(?:you(?:'ve|\s+have|\s+were|\s+have\s+been)\s+"
+            r"(?:told|instructed|given|taught)|(?:above|before\s+this|said\s+(?:above|before)))"
+            r"|(?:previous|prior|earlier|preceding|above|former|original|initial)\s+(?:\S+\s+){0,2}?"
+            r"(?:commands|guidance|orders|programming|training|directions|system\s+message))\b",
             _I,
         ),
         (
@@ -167,6 +291,13 @@ _PATTERNS: tuple[tuple[ThreatCategory, str, re.Pattern[str]], ...] = tuple(
             "asks the model to reveal its system prompt",
             r"\b(?:output|print|reveal|show|repeat|display|leak|dump|share|give\s+me|tell\s+me|send)\s+(?:me\s+)?"
             rf"{_W}{{0,2}}?(?:system\s+prompt|initial\s+instructions|hidden\s+instructions|instructions\s+above)\b",
+            _I,
+        ),
+        (
+            ThreatCategory.FUTURE_INSTRUCTION,
+            "tells the model to disclose a secret or drop its rules in later turns",
+            rf"{_FUTURE}{_NO_NEGATION}{{0,150}}?{_FUTURE_ACT}"
+            rf"|{_FUTURE_ACT}[^.!?\n]{{0,120}}?{_FUTURE}",
             _I,
         ),
         (
@@ -276,20 +407,126 @@ def _excerpt(match: re.Match[str], width: int = 60) -> str:
     return found if len(found) <= width else found[: width - 1] + "…"
 
 
+# Patterns that describe instructions; only these are matched against the
+# de-obfuscated copies (see the module docstring).
+_INSTRUCTION_CATEGORIES = frozenset(
+    {
+        ThreatCategory.SYSTEM_OVERRIDE,
+        ThreatCategory.PROMPT_INJECTION,
+        ThreatCategory.ROLE_HIJACK,
+        ThreatCategory.DECEPTION,
+        ThreatCategory.BYPASS_RESTRICTIONS,
+        ThreatCategory.PROMPT_LEAK,
+        ThreatCategory.FUTURE_INSTRUCTION,
+    }
+)
+# Three or more single letters or digits with the same separator between each:
+# "I-g-n-o-r-e", "i g n o r e", "i.g.n.o.r.e", "i _ g _ n".
+_LETTER_RUN = re.compile(r"(?<![^\W_])[^\W_](?P<sep>\s*[-_.*·•|+~/\\:=]\s*|\s)(?:[^\W_](?P=sep))+[^\W_](?![^\W_])")
+_LEET = {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b", "9": "g",
+         "@": "a", "$": "s", "!": "i", "|": "l", "+": "t"}  # fmt: skip
+_LEET_I = str.maketrans(_LEET)
+_LEET_L = str.maketrans({**_LEET, "1": "l"})
+_LEET_TOKEN = re.compile(r"[\w@$!|+]+")  # whole tokens: linear, no backtracking over a long word
+# The core injection phrase with every word boundary gone (for fully spaced-out text).
+_SQUASHED_INJECTION = re.compile(
+    r"(?:ignore|disregard|forget|bypass|override)(?:all|any|the|your|every|of)*"
+    r"(?:previous|prior|above|earlier|preceding|former|system)(?:instructions?|prompts?|rules|directives?|commands"
+    r"|guidelines)"
+)
+
+
+def _join_letter_runs(text: str) -> str:
+    return _LETTER_RUN.sub(lambda m: "".join(ch for ch in m.group(0) if ch.isalnum()), text)
+
+
+def _unleet(text: str, table: dict[int, str]) -> str:
+    def word(m: re.Match[str]) -> str:
+        token = m.group(0)
+        if not any(ch.isalpha() for ch in token) or not any(ch in _LEET for ch in token):
+            return token  # a number stays a number, a plain word stays as it is
+        if table is _LEET_I:
+            token = token.replace("11", "ll")  # "a11" is "all"; a single 1 is an i
+        return token.translate(table)
+
+    return _LEET_TOKEN.sub(word, text)
+
+
+def deobfuscated(normalized: str) -> tuple[str, ...]:
+    """The copies of normalized text the instruction patterns also look at."""
+    joined = _join_letter_runs(normalized)
+    copies = dict.fromkeys((joined, _unleet(joined, _LEET_I), _unleet(joined, _LEET_L)))
+    copies.pop(normalized, None)
+    return tuple(copies)
+
+
+def _character_threat(text: str) -> Threat | None:
+    previous = ""
+    for i, ch in enumerate(text):
+        cp = ord(ch)
+        if 0xD800 <= cp <= 0xDFFF:
+            return Threat(
+                ThreatCategory.INVALID_TEXT,
+                f"contains the lone surrogate U+{cp:04X} (undecodable input, not valid Unicode text)",
+            )
+        if is_control(ch) and not (ch == "\r" and text[i + 1 : i + 2] == "\n"):
+            return Threat(
+                ThreatCategory.CONTROL_CHARACTER,
+                f"contains the control character U+{cp:04X} ({control_name(ch)}); terminal escape sequences "
+                "and control characters are not allowed in stored text",
+            )
+        if is_variation_selector(ch):
+            if not previous or previous.isspace() or is_variation_selector(previous) or is_invisible(previous):
+                return Threat(
+                    ThreatCategory.INVISIBLE_UNICODE,
+                    f"contains the variation selector U+{cp:04X} where it selects nothing "
+                    "(runs of variation selectors can smuggle hidden bytes)",
+                )
+        elif is_invisible(ch):
+            return Threat(
+                ThreatCategory.INVISIBLE_UNICODE,
+                f"contains the invisible character U+{cp:04X} ({unicodedata.name(ch, 'unnamed')})",
+            )
+        previous = ch
+    return None
+
+
 def scan(text: str) -> Threat | None:
     """Return the first threat found in ``text``, or ``None`` if it looks safe."""
     size = len(text.encode("utf-8", errors="surrogatepass"))
     if size > MAX_SCAN_BYTES:
         return Threat(ThreatCategory.TOO_LONG, f"{size:,} bytes is more than the {MAX_SCAN_BYTES:,} scanned")
-    for ch in text:
-        if ch in INVISIBLE_CHARS:
-            return Threat(
-                ThreatCategory.INVISIBLE_UNICODE,
-                f"contains the invisible character U+{ord(ch):04X} ({unicodedata.name(ch, 'unnamed')})",
-            )
+    threat = _character_threat(text)
+    if threat is not None:
+        return threat
     normalized = normalize(text)
+    copies: tuple[str, ...] | None = None
     for category, what, pattern in _PATTERNS:
         m = pattern.search(normalized)
+        if m is None and category in _INSTRUCTION_CATEGORIES:
+            if copies is None:
+                copies = deobfuscated(normalized)
+            m = next((found for c in copies if (found := pattern.search(c)) is not None), None)
         if m is not None:
             return Threat(category, f"{what} ({_excerpt(m)!r})")
+    for copy in (normalized, *(copies or ())):
+        squashed = "".join(ch for ch in copy.lower() if ch.isalpha())
+        m = _SQUASHED_INJECTION.search(squashed)
+        if m is not None:
+            return Threat(ThreatCategory.PROMPT_INJECTION, f"tells the model to ignore its instructions ({_excerpt(m)!r})")
     return None
+
+
+def guard_write(text: str, what: str = "the text") -> None:
+    """Refuse a durable write: raise ``MemoryRefused`` naming the threat's category.
+
+    The one gate for every store the model can write to that is not curated memory
+    (which reports the category in its own result): facts, external providers' durable
+    tool arguments, and later skills.
+    """
+    threat = scan(text)
+    if threat is not None:
+        raise MemoryRefused(
+            f"Blocked ({threat.category}): {what} {threat.detail}. Stored text reaches future prompts, so it must "
+            "not carry injection, exfiltration or hidden payloads. Nothing was saved."
+        )

@@ -21,17 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mnemo.gateway.inbound.access import AccessControl, PairingStore
+from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.turns.builtin_tools import register_builtin_tools
-from mnemo.gateway.inbound.commands import CommandRouter, default_commands
+from mnemo.gateway.inbound.commands import Command, CommandDeps, CommandRegistry, default_commands
 from mnemo.gateway.config import TRIAL_BANNER, Settings
 from mnemo.gateway.cron.service import CronJobs
 from mnemo.gateway.cron.scheduler import CronRunner, CronScheduler
-from mnemo.gateway.cron.store import CronStore
 from mnemo.gateway.cron.tool import CronCommand, cronjob_tool
 from mnemo.gateway.turns.digest import LLMSearchDigest
 from mnemo.gateway.errors import StartupError
+from mnemo.gateway.delivery import Ledgers
 from mnemo.gateway.inbound.pipeline import Gateway
+from mnemo.gateway.turns.agent import AgentDeps
+from mnemo.gateway.turns.sessions import SessionResolver
 from mnemo.gateway.jobs.housekeeping import Housekeeping
 from mnemo.gateway.llm.client import LLMClient
 from mnemo.gateway.logs import get_logger
@@ -39,17 +41,20 @@ from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.delivery.outbox import Outbox
 from mnemo.gateway.jobs.provider_hooks import ProviderSessionHooks
 from mnemo.gateway.ports import Adapter
+from mnemo.gateway.supervisor import AdapterSupervisor
 from mnemo.gateway.turns.tools import Tool, ToolRegistry, ToolResult, TurnContext
 from mnemo.gateway.webserver import WebServer
 from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.db import Database
+from mnemo.gateway.storage import open_backend
 from mnemo.memory.discovery import load_provider
 from mnemo.memory.errors import ProviderError
 from mnemo.gateway.delivery.inbox import Inbox
 from mnemo.memory.manager import ManagerLimits, MemoryManager
 from mnemo.memory.memory_tool import MemoryWrite
 from mnemo.memory.search import SessionSearch
+from mnemo.memory.reindex import SearchMaintenance
 from mnemo.memory.sessions import SessionStore
 
 log = get_logger(__name__)
@@ -67,7 +72,7 @@ class App:
     llm: LLMClient
     tools: ToolRegistry
     access: AccessControl
-    commands: CommandRouter
+    commands: CommandRegistry
     gateway: Gateway
     metrics: Metrics
     providers: MemoryManager
@@ -80,6 +85,7 @@ class App:
     cron: CronJobs | None = None
     cron_runner: CronRunner | None = None
     scheduler: CronScheduler | None = None  # None when open_app(..., scheduler=False)
+    adapter_supervisor: AdapterSupervisor | None = None  # retries adapters unreachable at start
 
 
 async def open_providers(settings: Settings) -> MemoryManager:
@@ -157,16 +163,23 @@ async def open_app(
     check_startup(settings)
     use_trial = settings.trial_mode and llm_base_url is None if trial is None else trial
     async with AsyncExitStack() as stack:
-        db = Database(settings.state_db)
-        await db.open()
-        stack.push_async_callback(db.close)
-        store = SessionStore(db)
-        inbox = Inbox(db)
-        outbox = Outbox(db)
+        # SQLite state.db or PostgreSQL (database.url): the same repositories either way.
+        backend = await open_backend(settings)
+        stack.push_async_callback(backend.close)
+        db = backend.db
+        store = backend.sessions
+        inbox = backend.inbox
+        outbox = backend.outbox
         files = MemoryFiles(
             settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit
         )
-        search = SessionSearch(db)
+        search = backend.search
+        if backend.name == "sqlite":
+            # Re-indexing of rows older than the contextual index and semantic embedding run
+            # in the background; searches answer meanwhile (memory/reindex.py).
+            search_maintenance = SearchMaintenance(db, search.retriever)
+            search_maintenance.start()
+            stack.push_async_callback(search_maintenance.stop)
 
         emulator = None
         if use_trial:
@@ -177,7 +190,7 @@ async def open_app(
             stack.push_async_callback(emulator.stop)
             llm_base_url = emulator.base_url
             api_key = api_key or "trial-mode"
-            log.warning("trial_mode", banner=TRIAL_BANNER)
+            log.info("trial_mode", banner=TRIAL_BANNER)  # the commands print TRIAL_BANNER once themselves
         llm = LLMClient(settings.llm, base_url=llm_base_url, api_key=api_key, metrics=metrics)
         stack.push_async_callback(llm.aclose)
 
@@ -197,33 +210,49 @@ async def open_app(
             on_memory_write=mirror_write,
             digest=LLMSearchDigest(llm, settings.llm.aux_model),
         )
-        access = AccessControl(settings, PairingStore(db))
-        cron = CronJobs(CronStore(db), settings.cron, default_timezone=settings.cron.timezone or settings.gateway.timezone)
+        access = AccessControl(settings, backend.pairings)
+        cron = CronJobs(
+            backend.cron,
+            settings.cron,
+            default_timezone=settings.cron.timezone or settings.gateway.timezone,
+            platforms=settings.known_platforms,
+        )
         tools.register(cronjob_tool(cron))
-        commands = default_commands(cron=CronCommand(cron))
-        jobs = JobQueue(db, settings.worker, metrics=metrics)
+        jobs = JobQueue(backend.jobs, settings.worker, metrics=metrics)
+        commands = default_commands(
+            CommandDeps(
+                store=store,
+                files=files,
+                pairings=access.pairings,
+                search=search,
+                jobs=jobs,
+                search_limit=settings.search.default_limit,
+                trial=use_trial,
+            ),
+            extra=[Command("cron", "scheduled jobs: list, add, pause, resume, remove", CronCommand(cron), takes_args=True)],
+        )
+        sessions = SessionResolver(
+            settings, store, files, providers=providers, jobs=jobs, shared_lock=backend.shared_lock
+        )
+        agent = AgentDeps(llm=llm, store=store, tools=tools, sessions=settings.sessions, memory=settings.memory)
         gateway = Gateway(
             settings,
-            store=store,
-            inbox=inbox,
-            outbox=outbox,
-            files=files,
-            llm=llm,
-            tools=tools,
+            sessions=sessions,
+            agent=agent,
+            ledgers=Ledgers(inbox, outbox),
             access=access,
-            search=search,
             commands=commands,
-            metrics=metrics,
-            jobs=jobs,
             providers=providers,
+            jobs=jobs,
+            metrics=metrics,
         )
         register_provider_tools(tools, providers, settings.home)
-        hooks = ProviderSessionHooks(providers, settings.home)
         housekeeping = Housekeeping(
-            gateway,
-            on_session_end=hooks.session_end,
-            on_session_switch=hooks.session_switch,
-            on_pre_compress=hooks.pre_compress,
+            settings,
+            sessions=sessions,
+            agent=agent,
+            access=access,
+            hooks=ProviderSessionHooks(providers, settings.home),
         )
         housekeeping.register(jobs)
         for adapter in adapters:
@@ -234,7 +263,7 @@ async def open_app(
         stack.push_async_callback(jobs.stop)
         # The cron scheduler likewise: a run in flight at shutdown gets its drain time
         # while the LLM client and the store are still open.
-        cron_runner = CronRunner(gateway, cron.store)
+        cron_runner = CronRunner(gateway, access, cron.store)
         cron_scheduler = None
         if scheduler:
             await cron.sync_declared(settings.cron.jobs)
@@ -274,9 +303,15 @@ async def open_app(
             cron_runner=cron_runner,
             scheduler=cron_scheduler,
         )
+        # Every adapter's stop is on the stack before its first attempt, so one the
+        # supervisor starts later (a platform unreachable at boot) is stopped like the
+        # others; the supervisor stops first, so no retry starts one during teardown.
         for adapter in adapters:
-            await adapter.start(gateway.submit)
             stack.push_async_callback(adapter.stop)
-            log.info("adapter_started", adapter=adapter.name)
+        supervisor = AdapterSupervisor()
+        app.adapter_supervisor = supervisor
+        stack.push_async_callback(supervisor.stop)
+        menu = commands.infos()
+        await supervisor.start(adapters, lambda adapter: adapter.start(gateway.submit, menu))
         gateway.delivery.wake()
         yield app

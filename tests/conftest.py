@@ -21,6 +21,10 @@ hypothesis_settings.load_profile("mnemo")
 from mnemo.gateway.config import Settings, load_settings
 from mnemo.gateway.emulator import Emulator
 
+# The throw-away PostgreSQL cluster (session fixture ``pg_cluster``), started only when
+# a test asks for it: the contract suite's "postgresql" backend and the PostgreSQL e2e tests.
+pytest_plugins = ["tests.support.pgcluster"]
+
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:

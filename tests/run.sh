@@ -23,4 +23,18 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+# The contract suite also runs on PostgreSQL: the postgres extra, and Debian's server
+# binaries (tests/support/pgcluster.py starts a throw-away cluster from them).
+.venv/bin/python -m pip install -q -e '.[postgres]'
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing postgresql for the storage contract suite ..."
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "postgresql is missing and cannot be installed here (need root + apt-get)" >&2
+    exit 1
+  fi
+fi
+
 exec .venv/bin/python -m pytest "$@"

@@ -5,6 +5,10 @@
 // * Every message gets a client id; it stays "pending" until the server acknowledges
 //   it (the gateway stored it) and is resent after a reconnect — the server drops
 //   duplicates by id.
+// * A message longer than the server takes (max_chars in its hello frame, counted in
+//   code points like the server does) is refused here with a note: nothing is sent, the
+//   text stays in the box. An error frame naming a message with retry false means the
+//   server refused it for good: it leaves the pending store (and localStorage) at once.
 // * Replies are rendered from Markdown by building DOM nodes with textContent only:
 //   the bot's text is never parsed as HTML, so it cannot inject markup.
 "use strict";
@@ -13,6 +17,8 @@
   const USER_KEY = "mnemo.user";
   const HISTORY_LIMIT = 200;
   const ID_RE = /^[A-Za-z0-9_-]{8,64}$/;
+  const MAX_FRAME_BYTES = 256 * 1024; // the server's MAX_FRAME_BYTES
+  let maxChars = 32000; // the server's MAX_TEXT_CHARS; its hello frame says the real one
 
   const $ = (id) => document.getElementById(id);
   const logEl = $("log");
@@ -20,6 +26,7 @@
   const typingEl = $("typing");
   const form = $("composer");
   const input = $("input");
+  const noteEl = $("note");
 
   // --- storage (a private window may refuse localStorage: keep working in memory) ---
   const memoryStore = {};
@@ -169,13 +176,54 @@
     if (li) li.classList.toggle("pending", isPending);
   }
 
+  function note(text) {
+    noteEl.textContent = text;
+    noteEl.hidden = !text;
+  }
+
+  function frameFor(item) {
+    return JSON.stringify({ type: "message", id: item.id, text: item.text });
+  }
+
+  // Why the server could never take this text, or "" if it can.
+  function tooLong(text) {
+    const chars = Array.from(text).length; // code points, as the server counts
+    if (chars > maxChars) {
+      return "This message has " + chars.toLocaleString() + " characters; the limit is " +
+        maxChars.toLocaleString() + ". Nothing was sent: shorten it or split it into several messages.";
+    }
+    if (new TextEncoder().encode(frameFor({ id: "x".repeat(24), text: text })).length > MAX_FRAME_BYTES) {
+      return "This message is too large to send. Nothing was sent: shorten it or split it.";
+    }
+    return "";
+  }
+
+  // The server refused a message for good: it is never resent, not even after a reload.
+  function refuse(id, reason) {
+    pending.delete(id);
+    markPending(id, false);
+    const li = logEl.querySelector('li[data-id="' + id + '"]');
+    if (li) { li.classList.add("error"); li.title = reason; }
+    const entry = history.find((e) => e.id === id && e.role === "user");
+    if (entry) { delete entry.pending; entry.error = reason; persist(); }
+  }
+
   for (const entry of history) {
     show(entry);
     if (entry.role === "bot" && entry.id) shownReplies.add(entry.id);
+    if (entry.role === "user" && entry.error) {
+      const li = logEl.querySelector('li[data-id="' + entry.id + '"]');
+      if (li) { li.classList.add("error"); li.title = entry.error; }
+    }
     if (entry.role === "user" && entry.pending) {
       pending.set(entry.id, { id: entry.id, text: entry.text });
       markPending(entry.id, true);
     }
+  }
+  // A page from before the size check may have stored a message that can never be sent.
+  for (const item of Array.from(pending.values())) {
+    const why = tooLong(item.text);
+    if (why) refuse(item.id, why);
   }
 
   // --- the websocket -----------------------------------------------------------------
@@ -186,14 +234,19 @@
 
   function transmit(item) {
     if (socket && socket.readyState === WebSocket.OPEN) {
-      socket.send(JSON.stringify({ type: "message", id: item.id, text: item.text }));
+      socket.send(frameFor(item));
     }
   }
 
   function onFrame(frame) {
     if (frame.type === "hello") {
       typingEl.hidden = !frame.typing;
-      for (const item of pending.values()) transmit(item);
+      if (Number.isInteger(frame.max_chars) && frame.max_chars > 0) maxChars = frame.max_chars;
+      for (const item of Array.from(pending.values())) {
+        const why = tooLong(item.text);
+        if (why) refuse(item.id, why);
+        else transmit(item);
+      }
     } else if (frame.type === "ack") {
       pending.delete(frame.id);
       markPending(frame.id, false);
@@ -211,10 +264,9 @@
       persist();
       show(entry);
     } else if (frame.type === "error") {
-      if (frame.id) pending.delete(frame.id);
-      const li = frame.id ? logEl.querySelector('li[data-id="' + frame.id + '"]') : null;
-      if (li) li.classList.add("error");
+      if (frame.id && frame.retry !== true) refuse(frame.id, frame.text);
       setStatus("error: " + frame.text);
+      if (frame.id) note(frame.retry === true ? frame.text : "Not sent: " + frame.text);
     }
   }
 
@@ -239,6 +291,9 @@
   function submit() {
     const text = input.value.trim();
     if (!text) return;
+    const why = tooLong(text);
+    if (why) { note(why); return; } // the text stays in the box
+    note("");
     const item = { id: randomId(12), text: text };
     pending.set(item.id, item);
     const entry = { role: "user", id: item.id, text: text, pending: true };

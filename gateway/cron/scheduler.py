@@ -42,7 +42,7 @@ import os
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent, JobSubmissionEvent
 from apscheduler.jobstores.base import JobLookupError
@@ -50,9 +50,9 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from mnemo.gateway.config import CronSettings
 from mnemo.gateway.cron.service import OPERATOR_USER, CronJobs
-from mnemo.gateway.cron.store import Claimed, CronJob, CronStore, JobSource, JobState, RunState
-from mnemo.gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage
-from mnemo.gateway.inbound.pipeline import SILENT, Gateway
+from mnemo.gateway.cron.store import Claimed, CronJob, CronRepository, JobSource, JobState, RunState
+from mnemo.gateway.events import SILENT, ChatType, InboundMessage, OutboundMessage
+from mnemo.gateway.turns.agent import TurnResult
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.cron.schedules import local_time, utc, zone
 from mnemo.memory.scope import AgentContext, UserRef
@@ -101,9 +101,28 @@ def job_message(job: CronJob, run_id: int, now: datetime) -> InboundMessage:
     )
 
 
+class ScheduledTurns(Protocol):
+    """What a cron run needs from the pipeline (``Gateway`` implements it)."""
+
+    async def run_scheduled(self, msg: InboundMessage, *, deliver: bool = True) -> TurnResult: ...
+
+    async def notify_admins(self, text: str) -> None: ...
+
+    def wake_delivery(self) -> None: ...
+
+
+class RunAccess(Protocol):
+    """Whether a job's chat and user are still allowed (``AccessControl``)."""
+
+    def chat_allowed(self, msg: InboundMessage) -> bool: ...
+
+    async def user_allowed(self, user: UserRef) -> bool: ...
+
+
 class CronRunner:
-    def __init__(self, gateway: Gateway, store: CronStore, *, clock: Clock = utc_now) -> None:
-        self.gateway = gateway
+    def __init__(self, turns: ScheduledTurns, access: RunAccess, store: CronRepository, *, clock: Clock = utc_now) -> None:
+        self.turns = turns
+        self.access = access
         self.store = store
         self.clock = clock
 
@@ -117,7 +136,7 @@ class CronRunner:
             return RunState.PAUSED
         log.info("cron_run_started", job=job.id, run=run_id, target=str(job.target), manual=claimed.manual)
         try:
-            result = await self.gateway.run_scheduled(msg, deliver=False)
+            result = await self.turns.run_scheduled(msg, deliver=False)
         except asyncio.CancelledError:
             await self.store.mark_run(run_id, RunState.INTERRUPTED, self.clock(), "stopped during the run")
             raise
@@ -144,12 +163,12 @@ class CronRunner:
             job_done=job_done,
         )
         if outbox_id is not None:
-            self.gateway.delivery.wake()
+            self.turns.wake_delivery()
         log.info("cron_run_finished", job=job.id, run=run_id, result=state.value, session=result.session_id)
         return state
 
     async def _unauthorized(self, job: CronJob, msg: InboundMessage) -> str | None:
-        access = self.gateway.access
+        access = self.access
         if not access.chat_allowed(msg):
             return f"the bot no longer works in {job.target}"
         # A group job of the operator's speaks for nobody; any other run speaks for its
@@ -168,10 +187,7 @@ class CronRunner:
             f"Scheduled job {job.id} ({job.schedule.describe()}) for {job.target} was paused: {reason}. "
             f"Once that is fixed, /cron resume {job.id} — or /cron remove {job.id}."
         )
-        for admin in self.gateway.settings.access.admins:
-            platform, _, user_id = admin.partition(":")
-            await self.gateway.outbox.enqueue(OutboundMessage(ChatRef(platform, user_id), note), kind="notice")
-        self.gateway.delivery.wake()
+        await self.turns.notify_admins(note)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,15 +30,13 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from enum import StrEnum
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.combining import OrTrigger
-from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.date import DateTrigger
-from apscheduler.triggers.interval import IntervalTrigger
-
 from mnemo.gateway.errors import InvalidJob
+
+if TYPE_CHECKING:  # APScheduler is imported where a trigger is built: `mnemo cron list` never needs it
+    from apscheduler.triggers.base import BaseTrigger
 
 
 class ScheduleKind(StrEnum):
@@ -162,6 +160,9 @@ def normalize_cron(expr: str) -> str:
 
 def cron_trigger(expr: str, tz: ZoneInfo) -> BaseTrigger:
     """The trigger of a crontab expression, with crontab's meaning (module docstring)."""
+    from apscheduler.triggers.combining import OrTrigger
+    from apscheduler.triggers.cron import CronTrigger
+
     fields = normalize_cron(expr).split(" ")
     if len(fields) != 5:
         raise InvalidJob(
@@ -259,6 +260,9 @@ class Schedule:
         return datetime.fromisoformat(self.value)
 
     def trigger(self) -> BaseTrigger:
+        from apscheduler.triggers.date import DateTrigger
+        from apscheduler.triggers.interval import IntervalTrigger
+
         tz = zone(self.timezone)
         if self.kind is ScheduleKind.CRON:
             return cron_trigger(self.value, tz)

@@ -27,10 +27,11 @@ import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from mnemo.gateway.config import CronSettings
-from mnemo.gateway.cron.store import CronJob, CronStore, JobSource, JobState, JobTarget
+from mnemo.gateway.cron.store import CronJob, CronRepository, JobSource, JobState, JobTarget
 from mnemo.gateway.errors import ConfigError, CronError, InvalidJob, JobNotAllowed, JobNotFound
 from mnemo.gateway.events import ChatType
 from mnemo.gateway.logs import get_logger
@@ -44,6 +45,7 @@ from mnemo.gateway.cron.schedules import (
     parse_duration,
     zone,
 )
+from mnemo.memory.threats import scan
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import validate_id
 from mnemo.memory.sessions import Clock, utc_now
@@ -121,8 +123,101 @@ def _check_target(target: JobTarget, user_id: str | None) -> None:
             raise InvalidIdentifier(f"{kind} id {value!r} must not contain ':'")
 
 
+def check_prompt(prompt: str, limit: int) -> str:
+    text = prompt.strip()
+    if not text:
+        raise InvalidJob("the prompt is empty: say what the job should do at each run")
+    if len(text) > limit:
+        raise InvalidJob(f"the prompt has {len(text):,} characters; the limit is {limit:,} (cron.max_prompt_chars)")
+    # A job's prompt is stored and replayed as a user turn at every run: the same
+    # scan as every other durable text the model (or a chat) can write.
+    threat = scan(text)
+    if threat is not None:
+        raise InvalidJob(f"the prompt was refused ({threat.category}): it {threat.detail}")
+    return text
+
+
+def parse_declared(
+    i: int, entry: Mapping[str, Any], settings: CronSettings, default_timezone: str
+) -> tuple[str, tuple[JobTarget, str, str, str, str, str]]:
+    """One ``cron.jobs`` entry checked and normalised; raises ``ConfigError`` naming it."""
+    where = f"cron.jobs[{i}]"
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with id, chat, prompt and one of cron/every/at")
+    unknown = sorted(set(entry) - _DECLARED_KEYS)
+    if unknown:
+        allowed = ", ".join(sorted(_DECLARED_KEYS))
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {allowed})")
+    job_id = str(entry.get("id", ""))
+    if not _DECLARED_ID.match(job_id):
+        raise ConfigError(f"{where}: 'id' must be 1-64 letters, digits, '.', '_' or '-' (got {job_id!r})")
+    kinds = [k for k in ("cron", "every", "at") if k in entry]
+    if len(kinds) != 1:
+        raise ConfigError(f"{where} ({job_id}): give exactly one of cron, every or at")
+    kind = kinds[0]
+    when = str(entry[kind])
+    if kind == "at" and re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", when.strip()):
+        raise ConfigError(
+            f"{where} ({job_id}): 'at' needs a date as well (2025-06-01T08:00); use cron for a daily time"
+        )
+    try:
+        target = parse_chat(str(entry.get("chat", "")))
+        user = entry.get("user")
+        default_user = target.chat_id if target.chat_type is ChatType.DM else OPERATOR_USER
+        user_id = str(user) if user is not None else default_user
+        _check_target(target, user_id)
+        prompt = check_prompt(str(entry.get("prompt", "")), settings.max_prompt_chars)
+        tz = str(entry.get("timezone") or default_timezone)
+        zone(tz)
+    except (InvalidJob, InvalidIdentifier) as e:
+        raise ConfigError(f"{where} ({job_id}): {e}") from None
+    return job_id, (target, user_id, prompt, kind, when, tz)
+
+
+def declared_job_problems(settings: CronSettings, default_timezone: str, now: datetime | None = None) -> list[str]:
+    """Every problem in ``cron.jobs`` at once, one line per bad entry (``cron.jobs[i] (id):
+    reason``), without a database: what ``load_settings`` reports before anything runs.
+    An ``at`` time already past is not a problem here (the job may have run); creating
+    a new job for it is refused when the jobs are synced."""
+    try:
+        zone(default_timezone)
+    except InvalidJob as e:
+        return [f"cron.timezone / gateway.timezone: {e}"]
+    now = now or utc_now()
+    problems: list[str] = []
+    first_at: dict[str, int] = {}
+    for i, entry in enumerate(settings.jobs):
+        try:
+            job_id, (_, _, _, kind, when, tz) = parse_declared(i, entry, settings, default_timezone)
+        except ConfigError as e:
+            problems.append(str(e))
+            continue
+        if job_id in first_at:
+            problems.append(f"cron.jobs[{i}]: id {job_id!r} is used twice (first at cron.jobs[{first_at[job_id]}])")
+            continue
+        first_at[job_id] = i
+        try:
+            if kind == "at":
+                parse_at(when, zone(tz), now)
+            else:
+                make_schedule(kind, when, tz, now, min_interval_s=settings.min_interval_s)
+        except InvalidJob as e:
+            problems.append(f"cron.jobs[{i}] ({job_id}): {e}")
+    return problems
+
+
 class CronJobs:
-    def __init__(self, store: CronStore, settings: CronSettings, *, default_timezone: str, clock: Clock = utc_now):
+    def __init__(
+        self,
+        store: CronRepository,
+        settings: CronSettings,
+        *,
+        default_timezone: str,
+        platforms: frozenset[str] | None = None,
+        clock: Clock = utc_now,
+    ):
+        """``platforms``: the platforms a job may target (``Settings.known_platforms``);
+        None accepts any (tests of the store alone)."""
         try:
             zone(default_timezone)  # fail at start-up, not at the first job
         except InvalidJob as e:
@@ -130,6 +225,7 @@ class CronJobs:
         self.store = store
         self.settings = settings
         self.default_timezone = default_timezone
+        self.platforms = platforms
         self.clock = clock
         self._listeners: list[Callable[[], None]] = []
 
@@ -144,13 +240,7 @@ class CronJobs:
 
     # --- create -----------------------------------------------------------------------
     def check_prompt(self, prompt: str) -> str:
-        text = prompt.strip()
-        if not text:
-            raise InvalidJob("the prompt is empty: say what the job should do at each run")
-        limit = self.settings.max_prompt_chars
-        if len(text) > limit:
-            raise InvalidJob(f"the prompt has {len(text):,} characters; the limit is {limit:,} (cron.max_prompt_chars)")
-        return text
+        return check_prompt(prompt, self.settings.max_prompt_chars)
 
     def schedule(self, kind: str, text: str, timezone: str | None) -> Schedule:
         if kind not in SCHEDULE_KINDS:
@@ -176,6 +266,11 @@ class CronJobs:
             target, user_id = caller.chat, caller.user_id
         if target is None:
             raise InvalidJob("a job needs a target chat")
+        if self.platforms is not None and target.platform not in self.platforms:
+            raise InvalidJob(
+                f"unknown platform {target.platform!r} in {target}: a job can target "
+                f"{', '.join(sorted(self.platforms))}"
+            )
         if user_id is None:
             user_id = target.chat_id if target.chat_type is ChatType.DM else OPERATOR_USER
         try:
@@ -321,37 +416,7 @@ class CronJobs:
         return added, redefined, removed
 
     def _declared(self, i: int, entry: Mapping[str, Any]) -> tuple[str, tuple[JobTarget, str, str, str, str, str]]:
-        where = f"cron.jobs[{i}]"
-        if not isinstance(entry, Mapping):
-            raise ConfigError(f"{where}: expected a mapping with id, chat, prompt and one of cron/every/at")
-        unknown = sorted(set(entry) - _DECLARED_KEYS)
-        if unknown:
-            allowed = ", ".join(sorted(_DECLARED_KEYS))
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {allowed})")
-        job_id = str(entry.get("id", ""))
-        if not _DECLARED_ID.match(job_id):
-            raise ConfigError(f"{where}: 'id' must be 1-64 letters, digits, '.', '_' or '-' (got {job_id!r})")
-        kinds = [k for k in ("cron", "every", "at") if k in entry]
-        if len(kinds) != 1:
-            raise ConfigError(f"{where} ({job_id}): give exactly one of cron, every or at")
-        kind = kinds[0]
-        when = str(entry[kind])
-        if kind == "at" and re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", when.strip()):
-            raise ConfigError(
-                f"{where} ({job_id}): 'at' needs a date as well (2025-06-01T08:00); use cron for a daily time"
-            )
-        try:
-            target = parse_chat(str(entry.get("chat", "")))
-            user = entry.get("user")
-            default_user = target.chat_id if target.chat_type is ChatType.DM else OPERATOR_USER
-            user_id = str(user) if user is not None else default_user
-            _check_target(target, user_id)
-            prompt = self.check_prompt(str(entry.get("prompt", "")))
-            tz = str(entry.get("timezone") or self.default_timezone)
-            zone(tz)
-        except (InvalidJob, InvalidIdentifier) as e:
-            raise ConfigError(f"{where} ({job_id}): {e}") from None
-        return job_id, (target, user_id, prompt, kind, when, tz)
+        return parse_declared(i, entry, self.settings, self.default_timezone)
 
     def _same(self, job: CronJob, target: JobTarget, user_id: str, prompt: str, kind: str, when: str, tz: str) -> bool:
         s = job.schedule

@@ -9,6 +9,7 @@ jobs — and never takes a target chat from its arguments.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from mnemo.gateway.turns.tools import Tool, TurnContext
 from mnemo.memory.scope import AgentContext
 
 if TYPE_CHECKING:
-    from mnemo.gateway.inbound.pipeline import Gateway
+    from mnemo.gateway.inbound.commands import CommandCall
 
 CRONJOB_TOOL_SCHEMA: dict[str, Any] = {
     "name": "cronjob",
@@ -116,6 +117,10 @@ CRON_USAGE = (
 )
 
 
+# A word that can only be a crontab field (digits, * / , - ?), never a prompt's first word.
+_CRON_FIELD = re.compile(r"[\d*?/,\-]+")
+
+
 def _take(text: str, n: int) -> tuple[str, str]:
     """The first ``n`` words of ``text`` and the rest as written."""
     parts = text.split(None, n)
@@ -139,6 +144,15 @@ def parse_add(args: str) -> tuple[str, str, str | None, str]:
         when, rest = rest[1:end], rest[end + 1 :]
     else:
         when, rest = _take(rest, 5 if kind == "cron" and not rest.startswith("@") else 1)
+        following = rest.split(None, 1)[0] if rest.strip() else ""
+        if kind == "cron" and not when.startswith("@") and _CRON_FIELD.fullmatch(following):
+            # Six fields (seconds or a year, as some crons have): taking five would make
+            # the sixth the start of the prompt and run a different schedule.
+            raise ValueError(
+                f"“{when} {following}” has more than 5 fields: mnemo reads crontab's five "
+                "(minute hour day-of-month month day-of-week). Quote the expression if the prompt "
+                'really starts with that word: /cron add cron "0 8 * * 1-5" PROMPT'
+            )
     tz = None
     first, remainder = _take(rest, 1) if rest.strip() else ("", "")
     if first.lower().startswith("tz="):
@@ -147,13 +161,13 @@ def parse_add(args: str) -> tuple[str, str, str | None, str]:
 
 
 class CronCommand:
-    """The handler of ``/cron`` (registered by ``gateway.commands.default_commands``)."""
+    """The handler of ``/cron`` (added to the command registry by the app)."""
 
     def __init__(self, jobs: CronJobs) -> None:
         self.jobs = jobs
 
-    async def __call__(self, gw: Gateway, msg: InboundMessage, args: str) -> str:
-        admin = gw.is_admin(msg)
+    async def __call__(self, call: CommandCall) -> str:
+        msg, args, admin = call.msg, call.args, call.admin
         caller = Caller(JobSource.COMMAND, _target(msg.platform, msg.chat_id, msg.is_dm, msg.thread_id),
                         msg.user_id, admin)
         verb, _, rest = args.strip().partition(" ")

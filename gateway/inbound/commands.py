@@ -1,24 +1,85 @@
-"""Slash commands, in one place. Every adapter exposes the same set (Telegram's command
-menu, Discord's application commands, typed text in the web chat and the console).
+"""Slash commands, in one place: one registry feeds dispatch *and* every platform's
+menu (Telegram's ``setMyCommands``, Discord's application commands, ``/help``), so a
+command that works is a command people can find.
 
 Commands run immediately, outside the chat's lane, so ``/stop`` and ``/status`` answer
-while a turn is running. Each handler returns the text of the reply.
+while a turn is running. A handler gets one ``CommandCall``: the message, its
+arguments, the chat it was typed in (``ChatControl``, a narrow port the pipeline
+implements) and the stores commands may read (``CommandDeps``). It returns the text of
+the reply. A ``/word`` that is no command gets "unknown command" (never the model).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from mnemo.gateway.events import InboundMessage
+from mnemo.gateway.ports import CommandInfo
+from mnemo.memory.curated import MemoryFiles
+from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import UserRef
 
 if TYPE_CHECKING:
-    from mnemo.gateway.inbound.pipeline import Gateway
+    from mnemo.gateway.inbound.access import PairingStore
+    from mnemo.memory.search import SessionSearch
+    from mnemo.memory.sessions import SessionRow, SessionStore
 
-Handler = Callable[["Gateway", InboundMessage, str], Awaitable[str]]
+
+class ChatControl(Protocol):
+    """What a command may do to the chat it was typed in. The pipeline (``Gateway``)
+    implements it and passes itself with every call."""
+
+    def session_key(self, msg: InboundMessage) -> str: ...
+
+    def is_admin(self, msg: InboundMessage) -> bool: ...
+
+    async def reset(self, msg: InboundMessage) -> SessionRow | None: ...
+
+    def stop_turn(self, key: str) -> bool: ...
+
+    def queue_state(self, key: str) -> tuple[int, bool]:
+        """(messages queued, a turn is running) for one session key."""
+        ...
+
+
+class JobStatus(Protocol):
+    async def status_line(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CommandDeps:
+    """The stores the built-in commands read and write, bound once by the app."""
+
+    store: SessionStore
+    files: MemoryFiles
+    pairings: PairingStore
+    search: SessionSearch | None = None
+    jobs: JobStatus | None = None
+    search_limit: int = 5
+    trial: bool = False  # scripted replies: no cost to show
+
+
+@dataclass(frozen=True, slots=True)
+class CommandCall:
+    msg: InboundMessage
+    args: str
+    chats: ChatControl
+    deps: CommandDeps
+    registry: CommandRegistry
+
+    @property
+    def key(self) -> str:
+        return self.chats.session_key(self.msg)
+
+    @property
+    def admin(self) -> bool:
+        return self.chats.is_admin(self.msg)
+
+
+Handler = Callable[[CommandCall], Awaitable[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +91,28 @@ class Command:
     aliases: tuple[str, ...] = ()
     takes_args: bool = False  # platforms with typed commands offer one text option
 
+    @property
+    def info(self) -> CommandInfo:
+        return CommandInfo(self.name, self.summary, takes_args=self.takes_args, admin_only=self.admin_only)
 
-class CommandRouter:
-    def __init__(self) -> None:
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """``/name@bot args`` → ("name", "args"); None if the text is not a slash command
+    (``/usr/bin`` and a lone ``/`` are text)."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or len(stripped) < 2:
+        return None
+    head, _, rest = stripped[1:].partition(" ")
+    head, _, rest2 = head.partition("\n")
+    name = head.split("@", 1)[0].lower()
+    if not name or not name.replace("_", "").isalnum() or not name.isascii():
+        return None
+    return name, " ".join(p for p in (rest2.strip(), rest.strip()) if p)
+
+
+class CommandRegistry:
+    def __init__(self, deps: CommandDeps) -> None:
+        self.deps = deps
         self._commands: dict[str, Command] = {}
         self._names: dict[str, str] = {}
 
@@ -46,43 +126,45 @@ class CommandRouter:
     def knows(self, name: str) -> bool:
         return name in self._names
 
-    def menu(self) -> list[tuple[str, str]]:
-        """(name, summary) for platform command menus; admin commands included."""
-        return [(c.name, c.summary) for c in self._commands.values()]
-
     def commands(self) -> list[Command]:
         return list(self._commands.values())
 
-    async def run(self, gateway: Gateway, msg: InboundMessage, name: str, args: str) -> str:
+    def infos(self) -> list[CommandInfo]:
+        """Every command for platform menus (admin commands included: a menu cannot
+        differ per user everywhere; the handler refuses non-admins)."""
+        return [c.info for c in self._commands.values()]
+
+    async def run(self, chats: ChatControl, msg: InboundMessage, name: str, args: str) -> str:
+        if name not in self._names:
+            return f"Unknown command /{name}. See /help for the commands I know."
         command = self._commands[self._names[name]]
-        if command.admin_only and not gateway.is_admin(msg):
+        call = CommandCall(msg, args, chats, self.deps, self)
+        if command.admin_only and not call.admin:
             return f"/{command.name} is for the bot's admins only."
-        return await command.handler(gateway, msg, args)
+        return await command.handler(call)
 
 
 # --- handlers -----------------------------------------------------------------------
 
 
-async def _help(gw: Gateway, msg: InboundMessage, args: str) -> str:
-    assert isinstance(gw.commands, CommandRouter)
+async def _help(call: CommandCall) -> str:
     lines = ["Commands:"]
-    admin = gw.is_admin(msg)
-    for c in gw.commands.commands():
-        if c.admin_only and not admin:
+    for c in call.registry.commands():
+        if c.admin_only and not call.admin:
             continue
         lines.append(f"/{c.name} — {c.summary}")
     return "\n".join(lines)
 
 
-async def _reset(gw: Gateway, msg: InboundMessage, args: str) -> str:
-    ended = await gw.reset(msg)
+async def _reset(call: CommandCall) -> str:
+    ended = await call.chats.reset(call.msg)
     if ended is None:
         return "Starting fresh — there was no conversation to close."
     return "Started a new conversation. I still remember what is in my memory."
 
 
-async def _stop(gw: Gateway, msg: InboundMessage, args: str) -> str:
-    if gw.lanes.cancel_current(gw.session_key(msg)):
+async def _stop(call: CommandCall) -> str:
+    if call.chats.stop_turn(call.key):
         return "Stopping what I was doing."
     return "Nothing to stop."
 
@@ -91,49 +173,51 @@ def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "—"
 
 
-async def _status(gw: Gateway, msg: InboundMessage, args: str) -> str:
-    key = gw.session_key(msg)
-    session = await gw.store.active_session(key)
+async def _status(call: CommandCall) -> str:
+    key = call.key
+    session = await call.deps.store.active_session(key)
     lines = []
     if session is None:
         lines.append("No conversation yet in this chat.")
     else:
         prompt = session.input_tokens + session.cache_read_tokens + session.cache_write_tokens
+        cost = (
+            "Cost: none: scripted replies cost nothing (local trial mode, no Claude requests)"
+            if call.deps.trial
+            else f"Estimated cost: ${session.estimated_cost_usd:.4f}"
+        )
         lines += [
             f"Session {session.id} (since {session.started_at:%Y-%m-%d %H:%M} UTC)",
             f"Messages: {session.message_count}, tool calls: {session.tool_call_count}",
             f"Tokens: {prompt:,} in ({session.cache_read_tokens:,} from cache, "
             f"{_pct(session.cache_read_tokens, prompt)} cache hits), {session.output_tokens:,} out",
-            f"Estimated cost: ${session.estimated_cost_usd:.4f}",
+            cost,
         ]
-    lines.append(f"Queued in this chat: {gw.lanes.queued(key)}" + (" (a reply is in progress)" if gw.lanes.busy(key) else ""))
-    if gw.jobs is not None:
-        lines.append(await gw.jobs.status_line())
+    queued, busy = call.chats.queue_state(key)
+    lines.append(f"Queued in this chat: {queued}" + (" (a reply is in progress)" if busy else ""))
+    if call.deps.jobs is not None:
+        lines.append(await call.deps.jobs.status_line())
     return "\n".join(lines)
 
 
-async def _memory(gw: Gateway, msg: InboundMessage, args: str) -> str:
+async def _memory(call: CommandCall) -> str:
+    msg = call.msg
     if not msg.is_dm and not msg.private:
         # A group channel is public: a profile is only ever shown privately.
         return "Your profile is private: use the /memory slash command (shown only to you) or send me a DM."
-
-    def read() -> tuple[str, str]:
-        mine = gw.files.user(msg.speaker).load()
-        shared = gw.files.shared().load()
-        return mine.render_block(), shared.render_block()
-
-    mine, shared = await asyncio.to_thread(read)
-    parts = [mine or "Your profile is empty — I haven't saved anything about you yet."]
-    if gw.is_admin(msg):
-        parts.append(shared or "The shared notes (MEMORY.md) are empty.")
+    files = call.deps.files
+    blocks = await asyncio.to_thread(files.blocks, msg.speaker)
+    parts = [blocks.user_text or "Your profile is empty — I haven't saved anything about you yet."]
+    if call.admin:
+        parts.append(blocks.memory_text or "The shared notes (MEMORY.md) are empty.")
     return "\n\n".join(parts)
 
 
-async def _forget(gw: Gateway, msg: InboundMessage, args: str) -> str:
-    target = args.strip()
+async def _forget(call: CommandCall) -> str:
+    target = call.args.strip()
     if not target:
         return "Usage: /forget TEXT (removes the entry of your profile containing TEXT) or /forget all"
-    user_file = gw.files.user(msg.speaker)
+    user_file = call.deps.files.user(call.msg.speaker)
     if target.lower() == "all":
 
         def clear() -> int:
@@ -149,53 +233,61 @@ async def _forget(gw: Gateway, msg: InboundMessage, args: str) -> str:
     return "Forgotten." if result.success else result.message
 
 
-async def _search(gw: Gateway, msg: InboundMessage, args: str) -> str:
-    if not args.strip():
+async def _search(call: CommandCall) -> str:
+    query = call.args.strip()
+    if not query:
         return "Usage: /search WORDS"
-    if gw.search is None:
+    search = call.deps.search
+    if search is None:
         return "Search is not available."
-    result = await gw.search.search(args, chat_keys=[gw.session_key(msg)], limit=gw.settings.search.default_limit)
+    result = await search.search(query, chat_keys=[call.key], limit=call.deps.search_limit)
     if not result.sessions:
-        return f"Nothing found for “{args.strip()}” in this chat."
+        return f"Nothing found for “{query}” in this chat."
     lines = []
     for s in result.sessions:
-        lines.append(f"• {s.started_at:%Y-%m-%d}:")
-        for hit in s.hits[:3]:
-            lines.append(f"   {hit.author or hit.role}: {hit.snippet}")
-    return "\n".join(lines)
+        # People read what was said; tool output (JSON) is for the model's own search.
+        said = [hit for hit in s.hits if hit.role in ("user", "assistant")][:3]
+        if said:
+            lines.append(f"• {s.started_at:%Y-%m-%d}:")
+            lines += [f"   {hit.speaker}: {hit.snippet}" for hit in said]
+    return "\n".join(lines) if lines else f"Nothing found for “{query}” in this chat."
 
 
-async def _pair(gw: Gateway, msg: InboundMessage, args: str) -> str:
-    words = args.split()
-    pairings = gw.access.pairings
+async def _pair(call: CommandCall) -> str:
+    words = call.args.split()
+    pairings = call.deps.pairings
     if not words or words[0] == "list":
         pending = await pairings.pending()
         if not pending:
             return "No pending pairing requests."
         return "\n".join(f"{p.code} — {p.user} {p.user_name}".rstrip() for p in pending)
     if words[0] in ("approve", "deny") and len(words) == 2:
-        p = await pairings.decide(words[1], words[0] == "approve", by=str(msg.speaker))
+        p = await pairings.decide(words[1], words[0] == "approve", by=str(call.msg.speaker))
         if p is None:
             return f"No pending request with code {words[1]} (codes expire after an hour)."
         return f"{'Approved' if p.state == 'approved' else 'Denied'} {p.user} {p.user_name}".rstrip() + "."
     if words[0] == "revoke" and len(words) == 2:
-        n = await pairings.revoke(UserRef.parse(words[1]))
+        try:
+            user = UserRef.parse(words[1])
+        except InvalidIdentifier as e:
+            return f"Not a user: {e}. Usage: /pair revoke PLATFORM:ID"
+        n = await pairings.revoke(user)
         return "Revoked." if n else f"{words[1]} was not paired."
     return "Usage: /pair list | /pair approve CODE | /pair deny CODE | /pair revoke PLATFORM:ID"
 
 
-def default_commands(cron: Handler | None = None) -> CommandRouter:
-    """The built-in commands; ``cron`` is the ``/cron`` handler (``gateway.cron_tool``),
-    present when the app has a job store."""
-    router = CommandRouter()
-    router.add(Command("help", "list the commands", _help, aliases=("start",)))
-    router.add(Command("reset", "start a new conversation", _reset, aliases=("new",)))
-    router.add(Command("stop", "stop the reply in progress", _stop))
-    router.add(Command("status", "session, tokens, cache hits and cost", _status))
-    router.add(Command("memory", "show what I remember about you", _memory))
-    router.add(Command("forget", "remove an entry of your profile (/forget all clears it)", _forget, takes_args=True))
-    router.add(Command("search", "search this chat's past conversations", _search, takes_args=True))
-    router.add(Command("pair", "approve or deny pairing requests", _pair, admin_only=True, takes_args=True))
-    if cron is not None:
-        router.add(Command("cron", "scheduled jobs: list, add, pause, resume, remove", cron, takes_args=True))
-    return router
+def default_commands(deps: CommandDeps, *, extra: Sequence[Command] = ()) -> CommandRegistry:
+    """The built-in commands, then ``extra`` ones the app adds (``/cron`` when it has a
+    job store): the same registry serves dispatch, ``/help`` and the platform menus."""
+    registry = CommandRegistry(deps)
+    registry.add(Command("help", "list the commands", _help, aliases=("start",)))
+    registry.add(Command("reset", "start a new conversation", _reset, aliases=("new",)))
+    registry.add(Command("stop", "stop the reply in progress", _stop))
+    registry.add(Command("status", "session, tokens, cache hits and cost", _status))
+    registry.add(Command("memory", "show what I remember about you", _memory))
+    registry.add(Command("forget", "remove an entry of your profile (/forget all clears it)", _forget, takes_args=True))
+    registry.add(Command("search", "search this chat's past conversations", _search, takes_args=True))
+    registry.add(Command("pair", "approve or deny pairing requests", _pair, admin_only=True, takes_args=True))
+    for command in extra:
+        registry.add(command)
+    return registry

@@ -26,15 +26,16 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import structlog
 
 from mnemo.gateway.inbound.access import AccessControl, Verdict
+from mnemo.gateway.inbound.commands import ChatControl, parse_command
 from mnemo.gateway.turns.agent import Agent, AgentDeps, TurnInput, TurnResult
 from mnemo.gateway.config import Settings
 from mnemo.gateway.events import (
+    SILENT,
     ChatRef,
     InboundMessage,
     OutboundMessage,
@@ -44,51 +45,26 @@ from mnemo.gateway.events import (
     key_for,
     to_payload,
 )
-from mnemo.gateway.llm.client import LLMClient, context_window
+from mnemo.gateway.llm.client import context_window
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.metrics import Metrics
-from mnemo.gateway.delivery.outbox import DeliveryLoop, Outbox
+from mnemo.gateway.delivery.outbox import DeliveryLoop
 from mnemo.gateway.ports import Adapter, ReportsReachability
-from mnemo.gateway.turns.prompt import PromptParts, render_system_prompt
-from mnemo.gateway.turns.tools import ToolRegistry, TurnContext
-from mnemo.memory.curated import MemoryFiles
-from mnemo.gateway.delivery.inbox import Inbox
+from mnemo.gateway.delivery import Ledgers
+from mnemo.gateway.inbound.lanes import LaneSet
+from mnemo.gateway.turns.model_input import turn_notes
+from mnemo.gateway.turns.sessions import JobSink, SessionResolver
+from mnemo.gateway.turns.tools import TurnContext, turn_context
 from mnemo.memory.manager import MemoryManager
 from mnemo.memory.scope import AgentContext
-from mnemo.memory.search import SessionSearch
-from mnemo.memory.sessions import SessionRow, SessionStore
+from mnemo.memory.sessions import SessionRow
 
 log = get_logger(__name__)
-
-SILENT = "[SILENT]"
-
-
-class JobSink(Protocol):
-    """Where the gateway hands background work (the worker queue implements it)."""
-
-    async def enqueue(self, kind: str, session_id: str, payload: dict[str, Any] | None = None) -> Any: ...
-
-    async def depth(self) -> int: ...
-
-    async def status_line(self) -> str: ...
-
 
 @dataclass(frozen=True, slots=True)
 class Queued:
     inbox_id: int
     msg: InboundMessage
-
-
-def parse_command(text: str) -> tuple[str, str] | None:
-    """``/name@bot args`` → ("name", "args"); None if not a slash command."""
-    stripped = text.strip()
-    if not stripped.startswith("/") or len(stripped) < 2:
-        return None
-    head, _, rest = stripped[1:].partition(" ")
-    name = head.split("@", 1)[0].lower()
-    if not name or not name.replace("_", "").isalnum():
-        return None
-    return name, rest.strip()
 
 
 def turn_text(batch: Sequence[InboundMessage]) -> str:
@@ -106,52 +82,44 @@ def turn_text(batch: Sequence[InboundMessage]) -> str:
 
 
 class Gateway:
+    """The inbound chain and the turn. Collaborators, each a narrow port or a store:
+    ``sessions`` (which session, its frozen prompt), ``agent`` (the LLM, the session
+    store and the tools a turn's agent is built from), the two durable ledgers, access
+    control, the command registry, the memory providers, the job queue, metrics."""
+
     def __init__(
         self,
         settings: Settings,
         *,
-        store: SessionStore,
-        inbox: Inbox,
-        outbox: Outbox,
-        files: MemoryFiles,
-        llm: LLMClient,
-        tools: ToolRegistry,
+        sessions: SessionResolver,
+        agent: AgentDeps,
+        ledgers: Ledgers,
         access: AccessControl,
-        search: SessionSearch | None = None,
         commands: CommandHandler | None = None,
-        metrics: Metrics | None = None,
         providers: MemoryManager | None = None,
         jobs: JobSink | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
-        self.store = store
-        self.inbox = inbox
-        self.outbox = outbox
-        self.files = files
-        self.llm = llm
-        self.tools = tools
+        self.sessions = sessions
+        self.deps = agent
+        self.inbox = ledgers.inbox
+        self.outbox = ledgers.outbox
         self.access = access
-        self.search = search
+        self.commands = commands
         self.providers = providers
         self.jobs = jobs
-        self.clock = clock
         self.adapters: dict[str, Adapter] = {}
         self.metrics = metrics or Metrics()
         self.metrics.on_scrape(self._refresh_gauges)
-        self.delivery = DeliveryLoop(outbox, self.adapters, on_sent=self._count_sent)
-        from mnemo.gateway.inbound.lanes import LaneSet
-
+        self.delivery = DeliveryLoop(self.outbox, self.adapters, on_sent=self._count_sent)
         self.lanes: LaneSet[Queued] = LaneSet(
             self._run_turn,
             debounce_s=settings.gateway.debounce_s,
             idle_s=settings.gateway.lane_idle_s,
             debounce_for=self._debounce_for,
         )
-        self.commands = commands
-        self.deps = AgentDeps(llm=llm, store=store, tools=tools, sessions=settings.sessions, memory=settings.memory)
         self.turn_listeners: list[Callable[[TurnContext, TurnResult], Awaitable[None]]] = []
-        self._session_locks: dict[str, asyncio.Lock] = {}
         self._started = False
 
     # --- lifecycle -------------------------------------------------------------------
@@ -195,6 +163,12 @@ class Gateway:
     def is_admin(self, msg: InboundMessage) -> bool:
         return self.access.is_admin(msg.platform, msg.user_id)
 
+    def stop_turn(self, key: str) -> bool:
+        return self.lanes.cancel_current(key)
+
+    def queue_state(self, key: str) -> tuple[int, bool]:
+        return self.lanes.queued(key), self.lanes.busy(key)
+
     async def submit(self, msg: InboundMessage) -> Submitted:
         """Called by adapters for every supported inbound message. Returns what became
         of it, so an adapter can close a pending interaction that will get no reply."""
@@ -212,7 +186,9 @@ class Gateway:
                 return Submitted.DUPLICATE
             self.metrics.messages_in.labels(msg.platform).inc()
             command = parse_command(msg.text) if msg.agent_context is AgentContext.PRIMARY else None
-            if command is not None and self.commands is not None and self.commands.knows(command[0]):
+            if command is not None and self.commands is not None:
+                # Known or not, a /word never reaches the model: an unknown one is
+                # answered with a pointer to /help.
                 await self._run_command(row.id, msg, *command)
                 return Submitted.ACCEPTED
             self.lanes.submit(self.session_key(msg), Queued(row.id, msg))
@@ -233,109 +209,14 @@ class Gateway:
         return adapter.debounce_s if adapter is not None else None
 
     # --- sessions ---------------------------------------------------------------------
-    def session_lock(self, key: str) -> asyncio.Lock:
-        """Held by a turn while it resolves and uses the chat's session, and by a
-        compression rollover while it switches sessions, so the switch is atomic with
-        respect to the chat's lane."""
-        lock = self._session_locks.get(key)
-        if lock is None:
-            lock = self._session_locks[key] = asyncio.Lock()
-        return lock
-
-    async def render_system_prompt(self, msg: InboundMessage, *, shared_room: bool) -> str:
-        def read() -> tuple[str | None, str, str | None]:
-            soul_path = self.settings.soul_path
-            soul = soul_path.read_text(encoding="utf-8-sig") if soul_path.is_file() else None
-            memory_block = self.files.shared().load().render_block()
-            user_block = None if shared_room else self.files.user(msg.speaker).load().render_block()
-            return soul, memory_block, user_block
-
-        soul, memory_block, user_block = await asyncio.to_thread(read)
-        provider_block = self.providers.system_prompt_block() if self.providers is not None else ""
-        return render_system_prompt(
-            PromptParts(
-                persona=soul,
-                memory_block=memory_block,
-                user_block=user_block,
-                platform=msg.platform,
-                is_group=not msg.is_dm,
-                is_cron=msg.agent_context is AgentContext.CRON,
-                provider_block=provider_block,
-            )
-        )
-
-    async def start_session(
-        self, msg: InboundMessage, key: str, *, source: str = "chat", parent_session_id: str | None = None
-    ) -> SessionRow:
-        prompt = await self.render_system_prompt(msg, shared_room=self._shared_room(msg))
-        return await self.store.create_session(
-            chat_key=key,
-            platform=msg.platform,
-            chat_id=msg.chat_id,
-            thread_id=msg.thread_id,
-            user_id=msg.user_id,
-            agent_context=msg.agent_context.value,
-            source=source,
-            model=self.settings.llm.model,
-            system_prompt=prompt,
-            parent_session_id=parent_session_id,
-        )
-
-    def _shared_room(self, msg: InboundMessage) -> bool:
-        return not msg.is_dm and (msg.shared_room or not self.settings.sessions.group_sessions_per_user)
-
-    def _expired(self, session: SessionRow, last_activity: datetime | None) -> str | None:
-        cfg = self.settings.sessions
-        now = self.clock()
-        last = last_activity or session.started_at
-        if cfg.idle_reset_minutes is not None and now - last >= timedelta(minutes=cfg.idle_reset_minutes):
-            return "idle"
-        if cfg.daily_reset_hour is not None:
-            boundary = now.replace(hour=cfg.daily_reset_hour, minute=0, second=0, microsecond=0)
-            if boundary > now:
-                boundary -= timedelta(days=1)
-            if last < boundary:
-                return "daily"
-        return None
-
-    async def end_session(self, session: SessionRow, reason: str) -> None:
-        await self.store.end_session(session.id, reason)
-        if self.jobs is not None and session.agent_context == AgentContext.PRIMARY.value:
-            await self.jobs.enqueue("session_end", session.id, {"reason": reason})
-
-    async def resolve_session(self, msg: InboundMessage, key: str) -> SessionRow:
-        session = await self.store.active_session(key)
-        cfg = self.settings.sessions
-        if session is not None and (cfg.idle_reset_minutes is not None or cfg.daily_reset_hour is not None):
-            reason = self._expired(session, await self.store.last_activity(session.id))
-            if reason is not None:
-                log.info("session_expired", session=session.id, reason=reason)
-                await self.end_session(session, reason)
-                session = None
-        if session is None:
-            session = await self.start_session(msg, key)
-        return session
-
     async def reset(self, msg: InboundMessage) -> SessionRow | None:
         """/reset: end the chat's session; the next message starts a new one."""
-        key = self.session_key(msg)
-        session = await self.store.active_session(key)
-        if session is not None:
-            await self.end_session(session, "reset")
-        return session
+        return await self.sessions.reset(self.session_key(msg))
 
     def turn_context(self, msg: InboundMessage, session: SessionRow, key: str) -> TurnContext:
-        return TurnContext(
-            session_id=session.id,
-            chat_key=key,
-            platform=msg.platform,
-            chat_id=msg.chat_id,
-            speaker=msg.speaker,
-            speaker_name=msg.user_name,
-            agent_context=msg.agent_context,
-            is_admin=self.is_admin(msg),
-            is_dm=msg.is_dm,
-            thread_id=msg.thread_id,
+        return turn_context(
+            msg, session_id=session.id, chat_key=key, is_admin=self.is_admin(msg),
+            shared_room=self.sessions.shared_room(msg),
         )
 
     # --- a turn -----------------------------------------------------------------------
@@ -345,19 +226,17 @@ class Gateway:
             return contextlib.nullcontext()
         return adapter.typing(chat)
 
-    async def _request_context(self, msg: InboundMessage, text: str, ctx: TurnContext) -> str:
-        parts = []
+    async def _turn_notes(self, msg: InboundMessage, text: str, ctx: TurnContext) -> str:
+        """This turn's notes for the model (``model_input.turn_notes``): the providers'
+        recall, and in a shared room the speaker's profile."""
+        recall = None
         if self.providers is not None:
-            recall = await self.providers.prefetch(text, ctx.for_providers(self.settings.home))
-            if recall is not None:
-                parts.append(recall.text)
-        if self._shared_room(msg):
-            block = await asyncio.to_thread(lambda: self.files.user(msg.speaker).load().render_block())
-            if block:
-                from mnemo.memory.fence import fence
-
-                parts.append(fence(f"Profile of the current speaker ({msg.user_name or msg.user_id}):\n{block}"))
-        return "\n\n".join(parts)
+            prefetched = await self.providers.prefetch(text, ctx.for_providers(self.settings.home))
+            recall = prefetched.text if prefetched is not None else None
+        profile = None
+        if self.sessions.shared_room(msg):
+            profile = (await asyncio.to_thread(self.sessions.files.blocks, msg.speaker)).user_block
+        return turn_notes(recall=recall, speaker_profile=profile, speaker_label=msg.user_name or msg.user_id)
 
     async def _run_turn(self, key: str, batch: Sequence[Queued]) -> None:
         last = batch[-1].msg
@@ -366,18 +245,18 @@ class Gateway:
         chat = chat_of(last)
         text = turn_text([q.msg for q in batch])
         try:
-            async with self._typing(chat), self.session_lock(key):
-                session = await self.resolve_session(last, key)
+            async with self._typing(chat), self.sessions.lock(key):
+                session = await self.sessions.resolve(last, key)
                 ctx = self.turn_context(last, session, key)
                 agent = await Agent.load(self.deps, session, ctx)
-                agent.label_authors = self._shared_room(last)
+                agent.label_authors = self.sessions.shared_room(last)
                 result = await agent.run(
                     TurnInput(
                         text=text,
                         author_id=last.user_id,
                         author_name=last.user_name,
                         platform_message_id=last.message_id,
-                        request_context=await self._request_context(last, text, ctx),
+                        request_context=await self._turn_notes(last, text, ctx),
                         meta={"message_ids": [q.msg.message_id for q in batch]},
                     )
                 )
@@ -445,7 +324,7 @@ class Gateway:
         if msg.agent_context is not AgentContext.CRON:
             raise ValueError("run_scheduled takes a cron message")
         key = self.session_key(msg)
-        session = await self.start_session(msg, key, source="cron")
+        session = await self.sessions.start(msg, key, source="cron")
         ctx = self.turn_context(msg, session, key)
         try:
             agent = await Agent.load(self.deps, session, ctx)
@@ -454,10 +333,20 @@ class Gateway:
                           platform_message_id=msg.message_id)
             )
         finally:
-            await self.store.end_session(session.id, "cron_done")
+            await self.sessions.store.end_session(session.id, "cron_done")
         if deliver and result.reply.strip() != SILENT and not result.failed:
             await self.reply(msg, result.reply, kind="cron", session_id=session.id)
         return result
+
+    async def notify_admins(self, text: str) -> None:
+        """A notice to every admin's DM, through the outbox."""
+        for admin in self.settings.access.admins:
+            platform, _, user_id = admin.partition(":")
+            await self.outbox.enqueue(OutboundMessage(ChatRef(platform, user_id), text), kind="notice")
+        self.delivery.wake()
+
+    def wake_delivery(self) -> None:
+        self.delivery.wake()
 
     def _count_sent(self, row: Any) -> None:
         self.metrics.messages_out.labels(row.chat.platform).inc()
@@ -504,7 +393,7 @@ class Gateway:
 
 
 class CommandHandler(Protocol):
-    def knows(self, name: str) -> bool: ...
+    """Runs a slash command for the chat it was typed in (``CommandRegistry``)."""
 
-    async def run(self, gateway: Gateway, msg: InboundMessage, name: str, args: str) -> str: ...
+    async def run(self, chats: ChatControl, msg: InboundMessage, name: str, args: str) -> str: ...
 

@@ -37,24 +37,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mnemo.gateway.config import Settings
 from mnemo.gateway.errors import LLMError, ProviderAuthError, RateLimited, TransientNetworkError
 from mnemo.gateway.events import ChatType, InboundMessage, session_key
-from mnemo.gateway.inbound.pipeline import Gateway
 from mnemo.gateway.llm.client import LLMResponse, context_window
 from mnemo.gateway.logs import get_logger
-from mnemo.gateway.turns.tools import TurnContext
+from mnemo.gateway.turns.agent import AgentDeps
+from mnemo.gateway.turns.sessions import SessionResolver
+from mnemo.gateway.turns.tools import TurnContext, turn_context
 from mnemo.gateway.jobs.queue import DEFAULT_BACKOFF, Job, JobQueue, JobRun
 from mnemo.memory.compressor import CompressionPlan, CompressionPolicy, ContextCompressor, rows_tokens
-from mnemo.memory.errors import MemoryUnreadable
 from mnemo.memory.flush import MEMORY_PASS_SYSTEM, MemoryPass, memory_pass_prompt, review_window, user_turns
 from mnemo.memory.scope import AgentContext
 from mnemo.memory.errors import ProviderError
-from mnemo.memory.sessions import MessageRow, SessionRow, Usage
+from mnemo.memory.sessions import MessageRow, SessionRow
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
 
 log = get_logger(__name__)
@@ -65,11 +65,23 @@ COMPRESS_BACKOFF: tuple[float, ...] = (60.0, 300.0, 900.0)
 PENDING_SOURCE = "rollover"  # a session being assembled: never the chat's active one
 MEMORY_PASS_MAX_TOKENS = 1024
 
-SessionEndHook = Callable[[SessionRow, Sequence[MessageRow]], Awaitable[None]]
-SessionSwitchHook = Callable[[SessionRow, SessionRow], Awaitable[None]]
-# Before a compression: False means a provider that promised durable capture failed,
-# so the transcript must stay as it is and the compression is retried later.
-PreCompressHook = Callable[[SessionRow, Sequence[MessageRow]], Awaitable[bool]]
+
+
+class SessionHooks(Protocol):
+    """Session lifecycle events for the memory providers (``ProviderSessionHooks``)."""
+
+    async def session_end(self, session: SessionRow, rows: Sequence[MessageRow]) -> None: ...
+
+    async def session_switch(self, old: SessionRow, new: SessionRow) -> None: ...
+
+    async def pre_compress(self, session: SessionRow, rows: Sequence[MessageRow]) -> bool:
+        """False: a provider that promised durable capture failed, so the transcript
+        must stay as it is and the compression is retried later."""
+        ...
+
+
+class AdminCheck(Protocol):
+    def is_admin(self, platform: str, user_id: str) -> bool: ...
 
 
 def compression_policy(settings: Settings) -> CompressionPolicy:
@@ -118,22 +130,30 @@ def session_message(session: SessionRow, rows: Sequence[MessageRow]) -> InboundM
 
 
 class Housekeeping:
+    """Collaborators: ``sessions`` (locks, new sessions for a rollover), ``agent`` (the
+    LLM, the session store and the tool registry), ``access`` (who is an admin), and the
+    providers' session ``hooks``."""
+
     def __init__(
         self,
-        gateway: Gateway,
+        settings: Settings,
         *,
-        on_session_end: SessionEndHook | None = None,
-        on_session_switch: SessionSwitchHook | None = None,
-        on_pre_compress: PreCompressHook | None = None,
+        sessions: SessionResolver,
+        agent: AgentDeps,
+        access: AdminCheck,
+        hooks: SessionHooks | None = None,
         compress_backoff: Sequence[float] = COMPRESS_BACKOFF,
         backoff: Sequence[float] = DEFAULT_BACKOFF,
     ) -> None:
-        self.gw = gateway
-        self.settings = gateway.settings
-        self.compressor = ContextCompressor(compression_policy(gateway.settings))
-        self.on_session_end = on_session_end
-        self.on_session_switch = on_session_switch
-        self.on_pre_compress = on_pre_compress
+        self.settings = settings
+        self.sessions = sessions
+        self.store = agent.store
+        self.llm = agent.llm
+        self.tools = agent.tools
+        self.files = sessions.files
+        self.access = access
+        self.hooks = hooks
+        self.compressor = ContextCompressor(compression_policy(settings))
         self._compress_backoff = tuple(compress_backoff)
         self._backoff = tuple(backoff)
         self._queue: JobQueue | None = None
@@ -147,7 +167,7 @@ class Housekeeping:
 
     # --- compress ---------------------------------------------------------------------
     async def compress(self, job: Job, run: JobRun) -> None:
-        store = self.gw.store
+        store = self.store
         session = await store.get_session(job.session_id)
         if session is None or session.is_ended or session.source != "chat" or session.agent_context != "primary":
             return  # reset or rolled over since it was queued: nothing to do
@@ -161,19 +181,19 @@ class Housekeeping:
         if plan is None:
             self._record(CompressionOutcome(session.id, None, 0, 0, 0, False, spent, "nothing to summarise"))
             return
-        if self.on_pre_compress is not None and not await self.on_pre_compress(session, rows):
+        if self.hooks is not None and not await self.hooks.pre_compress(session, rows):
             raise ProviderError("a memory provider could not checkpoint the transcript; compression retried later")
         summary, fallback, spent_prompt = await self._summarise(session, plan)
-        async with self.gw.session_lock(session.chat_key):
+        async with self.sessions.lock(session.chat_key):
             outcome = await self._rollover(session, plan, summary, fallback, spent + spent_prompt, overhead)
         self._record(outcome)
-        if outcome.new_session_id is not None and self.on_session_switch is not None:
+        if outcome.new_session_id is not None and self.hooks is not None:
             new = await store.get_session(outcome.new_session_id)
             if new is not None:
-                await self.on_session_switch(session, new)
+                await self.hooks.session_switch(session, new)
 
     def _overhead(self, session: SessionRow) -> int:
-        schemas = self.gw.tools.schemas(AgentContext(session.agent_context))
+        schemas = self.tools.schemas(AgentContext(session.agent_context))
         return estimate_tokens(session.system_prompt) + (estimate_json_tokens(list(schemas)) if schemas else 0)
 
     async def _summarise(self, session: SessionRow, plan: CompressionPlan) -> tuple[str, bool, float]:
@@ -200,7 +220,7 @@ class Housekeeping:
         self, session: SessionRow, plan: CompressionPlan, summary: str, fallback: bool, spent: float, overhead: int
     ) -> CompressionOutcome:
         """Runs under the chat's session lock."""
-        store = self.gw.store
+        store = self.store
         current = await store.get_session(session.id)
         if current is None or current.is_ended:
             return CompressionOutcome(session.id, None, 0, 0, 0, fallback, spent, "session ended meanwhile")
@@ -213,7 +233,7 @@ class Housekeeping:
             log.warning("compression_ineffective", session=session.id, tokens_before=before, tokens_after=after)
             return CompressionOutcome(session.id, None, before, after, 0, fallback, spent, "would not shrink the history")
         msg = session_message(session, rows)
-        new = await self.gw.start_session(msg, session.chat_key, source=PENDING_SOURCE, parent_session_id=session.id)
+        new = await self.sessions.start(msg, session.chat_key, source=PENDING_SOURCE, parent_session_id=session.id)
         await store.append_messages(new.id, new_rows)
         switched = await store.switch_session(session.id, new.id, pending_source=PENDING_SOURCE)
         if not switched:
@@ -242,10 +262,10 @@ class Housekeeping:
     async def review(self, job: Job, run: JobRun) -> None:
         if run.checkpoint.get("reviewed"):
             return
-        session = await self.gw.store.get_session(job.session_id)
+        session = await self.store.get_session(job.session_id)
         if session is None or session.agent_context != "primary":
             return
-        rows = await self.gw.store.load_messages(session.id)
+        rows = await self.store.load_messages(session.id)
         window = review_window(rows, max(4, 2 * self.settings.memory.nudge_interval))
         if user_turns(window) == 0:
             return
@@ -260,14 +280,14 @@ class Housekeeping:
 
     # --- session end ------------------------------------------------------------------
     async def session_end(self, job: Job, run: JobRun) -> None:
-        session = await self.gw.store.get_session(job.session_id)
+        session = await self.store.get_session(job.session_id)
         if session is None:
             return
-        rows = await self.gw.store.load_messages(session.id)
+        rows = await self.store.load_messages(session.id)
         if session.agent_context == "primary" and user_turns(rows) >= self.settings.compression.flush_min_user_turns:
             await self._flush_once(session, rows, MemoryPass.SESSION_END, run)
-        if self.on_session_end is not None and not run.checkpoint.get("hooked"):
-            await self.on_session_end(session, rows)
+        if self.hooks is not None and not run.checkpoint.get("hooked"):
+            await self.hooks.session_end(session, rows)
             await run.save(hooked=True)
 
     # --- the memory pass (flush and review) -------------------------------------------
@@ -302,19 +322,16 @@ class Housekeeping:
         """One request offering only the memory tool; its calls run through the registry
         under ``context`` (add-only). Returns the number of entries written."""
         msg = session_message(session, rows)
-        shared_room = not msg.is_dm and (msg.shared_room or not self.settings.sessions.group_sessions_per_user)
-        ctx = TurnContext(
+        ctx = turn_context(
+            msg,
             session_id=session.id,
             chat_key=session.chat_key,
-            platform=session.platform,
-            chat_id=session.chat_id,
-            speaker=None if shared_room else msg.speaker,
-            speaker_name=msg.user_name,
+            is_admin=self.access.is_admin(msg.platform, msg.user_id),
+            shared_room=self.sessions.shared_room(msg),
             agent_context=context,
-            is_admin=self.gw.is_admin(msg),
-            is_dm=msg.is_dm,
+            background=True,
         )
-        schemas = self.gw.tools.schemas(context, only=["memory"])
+        schemas = self.tools.schemas(context, only=["memory"])
         if not schemas:
             log.warning("memory_pass_without_memory_tool", session=session.id)
             return 0
@@ -333,24 +350,15 @@ class Housekeeping:
         for call in response.tool_uses:
             if call.get("name") != "memory":
                 continue  # only the offered tool ever runs
-            result = await self.gw.tools.call("memory", call.get("input") or {}, ctx)
+            result = await self.tools.call("memory", call.get("input") or {}, ctx)
             writes += int(result.memory_write)
         log.info("memory_pass", kind=str(kind), session=session.id, calls=len(response.tool_uses), writes=writes)
         return writes
 
     def _current_memory(self, ctx: TurnContext) -> tuple[str, str | None]:
         """The files as they are now — never the session's frozen snapshot."""
-        files = self.gw.files
-        try:
-            memory_block = files.shared().load().render_block()
-        except MemoryUnreadable as e:
-            memory_block = f"(MEMORY.md cannot be read: {e})"
-        if ctx.speaker is None:
-            return memory_block, None
-        try:
-            return memory_block, files.user(ctx.speaker).load().render_block()
-        except MemoryUnreadable as e:
-            return memory_block, f"(the user's profile cannot be read: {e})"
+        blocks = self.files.blocks(ctx.speaker)
+        return blocks.memory_text, blocks.user_text
 
     async def _ask(
         self,
@@ -368,7 +376,7 @@ class Housekeeping:
         models = [llm.aux_model] + ([llm.model] if llm.model != llm.aux_model else [])
         for i, model in enumerate(models):
             try:
-                response = await self.gw.llm.create(
+                response = await self.llm.create(
                     system=system,
                     messages=[{"role": "user", "content": prompt}],
                     tools=tools,
@@ -383,10 +391,6 @@ class Housekeeping:
                     raise
                 log.warning("aux_model_failed", model=model, fallback=models[-1], error=f"{type(e).__name__}: {e}")
                 continue
-            u = response.usage
-            await self.gw.store.add_usage(
-                session.id,
-                Usage(u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens, response.cost_usd),
-            )
+            await self.store.add_usage(session.id, response.usage)
             return response
         raise AssertionError("unreachable")  # pragma: no cover

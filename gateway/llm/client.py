@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import random
 import time
@@ -41,6 +42,7 @@ from mnemo.gateway.errors import (
 )
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.metrics import Metrics
+from mnemo.memory.usage import Usage
 
 log = get_logger(__name__)
 
@@ -74,27 +76,6 @@ def context_window(settings: LLMSettings, model: str | None = None) -> int:
     return _by_prefix(CONTEXT_WINDOWS, model or settings.model) or DEFAULT_CONTEXT_WINDOW
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_tokens + other.cache_read_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
-        )
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Everything the model read: input counts only what follows the last breakpoint."""
-        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
-
-
 def cost_usd(prices: Mapping[str, Price], model: str, usage: Usage) -> float:
     price: Price | None = _by_prefix(prices, model)
     if price is None:
@@ -111,11 +92,14 @@ def cost_usd(prices: Mapping[str, Price], model: str, usage: Usage) -> float:
 class LLMResponse:
     content: tuple[dict[str, Any], ...]  # "text" and "tool_use" blocks as plain dicts
     stop_reason: str | None
-    usage: Usage
+    usage: Usage  # tokens and their cost
     model: str
-    cost_usd: float
     attempts: int = 1
     latency_s: float = 0.0
+
+    @property
+    def cost_usd(self) -> float:
+        return self.usage.cost_usd
 
     @property
     def text(self) -> str:
@@ -325,18 +309,18 @@ class LLMClient:
             elif block.type == "tool_use":
                 blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input or {})})
         u = response.usage
-        usage = Usage(
+        tokens = Usage(
             input_tokens=u.input_tokens or 0,
             output_tokens=u.output_tokens or 0,
             cache_read_tokens=getattr(u, "cache_read_input_tokens", None) or 0,
             cache_write_tokens=getattr(u, "cache_creation_input_tokens", None) or 0,
         )
+        usage = dataclasses.replace(tokens, cost_usd=cost_usd(self.settings.prices, model, tokens))
         return LLMResponse(
             content=tuple(blocks),
             stop_reason=response.stop_reason,
             usage=usage,
             model=response.model or model,
-            cost_usd=cost_usd(self.settings.prices, model, usage),
             attempts=attempts,
             latency_s=latency,
         )
@@ -347,13 +331,15 @@ class UsageTotals:
     """Running totals for reports (demo, bench)."""
 
     usage: Usage = field(default_factory=Usage)
-    cost_usd: float = 0.0
     requests: int = 0
 
     def add(self, response: LLMResponse) -> None:
         self.usage = self.usage + response.usage
-        self.cost_usd += response.cost_usd
         self.requests += 1
+
+    @property
+    def cost_usd(self) -> float:
+        return self.usage.cost_usd
 
     @property
     def cache_hit_ratio(self) -> float:

@@ -32,14 +32,14 @@ from typing import Any
 
 from mnemo.gateway.config import MemorySettings, SessionSettings
 from mnemo.gateway.errors import ContextTooLong, LLMError, ProviderAuthError, RateLimited
-from mnemo.gateway.turns.history import Counters, missing_tool_results, rebuild_counters, to_api_messages
+from mnemo.gateway.turns.history import Counters, missing_tool_results, rebuild_counters
+from mnemo.gateway.turns.model_input import ModelInput, model_input
 from mnemo.gateway.llm.client import LLMClient, LLMResponse, Usage, context_window
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.turns.tools import ToolRegistry, TurnContext
 from mnemo.memory.compressor import CompressionPolicy, ContextCompressor, Row, rows_tokens
 from mnemo.memory.fence import strip_fences
 from mnemo.memory.sessions import MessageRow, NewMessage, SessionRow, SessionStore, ToolCall
-from mnemo.memory.sessions import Usage as StoredUsage
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
 
 log = get_logger(__name__)
@@ -168,15 +168,14 @@ class Agent:
         )
         return trimmed
 
-    def _request_messages(self, extra_context: str, schemas: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        messages = to_api_messages(self._fitted_history(extra_context, schemas), label_authors=self.label_authors)
-        if extra_context and messages and messages[-1]["role"] == "user":
-            last = messages[-1]
-            if isinstance(last["content"], str):
-                last["content"] = f"{extra_context}\n\n{last['content']}"
-            else:
-                last["content"] = [*last["content"], {"type": "text", "text": extra_context}]
-        return messages
+    def _model_input(self, notes: str, schemas: Sequence[Any] = ()) -> ModelInput:
+        return model_input(
+            self.session.system_prompt,
+            self._fitted_history(notes, schemas),
+            notes=notes,
+            tools=schemas,
+            label_authors=self.label_authors,
+        )
 
     async def run(self, turn: TurnInput) -> TurnResult:
         before = self.counters
@@ -206,10 +205,9 @@ class Agent:
         schemas = self.deps.tools.schemas(self.ctx.agent_context)
         for _ in range(self.deps.sessions.max_tool_iterations):
             try:
+                request = self._model_input(turn.request_context, schemas)
                 response = await self.deps.llm.create(
-                    system=self.session.system_prompt,
-                    messages=self._request_messages(turn.request_context, schemas),
-                    tools=schemas,
+                    system=request.system, messages=request.messages, tools=request.tools
                 )
             except ContextTooLong as e:
                 if self._fallback_trim:
@@ -225,7 +223,7 @@ class Agent:
             usage = usage + response.usage
             cost += response.cost_usd
             last_prompt = response.usage.prompt_tokens + response.usage.output_tokens
-            await self.deps.store.add_usage(self.session.id, _stored_usage(response))
+            await self.deps.store.add_usage(self.session.id, response.usage)
             assistant = _assistant_row(response)
             ids = await self._persist([assistant])
             if not response.tool_uses:
@@ -311,17 +309,6 @@ def _assistant_row(response: LLMResponse) -> NewMessage:
         finish_reason=response.stop_reason,
         token_count=response.usage.output_tokens,
         meta={"model": response.model},
-    )
-
-
-def _stored_usage(response: LLMResponse) -> StoredUsage:
-    u = response.usage
-    return StoredUsage(
-        input_tokens=u.input_tokens,
-        output_tokens=u.output_tokens,
-        cache_read_tokens=u.cache_read_tokens,
-        cache_write_tokens=u.cache_write_tokens,
-        cost_usd=response.cost_usd,
     )
 
 

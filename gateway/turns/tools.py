@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mnemo.gateway.events import InboundMessage
 from mnemo.gateway.logs import get_logger
 from mnemo.memory.memory_tool import WriteAttempts
 from mnemo.memory.provider import ProviderContext
@@ -60,6 +61,36 @@ class TurnContext:
             agent_context=self.agent_context,
             home=home,
         )
+
+
+def turn_context(
+    msg: InboundMessage,
+    *,
+    session_id: str,
+    chat_key: str,
+    is_admin: bool,
+    shared_room: bool,
+    agent_context: AgentContext | None = None,
+    background: bool = False,
+) -> TurnContext:
+    """The one factory of ``TurnContext``, for turns and for background memory passes.
+
+    A turn always has a speaker (the author of the message: the memory tool's ``user``
+    target is *their* USER.md, in a shared room too). A background pass over a shared
+    room speaks for nobody, so it gets no speaker and cannot write any member's profile.
+    """
+    return TurnContext(
+        session_id=session_id,
+        chat_key=chat_key,
+        platform=msg.platform,
+        chat_id=msg.chat_id,
+        speaker=None if background and shared_room else msg.speaker,
+        speaker_name=msg.user_name,
+        agent_context=agent_context or msg.agent_context,
+        is_admin=is_admin,
+        is_dm=msg.is_dm,
+        thread_id=msg.thread_id,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,15 @@ from mnemo.gateway.config import Settings
 from mnemo.memory.dataset import QuestionOutcome, ask_questions, dataset_files, import_dataset, load_dataset, summarize
 from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import InvalidDataset
-from mnemo.memory.ranking import FusionRetriever, NaiveRetriever, Retriever, create_baseline_index
+from mnemo.memory.ranking import (
+    ContextRetriever,
+    FusionRetriever,
+    NaiveRetriever,
+    Retriever,
+    create_baseline_index,
+    create_legacy_index,
+)
+from mnemo.memory.semantic import HashEmbedder, SemanticRetriever, SemanticUnavailable, embed_pending, load_embedder
 from mnemo.memory.search import SessionSearch
 from mnemo.memory.sessions import SessionStore
 
@@ -39,6 +47,8 @@ def register(subparsers: Any) -> None:
                         help="a dataset file or a folder of them (repeatable)")
     recall.add_argument("--k", default="1,5,10,20", metavar="K,K,...", help="cut-offs (default 1,5,10,20)")
     recall.add_argument("--json", action="store_true", help="end with one JSON line of the overall scores")
+    recall.add_argument("--retriever", metavar="NAME", action="append", default=[], choices=RETRIEVER_NAMES,
+                        help="also measure this retriever (repeatable): " + ", ".join(RETRIEVER_NAMES))
     recall.set_defaults(handler=_recall)
 
 
@@ -58,10 +68,39 @@ class RecallRun:
     outcomes: dict[str, dict[str, list[QuestionOutcome]]]  # retriever -> file -> outcomes
 
 
-RETRIEVERS: tuple[Retriever, ...] = (NaiveRetriever(), FusionRetriever())
+RETRIEVER_NAMES = ("baseline", "fusion", "contextual", "semantic", "semantic-hash")
 
 
-async def run_recall(paths: Sequence[Path], ks: Sequence[int], home: Path) -> RecallRun:
+def make_retriever(name: str) -> Retriever:
+    """A retriever by its benchmark name (``semantic`` needs the extra)."""
+    if name == "baseline":
+        return NaiveRetriever()
+    if name == "fusion":  # the default before the contextual index (0008)
+        return FusionRetriever(name="fusion")
+    if name == "contextual":
+        return ContextRetriever()
+    if name == "semantic":
+        return SemanticRetriever(load_embedder())
+    if name == "semantic-hash":
+        return SemanticRetriever(HashEmbedder(), name="semantic-hash")
+    raise CommandError(f"--retriever: unknown {name!r} (one of {', '.join(RETRIEVER_NAMES)})", EXIT_USAGE)
+
+
+def shipped_name(settings: Settings | None) -> str:
+    """What session_search uses with this configuration."""
+    if settings is not None and settings.search.semantic:
+        try:
+            load_embedder()
+        except SemanticUnavailable as e:
+            print(f"note: {e}; 'shipped' is the contextual retriever", file=sys.stderr)
+            return "contextual"
+        return "semantic"
+    return "contextual"
+
+
+async def run_recall(
+    paths: Sequence[Path], ks: Sequence[int], home: Path, names: Sequence[str] = (), shipped: str = "contextual"
+) -> RecallRun:
     files = dataset_files(paths)
     datasets = [load_dataset(p) for p in files]
     db = state_database(home / "state.db")
@@ -72,10 +111,19 @@ async def run_recall(paths: Sequence[Path], ks: Sequence[int], home: Path) -> Re
         for i, ds in enumerate(datasets):
             reports.append(await import_dataset(store, ds, f"bench:{i}:{ds.name}"))
         await db.write(create_baseline_index)
+        order = ["baseline", "shipped"] + [n for n in dict.fromkeys(names) if n not in ("baseline",)]
+        retrievers: dict[str, Retriever] = {}
+        for label in order:
+            retrievers[label] = make_retriever(shipped if label == "shipped" else label)
+        if any(isinstance(r, FusionRetriever) for r in retrievers.values()):
+            await db.write(create_legacy_index)
+        for r in retrievers.values():
+            if isinstance(r, SemanticRetriever):
+                await embed_pending(db, r.embedder)
         outcomes: dict[str, dict[str, list[QuestionOutcome]]] = {}
-        for retriever in RETRIEVERS:
+        for label, retriever in retrievers.items():
             search = SessionSearch(db, retriever=retriever)
-            per_file = outcomes.setdefault(retriever.name, {})
+            per_file = outcomes.setdefault(label, {})
             for ds, report in zip(datasets, reports, strict=True):
                 per_file[ds.name] = await ask_questions(search, ds, report, max(ks))
         return RecallRun(tuple(ds.name for ds in datasets), outcomes)
@@ -83,32 +131,29 @@ async def run_recall(paths: Sequence[Path], ks: Sequence[int], home: Path) -> Re
         await db.close()
 
 
-def _row(label: str, n: int, base: dict[str, float], shipped: dict[str, float], ks: Sequence[int]) -> str:
-    cells = []
-    for k in ks:
-        b, s = base[f"recall@{k}"], shipped[f"recall@{k}"]
-        cells.append(f"{b:6.3f} {s:6.3f}")
+def _row(label: str, n: int, scores: Sequence[dict[str, float]], ks: Sequence[int]) -> str:
+    cells = ["".join(f"{s[f'recall@{k}']:7.3f}" for s in scores) for k in ks]
     return f"{label:<24} {n:>5}  " + "  ".join(cells)
 
 
 def render(run: RecallRun, ks: Sequence[int]) -> list[str]:
-    base, shipped = run.outcomes["baseline"], run.outcomes["shipped"]
-    head = f"{'recall@k (base  shipped)':<24} {'qs':>5}  " + "  ".join(f"{'@' + str(k):>13}" for k in ks)
-    lines = [head, "-" * len(head)]
+    labels = list(run.outcomes)
+    width = 7 * len(labels)
+    lines = ["recall@k per file and category; columns in each @k block: " + ", ".join(labels)]
+    head = f"{'dataset / [category]':<24} {'qs':>5}  " + "  ".join(f"{'@' + str(k):>{width}}" for k in ks)
+    lines += [head, "-" * len(head)]
     for name in run.files:
-        lines.append(_row(name, len(base[name]), summarize(base[name], ks), summarize(shipped[name], ks), ks))
-    all_b = [o for name in run.files for o in base[name]]
-    all_s = [o for name in run.files for o in shipped[name]]
-    for cat in sorted({o.category or "-" for o in all_b}):
-        cb = [o for o in all_b if (o.category or "-") == cat]
-        cs = [o for o in all_s if (o.category or "-") == cat]
-        lines.append(_row(f"[{cat}]", len(cb), summarize(cb, ks), summarize(cs, ks), ks))
-    sb, ss = summarize(all_b, ks), summarize(all_s, ks)
-    lines.append(_row("ALL", len(all_b), sb, ss, ks))
-    lines.append(
-        "any_hit@k (base shipped)       "
-        + "  ".join(f"@{k}: {sb[f'any_hit@{k}']:.3f} {ss[f'any_hit@{k}']:.3f}" for k in ks)
-    )
+        n = len(run.outcomes[labels[0]][name])
+        lines.append(_row(name, n, [summarize(run.outcomes[lb][name], ks) for lb in labels], ks))
+    every = {lb: [o for name in run.files for o in run.outcomes[lb][name]] for lb in labels}
+    for cat in sorted({o.category or "-" for o in every[labels[0]]}):
+        per = {lb: [o for o in every[lb] if (o.category or "-") == cat] for lb in labels}
+        lines.append(_row(f"[{cat}]", len(per[labels[0]]), [summarize(per[lb], ks) for lb in labels], ks))
+    totals = {lb: summarize(every[lb], ks) for lb in labels}
+    lines.append(_row("ALL", len(every[labels[0]]), [totals[lb] for lb in labels], ks))
+    for lb in labels:
+        lines.append(f"any_hit@k {lb:<14}" + "  ".join(f"@{k}: {totals[lb][f'any_hit@{k}']:.3f}" for k in ks))
+    sb, ss = totals["baseline"], totals["shipped"]
     for k in ks:
         if sb[f"recall@{k}"] > 0:
             lines.append(f"shipped / baseline recall@{k}: {ss[f'recall@{k}'] / sb[f'recall@{k}']:.2f}x")
@@ -127,8 +172,11 @@ def _recall(args: argparse.Namespace, settings: Settings) -> int:
     ks = parse_ks(args.k)
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as tmp:
         try:
-            run = asyncio.run(run_recall(args.dataset, ks, Path(tmp)))
+            shipped = shipped_name(settings)
+            run = asyncio.run(run_recall(args.dataset, ks, Path(tmp), args.retriever, shipped))
         except InvalidDataset as e:
+            raise CommandError(str(e), EXIT_USAGE) from e
+        except SemanticUnavailable as e:
             raise CommandError(str(e), EXIT_USAGE) from e
     for line in render(run, ks):
         print(line)

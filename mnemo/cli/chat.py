@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import sys
+from collections.abc import AsyncIterator
 
-from mnemo.app import open_app
+from mnemo.adapters.console import ConsoleAdapter
+from mnemo.cli.terminal import Spinner, progress
 from mnemo.gateway.config import TRIAL_BANNER, Settings
+from mnemo.gateway.events import ChatRef, OutboundMessage
 from mnemo.memory.scope import validate_id
+
+PROGRESS_EVERY = 100  # piped input: a progress line on the terminal every this many turns
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,10 +24,44 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-async def _chat(settings: Settings, user: str) -> int:
-    from mnemo.adapters.console import ConsoleAdapter
+class LiveConsole(ConsoleAdapter):
+    """The console with signs of life on stderr (a terminal only): a spinner while a
+    turn runs, and for piped input a progress line every ``PROGRESS_EVERY`` turns."""
 
-    console = ConsoleAdapter(user)
+    supports_typing = True
+
+    def __init__(self, user: str) -> None:
+        super().__init__(user)
+        self.turns = 0
+        self._spinner: Spinner | None = None
+
+    @contextlib.asynccontextmanager
+    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
+        self.turns += 1
+        what = "thinking" if self.interactive else f"answering line {self.turns:,}"
+        self._spinner = Spinner(what)
+        self._spinner.start()
+        try:
+            yield
+        finally:
+            self._stop_spinner()
+            if not self.interactive:
+                progress(self.turns, PROGRESS_EVERY, "lines answered")
+
+    async def send(self, message: OutboundMessage) -> list[str]:
+        self._stop_spinner()  # the reply never shares a line with a spinner frame
+        return await super().send(message)
+
+    def _stop_spinner(self) -> None:
+        spinner, self._spinner = self._spinner, None
+        if spinner is not None:
+            spinner.stop()
+
+
+async def _chat(settings: Settings, user: str) -> int:
+    from mnemo.app import open_app
+
+    console = LiveConsole(user)
     async with open_app(settings, adapters=[console]) as app:
         if app.trial:
             print(f"*** {TRIAL_BANNER}", file=sys.stderr)
@@ -29,7 +69,7 @@ async def _chat(settings: Settings, user: str) -> int:
         # Scripted input ended: let queued replies go out before shutting down.
         await app.gateway.lanes.drain(30.0)
         await app.gateway.delivery.deliver_due()
-    return 0
+    return 1 if console.failed else 0  # a reader that stopped on an error is not a clean run
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -40,4 +80,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         from mnemo.cli.main import CommandError
 
         raise CommandError(f"--user: {e}", code=2) from None
-    return asyncio.run(_chat(settings, user))
+    from mnemo.profile_lock import hold
+
+    with hold(settings.home):  # a running `mnemo run` on this profile: exit 1, not a second gateway
+        return asyncio.run(_chat(settings, user))

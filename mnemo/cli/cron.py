@@ -28,11 +28,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
+from mnemo.cli.terminal import spinner
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.service import Caller, CronJobs, job_line, job_summary, parse_chat
 from mnemo.gateway.cron.store import Claimed, CronRun, CronStore, RunState
+from mnemo.gateway.delivery.outbox import Outbox
 from mnemo.gateway.errors import InvalidJob, JobNotAllowed, JobNotFound
 from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import StoreError
 from mnemo.memory.sessions import utc_now
 
@@ -86,13 +89,14 @@ def register(subparsers: Any) -> None:
 
 
 def _jobs(settings: Settings, db: Database) -> CronJobs:
-    return CronJobs(CronStore(db), settings.cron,
-                    default_timezone=settings.cron.timezone or settings.gateway.timezone)
+    return CronJobs(CronStore(db, Outbox(db)), settings.cron,
+                    default_timezone=settings.cron.timezone or settings.gateway.timezone,
+                    platforms=settings.known_platforms)
 
 
 def _with_jobs(settings: Settings, body: Callable[[CronJobs], Awaitable[T]]) -> T:
     async def main() -> T:
-        db = Database(settings.state_db)
+        db = state_database(settings.state_db)
         try:
             await db.open()
             jobs = _jobs(settings, db)
@@ -112,19 +116,24 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
     kind, when = next((k, v) for k, v in (("cron", args.cron), ("every", args.every), ("at", args.at),
                                          ("in", args.in_)) if v is not None)
 
+    from mnemo.adapters.terminal import printable
+
     async def body(jobs: CronJobs) -> int:
         job = await jobs.create(OPERATOR, kind=kind, when=when, prompt=" ".join(args.prompt), timezone=args.tz,
                                 target=parse_chat(args.chat), user_id=args.user)
-        print(job_line(job, with_chat=True))
+        print(printable(job_line(job, with_chat=True)))
         return EXIT_OK
 
     return _with_jobs(settings, body)
 
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.adapters.terminal import printable, printable_json
+
     jobs = _with_jobs(settings, lambda j: j.list(OPERATOR))
     for job in jobs:
-        print(json.dumps(job_summary(job), ensure_ascii=False) if args.json else job_line(job, with_chat=True))
+        print(printable_json(json.dumps(job_summary(job), ensure_ascii=False)) if args.json
+              else printable(job_line(job, with_chat=True)))
     if not jobs and not args.json:
         print("no scheduled jobs", file=sys.stderr)
     return EXIT_OK
@@ -165,23 +174,35 @@ def _report(run: CronRun, where: str) -> int:
 
 
 def _run_now(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.profile_lock import try_hold
+
+    # The minimal app of _run_here starts a gateway, which takes over the inbox, outbox
+    # and job rows a dead process left. Only with the profile lock held is no live
+    # `mnemo run`/`chat` their owner; while one holds it, the run is left to it.
+    with try_hold(settings.home) as alone:
+        return _run_now_as(args, settings, may_run_here=alone)
+
+
+def _run_now_as(args: argparse.Namespace, settings: Settings, *, may_run_here: bool) -> int:
     takeover_s = 2 * settings.cron.poll_s + 1.0
 
     async def request(jobs: CronJobs) -> Claimed | CronRun:
         run_id = await jobs.request_run(OPERATOR, args.job_id)
         run = await _poll_run(jobs.store, run_id, lambda r: r.state is not RunState.REQUESTED, takeover_s)
-        if run.state is RunState.REQUESTED:
+        if run.state is RunState.REQUESTED and may_run_here:
             claimed = await jobs.store.claim_run(run_id, RunState.REQUESTED, None, utc_now(), os.getpid())
             if claimed is not None:
                 return claimed  # no gateway took it: run it here
         return await _poll_run(jobs.store, run_id, lambda r: r.state not in (RunState.REQUESTED, RunState.RUNNING),
                                args.wait)
 
-    outcome = _with_jobs(settings, request)
+    with spinner(f"waiting for a gateway to run {args.job_id}"):
+        outcome = _with_jobs(settings, request)
     if isinstance(outcome, CronRun):
         return _report(outcome, "ran in the running gateway")
     print("no gateway took the run; running it in this process", file=sys.stderr)
-    state = asyncio.run(_run_here(settings, outcome))
+    with spinner(f"running {args.job_id}"):
+        state = asyncio.run(_run_here(settings, outcome))
     if state is RunState.DELIVERED:
         print(f"run {outcome.run_id}: delivered to the outbox for {outcome.job.target}; it is sent when the "
               "gateway runs (at once if it is running)")

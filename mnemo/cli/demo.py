@@ -16,7 +16,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mnemo.app import open_app
 from mnemo.gateway.config import Settings, load_settings
 from mnemo.memory.scope import UserRef
 
@@ -42,6 +41,7 @@ def _rule(title: str) -> str:
 
 async def _demo(settings: Settings, out: io.TextIOBase) -> int:
     from mnemo.adapters.console import ConsoleAdapter
+    from mnemo.app import open_app
     from mnemo.gateway.emulator import TRIAL_LABEL, Emulator
 
     print("mnemo demo — replies come from a SCRIPTED model (the offline emulator), not Claude.", file=out)
@@ -108,7 +108,10 @@ async def _demo(settings: Settings, out: io.TextIOBase) -> int:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.home:
-        return asyncio.run(_demo(settings, sys.stdout))
+        from mnemo.profile_lock import hold
+
+        with hold(settings.home):  # the demo runs a gateway on this profile
+            return asyncio.run(_demo(settings, sys.stdout))
     with tempfile.TemporaryDirectory(prefix="mnemo-demo-") as tmp:
         demo_settings = load_settings(Path(tmp), environ={})
         return asyncio.run(_demo(demo_settings, sys.stdout))

@@ -31,19 +31,22 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
+from mnemo.cli.terminal import spinner
 from mnemo.gateway.config import Settings
-from mnemo.gateway.webserver import is_loopback
-from mnemo.memory.db import Database
+from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import StoreError
+
+if TYPE_CHECKING:  # aiohttp is imported by the network checks, so `mnemo doctor --help` stays quick
+    import aiohttp
 
 ANTHROPIC_API = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 DISCORD_API = "https://discord.com/api/v10"
-TIMEOUT_S = 5.0
+TIMEOUT_S = 3.0  # per check, whole: every check runs at once, so doctor takes about this long
+QUICK_CHECK_SHOWN = 3
 
 
 class Status(Enum):
@@ -64,7 +67,7 @@ class Check:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check config, file permissions, database and every configured endpoint")
-    p.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per network check (default 5)")
+    p.add_argument("--timeout", type=float, default=TIMEOUT_S, help=f"seconds per network check (default {TIMEOUT_S:g})")
     p.set_defaults(handler=doctor)
 
 
@@ -124,13 +127,40 @@ def check_memories(settings: Settings) -> Check:
     return Check("memories", Status.PASS, f"{root} readable (MEMORY.md {chars:,} chars, {len(profiles)} user profiles)")
 
 
+def quick_check(path: Path, limit: int = 20) -> list[str]:
+    """SQLite's ``PRAGMA quick_check`` on a read-only connection: its first ``limit``
+    error lines, ``[]`` when the file is sound. Raises ``sqlite3.Error`` for a file that
+    is not a database at all."""
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(f"PRAGMA quick_check({int(limit)})").fetchall()
+    finally:
+        conn.close()
+    lines = [line.strip() for r in rows if r[0] != "ok" for line in str(r[0]).splitlines()]
+    # "*** in database main ***" heads the list: which file, not what is wrong.
+    return [line for line in lines if line and not line.startswith("***")]
+
+
 async def check_database(settings: Settings) -> Check:
     if not settings.home.is_dir():
         return Check("state.db", Status.SKIP, "no home folder yet")
-    db = Database(settings.state_db)
+    if settings.state_db.is_file():
+        # Before open (which migrates, i.e. writes): a damaged page opens fine and fails later.
+        try:
+            problems = await asyncio.to_thread(quick_check, settings.state_db)
+        except sqlite3.Error as e:
+            return Check("state.db", Status.FAIL, f"{settings.state_db} is damaged ({e}) — restore a backup "
+                         "(`mnemo import`), or move it aside to start afresh")
+        if problems:
+            shown = "; ".join(problems[:QUICK_CHECK_SHOWN])
+            more = f" (+{len(problems) - QUICK_CHECK_SHOWN} more)" if len(problems) > QUICK_CHECK_SHOWN else ""
+            return Check("state.db", Status.FAIL, f"{settings.state_db} is damaged: {shown}{more} — restore a "
+                         "backup (`mnemo import`), or stop mnemo and try: sqlite3 state.db .recover")
+    db = state_database(settings.state_db)
     try:
         await db.open()
-        return Check("state.db", Status.PASS, f"{settings.state_db} opens, schema version {db.schema_version}")
+        return Check("state.db", Status.PASS, f"{settings.state_db} opens, passes quick_check, "
+                     f"schema version {db.schema_version}")
     except (StoreError, sqlite3.Error, OSError) as e:
         return Check("state.db", Status.FAIL, f"{settings.state_db}: {e}")
     finally:
@@ -208,6 +238,8 @@ async def check_discord(settings: Settings, http: aiohttp.ClientSession) -> Chec
 
 
 async def check_web(settings: Settings, http: aiohttp.ClientSession) -> Check:
+    from mnemo.gateway.webserver import is_loopback
+
     web = settings.web
     what = "web chat, /healthz, /metrics" if web.enabled else "/healthz, /metrics (web chat disabled)"
     if not is_loopback(web.host) and web.access_token is None:
@@ -228,6 +260,8 @@ async def check_web(settings: Settings, http: aiohttp.ClientSession) -> Check:
 
 
 async def _port_in_use(http: aiohttp.ClientSession, host: str, port: int) -> Check:
+    import aiohttp
+
     shown = f"[{host}]" if ":" in host else host
     try:
         status, body = await _request(http, "GET", f"http://{shown}:{port}/healthz")
@@ -238,21 +272,29 @@ async def _port_in_use(http: aiohttp.ClientSession, host: str, port: int) -> Che
     return Check("web", Status.FAIL, f"{host}:{port} is in use by another program")
 
 
-NetworkCheck = Callable[[Settings, aiohttp.ClientSession], Awaitable[Check]]
+NetworkCheck = Callable[[Settings, "aiohttp.ClientSession"], Awaitable[Check]]
 
 
-async def _guarded(name: str, check: NetworkCheck, settings: Settings, http: aiohttp.ClientSession) -> Check:
+async def _guarded(
+    name: str, check: NetworkCheck, settings: Settings, http: aiohttp.ClientSession, timeout_s: float
+) -> Check:
+    import aiohttp
+
     try:
-        return await check(settings, http)
+        # One deadline for the whole check (the LLM check may make two requests).
+        async with asyncio.timeout(timeout_s):
+            return await check(settings, http)
     except TimeoutError:
-        return Check(name, Status.FAIL, "unreachable: no answer within the timeout")
+        return Check(name, Status.FAIL, f"unreachable: no answer within {timeout_s:g} s")
     except aiohttp.ClientError as e:
         return Check(name, Status.FAIL, f"unreachable: {e}")
 
 
 async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> list[Check]:
+    import aiohttp
+
     checks = [check_config(settings), check_home(settings), check_dotenv(settings), check_memories(settings)]
-    checks.append(await check_database(settings))
+    database = asyncio.create_task(check_database(settings))  # awaited below, alongside the network
     network: list[tuple[str, NetworkCheck]] = [("llm", check_llm)]
     if settings.telegram.bot_token is not None:
         network.append(("telegram", check_telegram))
@@ -260,9 +302,12 @@ async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> lis
         network.append(("discord", check_discord))
     network.append(("web", check_web))
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
-        checks += await asyncio.gather(*(_guarded(name, fn, settings, http) for name, fn in network))
-    return checks
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            probes = await asyncio.gather(*(_guarded(name, fn, settings, http, timeout_s) for name, fn in network))
+    finally:
+        checks.append(await database)
+    return checks + probes
 
 
 def render(check: Check, secrets: tuple[str, ...], *, unicode: bool = True) -> str:
@@ -273,7 +318,8 @@ def render(check: Check, secrets: tuple[str, ...], *, unicode: bool = True) -> s
 
 
 def doctor(args: argparse.Namespace, settings: Settings) -> int:
-    checks = asyncio.run(run_checks(settings, timeout_s=args.timeout))
+    with spinner("checking config, database and endpoints"):
+        checks = asyncio.run(run_checks(settings, timeout_s=args.timeout))
     encoding = sys.stdout.encoding or "ascii"
     try:
         "✓✗–".encode(encoding)

@@ -101,24 +101,28 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         provider.shutdown()
     if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
+        from mnemo.adapters.terminal import printable_json
+
+        print(printable_json(json.dumps(result, ensure_ascii=False, indent=2)))
     else:
         _print_human(args.fact_action, result)
     return EXIT_OK if result.get("ok") else EXIT_REFUSED
 
 
 def _print_human(action: str, result: dict[str, Any]) -> None:
+    from mnemo.adapters.terminal import printable
+
     if not result.get("ok"):
-        print(f"error: {result.get('error')}")
+        print(printable(f"error: {result.get('error')}"))
         return
     if action == "add":
         entities = ", ".join(result["entities"]) or "none"
         state = "already stored as" if result["duplicate"] else "stored"
-        print(f"{state} fact #{result['fact_id']} (entities: {entities})")
+        print(printable(f"{state} fact #{result['fact_id']} (entities: {entities})"))
         return
     facts = result["results"] if action == "search" else result["facts"]
     if not facts:
         print("no facts found")
     for f in facts:
         scope = "shared" if f["owner"] == "shared" else "user"
-        print(f"#{f['fact_id']:<6} trust {f['trust']:.2f}  [{f['category']}, {scope}]  {f['content']}")
+        print(printable(f"#{f['fact_id']:<6} trust {f['trust']:.2f}  [{f['category']}, {scope}]  {f['content']}"))

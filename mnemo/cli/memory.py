@@ -70,11 +70,13 @@ def _user_ref(text: str | None) -> UserRef | None:
 
 def _print_file(file: CuratedFile) -> bool:
     """Print one file's prompt block; False if it cannot be read."""
+    from mnemo.adapters.terminal import printable
+
     snap = file.load()
     for warning in snap.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(file.path)
-    print(snap.render_block() or "(empty)")
+        print(printable(f"warning: {warning}"), file=sys.stderr)
+    print(printable(str(file.path)))
+    print(printable(snap.render_block() or ("(empty)" if snap.readable else "(cannot be read)")))
     return snap.readable
 
 
@@ -105,6 +107,8 @@ def _edit(args: argparse.Namespace, settings: Settings) -> int:
     ctx = MemoryCallContext(
         speaker=ref, agent_context=AgentContext.PRIMARY, is_admin=True, shared_write=settings.memory.shared_write
     )
+    from mnemo.adapters.terminal import printable_json
+
     result = asyncio.run(run_memory_tool(_files(settings), tool_args, ctx, WriteAttempts()))
-    print(json.dumps(result, ensure_ascii=False, indent=2))
+    print(printable_json(json.dumps(result, ensure_ascii=False, indent=2)))
     return EXIT_OK if result["success"] else EXIT_REFUSED

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from mnemo.memory.curated import Action, Target
-from mnemo.memory.errors import ProviderError, StoreError
+from mnemo.memory.errors import MemoryRefused, ProviderError, StoreError
 from mnemo.memory.provider import Availability, MemoryProvider, ProviderContext, Recall, ToolSchema
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
 from mnemo.memory.scope import UserRef
@@ -71,6 +71,7 @@ FACT_STORE = ToolSchema(
         },
         "required": ["action"],
     },
+    durable_args=("content", "category", "tags"),
 )
 FACT_FEEDBACK = ToolSchema(
     name="fact_feedback",
@@ -237,6 +238,8 @@ class HolographicProvider(MemoryProvider):
                 raise _BadArgs(f"unknown tool {name!r}")
         except _BadArgs as e:
             result = {"ok": False, "error": str(e)}
+        except MemoryRefused as e:  # the store's threat scan (memory.threats.guard_write)
+            result = {"ok": False, "error": e.reason}
         return json.dumps(result, ensure_ascii=False)
 
     def _fact_store(self, args: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any]:

@@ -37,7 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
+from mnemo.memory.db import create_private_database
 from mnemo.memory.errors import SchemaTooNew, StoreError
+from mnemo.memory.threats import guard_write
 from mnemo.providers.holographic import hrr
 from mnemo.providers.holographic.entities import content_terms, extract_entities, ngrams
 
@@ -172,7 +174,7 @@ class FactStore:
         with self._lock:
             if self._db is not None:
                 return
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            create_private_database(self.path)  # facts about people: 0600, folders 0700
             try:
                 db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=5.0)
             except sqlite3.Error as e:
@@ -251,7 +253,12 @@ class FactStore:
 
     def add_many(self, facts: Sequence[NewFact]) -> list[Added]:
         """Insert facts in one transaction (existing content of the same owner is
-        returned as-is, not duplicated)."""
+        returned as-is, not duplicated). Every text is threat-scanned first: one
+        refused fact refuses the batch (``MemoryRefused``) and nothing is written."""
+        for new in facts:
+            guard_write(new.content, "the fact")
+            guard_write(new.category, "the category")
+            guard_write(new.tags, "the tags")
         out: list[Added] = []
         banks: dict[tuple[str, str], tuple[np.ndarray, int]] = {}
         with self._write() as db:

@@ -15,10 +15,10 @@ import pytest
 
 from mnemo.adapters.discord import NONCE_MAX, DiscordAdapter
 from mnemo.adapters.discord_routing import restore_discord_defaults
-from mnemo.gateway.inbound.commands import default_commands
 from mnemo.gateway.config import load_settings
 from mnemo.gateway.emulator import Emulator, Reply, ToolUse
 from mnemo.gateway.errors import StartupError
+from mnemo.gateway.ports import CommandInfo
 from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage
 from mnemo.memory.scope import UserRef
 from tests.adapters.discord_harness import TIMEOUT, Bot, running_bot
@@ -248,7 +248,9 @@ async def test_send_refused_with_403_fails_the_outbox_row_and_the_bot_carries_on
 
 async def test_gateway_commands_are_registered_as_application_commands(bot: Bot) -> None:
     registered = {c["name"]: c for c in bot.fake.commands[None]}
-    assert list(registered) == [name for name, _ in default_commands().menu()]
+    # The application commands are the app's one command registry, /cron included.
+    assert list(registered) == [c.name for c in bot.app.commands.infos()]
+    assert "cron" in registered and registered["cron"]["options"][0]["name"] == "text"
     assert registered["search"]["options"] == [
         {"type": 3, "name": "text", "description": "what the command acts on", "required": False}
     ]
@@ -359,6 +361,10 @@ async def test_shared_room_puts_the_speakers_profile_only_in_their_newest_turn(b
 # ---- start-up --------------------------------------------------------------------------
 
 
+# The commands an app's registry would hand the adapter.
+MENU = (CommandInfo("help", "list the commands"), CommandInfo("search", "search", takes_args=True))
+
+
 async def _start_alone(fake: FakeDiscord, home: Path, token: str) -> DiscordAdapter:
     settings = load_settings(
         home,
@@ -376,7 +382,7 @@ async def _start_alone(fake: FakeDiscord, home: Path, token: str) -> DiscordAdap
 
     adapter = DiscordAdapter(settings.discord, guild_ready_timeout_s=0.05, ready_timeout_s=TIMEOUT)
     try:
-        await adapter.start(sink)
+        await adapter.start(sink, MENU)
     finally:
         restore_discord_defaults()
     return adapter

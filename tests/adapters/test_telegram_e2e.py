@@ -22,7 +22,6 @@ import yaml
 
 from mnemo.adapters.telegram_format import is_valid_telegram_html, render_chunks, to_plain_text
 from mnemo.adapters.telegram_updates import UNSUPPORTED_NOTE
-from mnemo.gateway.inbound.commands import default_commands
 from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse
 from mnemo.gateway.errors import Forbidden, StartupError
 from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage
@@ -75,7 +74,10 @@ async def test_a_dm_conversation_with_html_typing_quotes_and_the_commands_menu(r
     assert last_user_text(rig.emulator.requests[1]).startswith("> Hello Ada, nice to meet you.")
     typing = rig.fake.calls_to("sendChatAction")
     assert typing and all(c.params == {"chat_id": CHAT, "action": "typing"} for c in typing)
-    assert [c["command"] for c in rig.fake.commands()] == [name for name, _ in default_commands().menu()]
+    # The menu is the app's one command registry, /cron included.
+    menu = [c["command"] for c in rig.fake.commands()]
+    assert menu == [c.name for c in app.commands.infos()]
+    assert {"help", "search", "memory", "cron"} <= set(menu)
     assert [c.method for c in rig.fake.calls[:3]] == ["getMe", "setMyCommands", "deleteWebhook"]
     assert rig.fake.pending_updates == [], "handled updates are confirmed"
 

@@ -248,3 +248,44 @@ async def test_the_page_is_self_contained_and_shows_the_trial_banner_only_in_tri
     assert not re.search(r'(src|href)="(https?:)?//', pages[True])
     assert "url(" not in style and "@import" not in style
     assert "innerHTML" not in script, "the bot's text is rendered with DOM nodes only"
+
+
+# --- refusals the page must not resend -------------------------------------------------
+async def test_an_over_long_frame_gets_an_error_naming_it_and_the_socket_stays_open(
+    home: Path, emulator: Emulator, http
+) -> None:
+    from mnemo.adapters.web import MAX_FRAME_BYTES
+
+    async with open_web_app(web_settings(home), emulator.base_url) as app:
+        chat = await ChatClient.connect(http, app.web.url, ALICE)
+        await chat.say("x" * (MAX_FRAME_BYTES + 10), "big1")  # a 256 KiB+ paste
+        error = await chat.next("error")
+        assert error["id"] == "big1" and error["retry"] is False and "too long" in error["text"]
+        await chat.say("still works", "small1")
+        assert (await chat.next("ack"))["id"] == "small1"
+        stored = await app.db.read(lambda c: c.execute("SELECT COUNT(*) FROM inbox").fetchone()[0])
+        assert stored == 1
+
+
+async def test_the_hello_frame_tells_the_page_the_limit(home: Path, emulator: Emulator, http) -> None:
+    from mnemo.adapters.web import MAX_TEXT_CHARS
+
+    async with open_web_app(web_settings(home), emulator.base_url) as app:
+        ws = await http.ws_connect(f"{app.web.url}/ws", params={"user": ALICE})
+        hello = await ws.receive_json()
+        assert hello["type"] == "hello" and hello["max_chars"] == MAX_TEXT_CHARS
+        await ws.close()
+
+
+@pytest.mark.parametrize("raw", ['"\\ud800"', '"ok \\udfff then"', '"a\\ud83d"'])
+async def test_a_lone_surrogate_is_refused_for_good_not_promised_a_resend(
+    home: Path, emulator: Emulator, http, raw: str
+) -> None:
+    async with open_web_app(web_settings(home), emulator.base_url) as app:
+        chat = await ChatClient.connect(http, app.web.url, ALICE)
+        await chat.send('{"type": "message", "id": "sur1", "text": ' + raw + "}")
+        error = await chat.next("error")
+        assert error["id"] == "sur1" and error["retry"] is False
+        assert "surrogate" in error["text"] and "resent" not in error["text"]
+        await chat.say("still works", "ok1")
+        assert (await chat.next("ack"))["id"] == "ok1"

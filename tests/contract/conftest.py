@@ -7,7 +7,7 @@ detail), so adding a backend is one more ``params`` entry and one more branch in
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,8 +23,9 @@ from mnemo.gateway.storage import state_database
 from mnemo.memory.ports import SearchRepository, SessionRepository
 from mnemo.memory.search import SessionSearch
 from mnemo.memory.sessions import SessionStore
+from tests.support.pgcluster import Cluster
 
-BACKENDS = ["sqlite"]  # add "postgresql" here once it exists
+BACKENDS = ["sqlite", "postgresql"]
 
 
 @dataclass
@@ -75,5 +76,38 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             search=SessionSearch(db),
         )
         await db.close()
+    elif request.param == "postgresql":
+        pg, close = await _open_postgresql(request.getfixturevalue("pg_cluster"), clock)
+        yield pg
+        await close()
     else:  # pragma: no cover - a param without a branch is a mistake in this file
         raise AssertionError(f"no backend {request.param!r}")
+
+
+async def _open_postgresql(cluster: Cluster, clock: Clock) -> tuple[Backend, Callable[[], Awaitable[None]]]:
+    """The PostgreSQL repositories on a fresh database of the session's cluster."""
+    from mnemo.gateway.storage_pg.cron import PgCronStore
+    from mnemo.gateway.storage_pg.inbox import PgInbox
+    from mnemo.gateway.storage_pg.jobs import PgJobStore
+    from mnemo.gateway.storage_pg.outbox import PgOutbox
+    from mnemo.gateway.storage_pg.pairings import PgPairingStore
+    from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
+    from mnemo.memory.pg.db import PgDatabase
+    from mnemo.memory.pg.search import PgSessionSearch
+    from mnemo.memory.pg.sessions import PgSessionStore
+
+    db = PgDatabase(cluster.fresh_database(), migrations=PG_MIGRATIONS, max_size=4)
+    await db.open()
+    outbox = PgOutbox(db, clock=clock.ts)
+    backend = Backend(
+        name="postgresql",
+        clock=clock,
+        inbox=PgInbox(db, clock=clock.dt),
+        outbox=outbox,
+        jobs=PgJobStore(db),
+        cron=PgCronStore(db, outbox),
+        pairings=PgPairingStore(db, clock=clock.ts),
+        sessions=PgSessionStore(db, clock=clock.dt),
+        search=PgSessionSearch(db),
+    )
+    return backend, db.close

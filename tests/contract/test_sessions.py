@@ -57,3 +57,15 @@ async def test_search_never_crosses_chats(backend: Backend) -> None:
     assert excluded.hits == ()
     with pytest.raises(InvalidSearchQuery):
         await backend.search.search("  ", chat_keys=["telegram:dm:1"], limit=10)
+
+
+async def test_last_activity_is_the_newest_message_time(backend: Backend) -> None:
+    from datetime import UTC, datetime
+
+    row = await new_session(backend, "telegram:dm:1")
+    assert await backend.sessions.last_activity(row.id) is None
+    old, new = datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 3, 1, 12, tzinfo=UTC)
+    await backend.sessions.append_messages(
+        row.id, [NewMessage("user", "a", created_at=new), NewMessage("assistant", "b", created_at=old)]
+    )
+    assert await backend.sessions.last_activity(row.id) == new

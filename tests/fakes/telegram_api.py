@@ -152,6 +152,7 @@ class FakeTelegram:
         bot_name: str = "Mnemo",
         strict_html: bool = True,
         webhook_retry_delay: float = 0.1,
+        port: int = 0,
     ) -> None:
         self.token = token or f"4242000001:{secrets.token_urlsafe(27)[:35]}"
         self.bot_id = int(self.token.split(":", 1)[0])
@@ -181,7 +182,7 @@ class FakeTelegram:
         self._delivery: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
-        self._port = 0
+        self._port = port  # 0: any free port; a fixed one lets a test bring the server up late
         self._methods: dict[str, Callable[[dict[str, Any]], Any]] = {
             name.lower(): getattr(self, f"_api_{name}")
             for name in (
@@ -199,7 +200,7 @@ class FakeTelegram:
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self._port)
         await site.start()
         self._port = self._runner.addresses[0][1]
         self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))

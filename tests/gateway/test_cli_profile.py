@@ -76,11 +76,12 @@ def profile(tmp_path: Path) -> Iterator[Path]:
     assert run(home, "providers", "setup", "remote", "--set", "url=https://r.example", "--set", "token=hunter2") == 0
     assert (remote / "secrets.json").exists()
     assert run(home, "facts", "add", "Alice lives in Paris.", "--user", "telegram:1") == 0
+    assert run(home, "sessions", "list") == 0  # a real mnemo state.db (export verifies it)
     db = sqlite3.connect(home / "state.db", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA wal_autocheckpoint=0")
-    db.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, text TEXT)")
-    db.executemany("INSERT INTO messages(text) VALUES (?)", [(f"message {i}",) for i in range(200)])
+    db.execute("CREATE TABLE wal_rows (id INTEGER PRIMARY KEY, text TEXT)")
+    db.executemany("INSERT INTO wal_rows(text) VALUES (?)", [(f"message {i}",) for i in range(200)])
     assert (home / "state.db-wal").stat().st_size > 0
     yield home
     db.close()
@@ -121,7 +122,7 @@ def test_a_live_database_is_exported_consistently(profile: Path, tmp_path: Path)
     copy = tmp_path / "state-copy.db"
     copy.write_bytes(members(archive)["state.db"])
     db = sqlite3.connect(copy)
-    assert db.execute("SELECT count(*) FROM messages").fetchone() == (200,)  # the WAL content is in
+    assert db.execute("SELECT count(*) FROM wal_rows").fetchone() == (200,)  # the WAL content is in
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     db.close()
 
@@ -137,7 +138,7 @@ def test_import_restores_everything_into_a_fresh_home(profile: Path, tmp_path: P
     assert not (new / ".env").exists() and not (new / "providers" / "remote" / "secrets.json").exists()
     assert json.loads((new / "providers" / "remote" / "config.json").read_text()) == {"url": "https://r.example"}
     db = sqlite3.connect(new / "state.db")
-    assert db.execute("SELECT count(*) FROM messages").fetchone() == (200,)
+    assert db.execute("SELECT count(*) FROM wal_rows").fetchone() == (200,)
     db.close()
     capsys.readouterr()
     assert run(new, "facts", "search", "where does Alice live", "--user", "telegram:1") == 0

@@ -286,12 +286,25 @@ async def test_session_end_flushes_long_sessions_once_and_calls_the_hook(app_fac
     emulator.default = world
     ended: list[tuple[str, int]] = []
 
-    async def on_end(session: Any, rows: Any) -> None:
-        ended.append((session.end_reason, len(rows)))
+    class RecordingHooks:
+        """The providers' hooks, recording each session end before passing it on."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def session_end(self, session: Any, rows: Any) -> None:
+            ended.append((session.end_reason, len(rows)))
+            await self.inner.session_end(session, rows)
+
+        async def session_switch(self, old: Any, new: Any) -> None:
+            await self.inner.session_switch(old, new)
+
+        async def pre_compress(self, session: Any, rows: Any) -> bool:
+            return await self.inner.pre_compress(session, rows)
 
     adapter = LoopbackAdapter()
     async with app_factory(adapter) as app:
-        app.housekeeping.on_session_end = on_end
+        app.housekeeping.hooks = RecordingHooks(app.housekeeping.hooks)
         n = await converse(adapter, [f"turn {i}" for i in range(6)])
         n = await converse(adapter, ["/reset"], already=n)
         await settle(app)

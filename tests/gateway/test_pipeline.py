@@ -194,3 +194,39 @@ async def test_submit_reports_what_became_of_a_message(app_factory, emulator):
         assert await adapter.sink(msg) is Submitted.DUPLICATE
         assert await adapter.sink(adapter.message("hello", user="stranger")) is Submitted.DROPPED
         await adapter.wait_sent(1)
+
+
+async def test_idle_reset_starts_a_new_session_after_the_idle_time_and_not_before(app_factory, emulator):
+    """The idle policy reads the session's last activity (it used to fail every turn)."""
+    import sqlite3
+
+    emulator.script(Reply(text="one"), Reply(text="two"), Reply(text="three"))
+    adapter = LoopbackAdapter()
+    async with app_factory(adapter, **{"sessions.idle_reset_minutes": 30}) as app:
+        await adapter.say("hi")
+        await adapter.say("still here")
+        sent = await adapter.wait_sent(2)
+        first = await app.store.active_session("loop:dm:u1")
+        assert [m.text for m in sent] == ["one", "two"]
+        assert first.message_count == 4
+        with sqlite3.connect(app.settings.state_db) as db:  # an hour of silence
+            db.execute("UPDATE messages SET created_at = '2020-01-01T00:00:00+00:00' WHERE session_id = ?", (first.id,))
+        await adapter.say("back again")
+        sent = await adapter.wait_sent(3)
+        second = await app.store.active_session("loop:dm:u1")
+        ended = await app.store.get_session(first.id)
+    assert sent[2].text == "three"
+    assert second.id != first.id
+    assert ended.end_reason == "idle"
+
+
+async def test_a_lone_surrogate_from_a_platform_is_replaced_and_the_message_answered(app_factory, emulator):
+    emulator.script(Reply(text="got it"))
+    adapter = LoopbackAdapter()
+    async with app_factory(adapter) as app:
+        await adapter.say("caf\ud800 au lait")
+        sent = await adapter.wait_sent(1)
+        session = await app.store.active_session("loop:dm:u1")
+        rows = await app.store.load_messages(session.id)
+    assert sent[0].text == "got it"
+    assert rows[0].content == "caf\ufffd au lait"

@@ -11,6 +11,7 @@ import pytest
 
 from mnemo.gateway.storage import STATE_MIGRATIONS as MIGRATIONS
 from mnemo.gateway.storage import state_database
+from mnemo.memory.db import Database
 from mnemo.memory.errors import SchemaTooNew, StoreError
 from mnemo.memory.migrations import Migration, migrate, schema_version, statements
 
@@ -29,7 +30,8 @@ async def test_an_empty_database_is_migrated_to_the_latest_version(tmp_path: Pat
     await db.close()
     conn = _connect(db.path)
     assert schema_version(conn) == len(MIGRATIONS)
-    assert {"chats", "sessions", "messages", "messages_fts", "messages_cjk", "inbox"} <= _tables(conn)
+    assert {"chats", "sessions", "messages", "messages_ctx", "messages_cjk", "inbox"} <= _tables(conn)
+    assert "messages_fts" not in _tables(conn)  # replaced by messages_ctx (0008): nothing to re-index
     names = [r[0] for r in conn.execute("SELECT name FROM schema_migrations ORDER BY version")]
     assert names == [m.name for m in MIGRATIONS]
     conn.close()
@@ -177,9 +179,10 @@ def _schema(conn: sqlite3.Connection) -> list[tuple[str, str, str | None]]:
 
 def test_the_assembled_list_is_the_historical_one_step_for_step() -> None:
     legacy = _legacy_migrations()
-    assert [m.name for m in MIGRATIONS] == HISTORICAL_NAMES
+    # Later steps are appended after the historical ones (0008_contextual_index, ...).
+    assert [m.name for m in MIGRATIONS[: len(HISTORICAL_NAMES)]] == HISTORICAL_NAMES
     assert [m.name for m in legacy.MIGRATIONS] == HISTORICAL_NAMES
-    for new, old in zip(MIGRATIONS, legacy.MIGRATIONS, strict=True):
+    for new, old in zip(MIGRATIONS[: len(HISTORICAL_NAMES)], legacy.MIGRATIONS, strict=True):
         assert new.sql == old.sql, new.name
         assert (new.python is None) == (old.python is None), new.name
 
@@ -197,7 +200,7 @@ async def test_a_database_of_the_single_list_code_is_at_version_7_and_nothing_re
     schema_before = _schema(conn)
     conn.close()
 
-    db = state_database(path)
+    db = Database(path, migrations=MIGRATIONS[:7])  # the historical steps; later ones are appended
     await db.open()
     assert db.schema_version == 7
     history = await db.read(
@@ -211,7 +214,7 @@ async def test_a_database_of_the_single_list_code_is_at_version_7_and_nothing_re
     assert [tuple(r) for r in schema_after] == [tuple(r) for r in schema_before]
 
     # And a database created by the assembled list has exactly the legacy schema.
-    fresh = state_database(tmp_path / "fresh.db")
+    fresh = Database(tmp_path / "fresh.db", migrations=MIGRATIONS[:7])
     await fresh.open()
     fresh_schema = await fresh.read(_schema)
     await fresh.close()

@@ -252,11 +252,11 @@ async def test_leaving_out_the_scope_filter_for_the_whole_store_changes_no_ranki
     db: Database, store: SessionStore
 ) -> None:
     from mnemo.memory.fts_query import Scope
-    from mnemo.memory.ranking import FusionRetriever
+    from mnemo.memory.ranking import ContextRetriever
 
     await session(store, "web:dm:1", ["We adopted a beagle named Biscuit", "lovely dog", "Biscuit hates rain", "ha"])
     chat_no = await db.read(lambda c: c.execute("SELECT id FROM chats").fetchone()[0])
-    retriever = FusionRetriever()
+    retriever = ContextRetriever()
     q = parse("what is my dog called")
     scoped = await db.read(lambda c: retriever.retrieve(c, q, Scope((chat_no,)), 10))
     whole = await db.read(lambda c: retriever.retrieve(c, q, Scope((chat_no,), whole_store=True), 10))

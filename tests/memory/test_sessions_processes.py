@@ -62,12 +62,12 @@ async def test_four_processes_writing_concurrently_lose_nothing(tmp_path: Path) 
         total = c.execute("SELECT count(*) FROM messages").fetchone()[0]
         per_session = c.execute("SELECT count(*), message_count FROM messages m JOIN sessions s ON s.id = m.session_id"
                                 " GROUP BY m.session_id").fetchall()
-        indexed = c.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'marker'").fetchone()[0]
+        indexed = c.execute("SELECT count(*) FROM messages_ctx WHERE messages_ctx MATCH 'content : marker'").fetchone()[0]
         distinct = c.execute("SELECT count(DISTINCT content) FROM messages").fetchone()[0]
         return total, [tuple(r) for r in per_session], indexed, distinct
 
     total, per_session, indexed, distinct = await db.read(check)
-    await db.write(lambda c: c.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')"))
+    await db.write(lambda c: c.execute("INSERT INTO messages_ctx(messages_ctx) VALUES ('integrity-check')"))
     await db.close()
     assert total == distinct == WRITERS * PER_WRITER
     assert per_session == [(PER_WRITER, PER_WRITER)] * WRITERS

@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from mnemo.gateway.errors import PlatformUnavailable
 from mnemo.gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage
-from mnemo.gateway.ports import InboundSink
+from mnemo.gateway.ports import CommandInfo, InboundSink
 
 _ids = itertools.count(1)
 
@@ -36,7 +36,7 @@ class LoopbackAdapter:
     def connected(self) -> bool:
         return self._connected
 
-    async def start(self, sink: InboundSink) -> None:
+    async def start(self, sink: InboundSink, commands: Sequence[CommandInfo] = ()) -> None:
         self.sink = sink
         self._connected = True
 

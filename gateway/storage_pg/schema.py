@@ -1,0 +1,164 @@
+"""The whole PostgreSQL schema as one ordered, append-only list (``PG_MIGRATIONS``), with
+the same step names as ``STATE_MIGRATIONS`` (``gateway/storage.py``) where the tables
+correspond. Never edit, reorder or rename a step that has shipped: append a new one.
+
+Differences from SQLite, all for several replicas on one database: ``jobs`` and
+``outbox`` rows record who claimed them (``owner``/``sender``) and until when
+(``lease_until``/``claimed_at``), and at most one job per session runs at a time across
+replicas (a partial unique index, where SQLite relies on its single writer).
+"""
+
+from __future__ import annotations
+
+from mnemo.memory.pg.db import PgMigration
+from mnemo.memory.pg.schema import CJK_VIEW, SESSIONS_AND_MESSAGES
+
+INBOX = PgMigration(
+    "0002_inbox",
+    """
+CREATE TABLE inbox (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    platform    text NOT NULL,
+    chat_id     text NOT NULL,
+    message_id  text NOT NULL,
+    payload     text NOT NULL,
+    state       text NOT NULL DEFAULT 'received'
+                CHECK (state IN ('received', 'processing', 'done', 'failed')),
+    attempts    integer NOT NULL DEFAULT 0,
+    error       text,
+    received_at timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL,
+    UNIQUE (platform, chat_id, message_id)
+);
+CREATE INDEX inbox_unfinished ON inbox(id) WHERE state IN ('received', 'processing');
+""",
+)
+
+OUTBOX = PgMigration(
+    "0004_outbox",
+    """
+CREATE TABLE outbox (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    platform text NOT NULL,
+    chat_id text NOT NULL,
+    thread_id text,
+    text text NOT NULL,
+    kind text NOT NULL DEFAULT 'reply',
+    reply_to text,
+    mention_user_id text,
+    session_id text,
+    inbox_id bigint,
+    state text NOT NULL DEFAULT 'queued',
+    attempts integer NOT NULL DEFAULT 0,
+    possible_duplicate boolean NOT NULL DEFAULT false,
+    not_before double precision NOT NULL DEFAULT 0,
+    created_at double precision NOT NULL,
+    sent_at double precision,
+    platform_ids text,
+    error text,
+    sender text,
+    claimed_at double precision
+);
+CREATE INDEX outbox_pending ON outbox(state, not_before);
+CREATE UNIQUE INDEX outbox_inbox ON outbox(inbox_id) WHERE inbox_id IS NOT NULL;
+""",
+)
+
+PAIRINGS = PgMigration(
+    "0005_pairings",
+    """
+CREATE TABLE pairings (
+    code text PRIMARY KEY,
+    platform text NOT NULL,
+    user_id text NOT NULL,
+    user_name text NOT NULL DEFAULT '',
+    state text NOT NULL DEFAULT 'pending',
+    created_at double precision NOT NULL,
+    decided_at double precision,
+    decided_by text
+);
+CREATE INDEX pairings_user ON pairings(platform, user_id, state);
+""",
+)
+
+JOBS = PgMigration(
+    "0006_jobs",
+    """
+CREATE TABLE jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind text NOT NULL,
+    session_id text NOT NULL,
+    payload text NOT NULL DEFAULT '{}',
+    state text NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'running', 'done', 'failed')),
+    attempts integer NOT NULL DEFAULT 0,
+    not_before double precision NOT NULL DEFAULT 0,
+    checkpoint text NOT NULL DEFAULT '{}',
+    error text,
+    created_at double precision NOT NULL,
+    updated_at double precision NOT NULL,
+    started_at double precision,
+    finished_at double precision,
+    owner text,
+    lease_until double precision
+);
+CREATE UNIQUE INDEX jobs_single_flight ON jobs(session_id, kind) WHERE state IN ('queued', 'running');
+CREATE UNIQUE INDEX jobs_one_running ON jobs(session_id) WHERE state = 'running';
+CREATE INDEX jobs_due ON jobs(state, not_before);
+CREATE INDEX jobs_session ON jobs(session_id, kind);
+""",
+)
+
+CRON_JOBS = PgMigration(
+    "0007_cron_jobs",
+    """
+CREATE TABLE cron_jobs (
+    id text PRIMARY KEY,
+    platform text NOT NULL,
+    chat_id text NOT NULL,
+    chat_type text NOT NULL,
+    thread_id text,
+    user_id text NOT NULL,
+    source text NOT NULL,
+    created_by text NOT NULL,
+    prompt text NOT NULL,
+    schedule_kind text NOT NULL,
+    schedule text NOT NULL,
+    timezone text NOT NULL,
+    start_at double precision,
+    state text NOT NULL DEFAULT 'active',
+    next_run_at double precision,
+    last_run_at double precision,
+    last_result text,
+    rev integer NOT NULL DEFAULT 1,
+    created_at double precision NOT NULL,
+    updated_at double precision NOT NULL
+);
+CREATE INDEX cron_jobs_chat ON cron_jobs(platform, chat_id);
+CREATE TABLE cron_runs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id text NOT NULL REFERENCES cron_jobs(id) ON DELETE CASCADE,
+    trigger text NOT NULL,
+    state text NOT NULL,
+    scheduled_for double precision,
+    requested_at double precision,
+    started_at double precision,
+    finished_at double precision,
+    pid integer,
+    session_id text,
+    outbox_id bigint,
+    detail text
+);
+CREATE INDEX cron_runs_job ON cron_runs(job_id, id);
+CREATE INDEX cron_runs_open ON cron_runs(state) WHERE state IN ('requested', 'running', 'interrupted');
+""",
+)
+
+PG_MIGRATIONS: tuple[PgMigration, ...] = (
+    SESSIONS_AND_MESSAGES,
+    INBOX,
+    CJK_VIEW,
+    OUTBOX,
+    PAIRINGS,
+    JOBS,
+    CRON_JOBS,
+)

@@ -1,0 +1,160 @@
+"""``SearchRepository`` on PostgreSQL full-text search.
+
+The same contract as ``memory/search.py``: a query only sees the chats it names (the chat
+numbers are part of the GIN index condition, and every hit is checked again against
+``sessions.chat_key``), the caller's excluded sessions are dropped, cron sessions count
+half, repeated texts are kept once, hits come grouped by session.
+
+Any text is a valid query: it is analysed by ``memory/fts_query.parse`` (words, their
+irregular forms, quoted phrases, CJK runs) and every word reaches PostgreSQL only as a
+bound parameter of ``plainto_tsquery`` / ``phraseto_tsquery``, which never raise a syntax
+error, whatever the text. Words are OR-ed (an all-words AND of a sentence finds nothing)
+and ranked with ``ts_rank_cd``, so messages matching more of them come first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from mnemo.memory import cjk
+from mnemo.memory.errors import InvalidSearchQuery
+from mnemo.memory.fts_query import MAX_CJK_RUN, ParsedQuery, parse
+from mnemo.memory.pg.db import Connection, PgDatabase
+from mnemo.memory.pg.sessions import utc
+from mnemo.memory.search import (
+    CRON_WEIGHT,
+    MAX_LIMIT,
+    SearchHit,
+    SearchResult,
+    SessionHits,
+    make_snippet,
+)
+
+
+def tsquery(parsed: ParsedQuery) -> tuple[str | None, list[str], str | None, list[str]]:
+    """(SQL, parameters) of the English query and of the CJK query; None when empty."""
+    words = [w for family in parsed.terms for w in family]
+    parts = ["plainto_tsquery('english', %s)"] * len(words) + ["phraseto_tsquery('english', %s)"] * len(parsed.phrases)
+    args = words + [" ".join(p) for p in parsed.phrases]
+    text_sql = " || ".join(parts) if parts else None
+    cjk_parts, cjk_args = [], []
+    for run in parsed.cjk_runs:
+        grams = cjk.query_grams(run[:MAX_CJK_RUN])
+        cjk_parts.append("(" + " && ".join(["plainto_tsquery('simple', %s)"] * len(grams)) + ")")
+        cjk_args += grams
+    cjk_sql = " || ".join(cjk_parts) if cjk_parts else None
+    return text_sql, args, cjk_sql, cjk_args
+
+
+PER_CHAT_BRANCHES = 16  # up to this many chats, one index-scoped branch each
+
+
+def candidates(parsed: ParsedQuery, chat_nos: Sequence[int], pool: int) -> tuple[str, list[Any]] | None:
+    """The SQL (and parameters) of the best ``pool`` (id, rank) candidates per chat.
+
+    btree_gin serves ``chat_no = x`` (not ``= ANY``) from the GIN index, so each chat is
+    its own branch with the scope and the text match in one index condition; a search
+    over more than ``PER_CHAT_BRANCHES`` chats (an operator's ``sessions search``) filters
+    the scope instead."""
+    text_sql, text_args, cjk_sql, cjk_args = tsquery(parsed)
+    branches: list[str] = []
+    args: list[Any] = []
+    for column, sql, params in (("tsv", text_sql, text_args), ("cjk_tsv", cjk_sql, cjk_args)):
+        if sql is None:
+            continue
+        head = f"SELECT id, ts_rank_cd({column}, q) AS rank FROM messages, (SELECT {sql} AS q) query"
+        if len(chat_nos) <= PER_CHAT_BRANCHES:
+            for chat_no in chat_nos:
+                branches.append(f"({head} WHERE chat_no = %s::bigint AND {column} @@ q ORDER BY rank DESC, id LIMIT %s)")
+                args += [*params, chat_no, pool]
+        else:
+            branches.append(
+                f"({head} WHERE chat_no = ANY(%s::bigint[]) AND {column} @@ q ORDER BY rank DESC, id LIMIT %s)"
+            )
+            args += [*params, list(chat_nos), pool]
+    if not branches:
+        return None
+    return " UNION ALL ".join(branches), args
+
+
+class PgSessionSearch:
+    def __init__(self, db: PgDatabase) -> None:
+        self._db = db
+
+    async def search(
+        self, query: str, *, chat_keys: Sequence[str], limit: int, exclude_session_ids: Collection[str] = ()
+    ) -> SearchResult:
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidSearchQuery("the search query is empty: give a few words to look for")
+        parsed = parse(query)
+        limit = max(1, min(int(limit), MAX_LIMIT))
+        keys = list(dict.fromkeys(chat_keys))
+        if parsed.is_empty or not keys:
+            return SearchResult(query, (), ())
+        excluded = list(frozenset(exclude_session_ids))
+        return await self._db.read(lambda conn: self._search(conn, query, parsed, keys, limit, excluded))
+
+    async def _search(
+        self, conn: Connection, query: str, parsed: ParsedQuery, keys: list[str], limit: int, excluded: list[str]
+    ) -> SearchResult:
+        chats = await (await conn.execute("SELECT id FROM chats WHERE chat_key = ANY(%s::text[])", (keys,))).fetchall()
+        chat_nos = [r["id"] for r in chats]
+        if not chat_nos:
+            return SearchResult(query, (), ())
+        pool = min(limit * 5 + 20, 500)
+        found = candidates(parsed, chat_nos, pool)
+        if found is None:
+            return SearchResult(query, (), ())
+        union, args = found
+        rows = await (
+            await conn.execute(
+                "WITH ranked AS (SELECT id, max(rank) AS rank FROM (" + union + ") b GROUP BY id)"
+                " SELECT m.id, m.session_id, m.role, m.author_id, m.author_name, m.created_at, m.content,"
+                " s.chat_key, s.source, s.title, s.started_at, ranked.rank"
+                " FROM ranked JOIN messages m ON m.id = ranked.id JOIN sessions s ON s.id = m.session_id"
+                " WHERE s.chat_key = ANY(%s::text[]) AND NOT (m.session_id = ANY(%s::text[]))",
+                (*args, keys, excluded),
+            )
+        ).fetchall()
+        hits: list[tuple[SearchHit, dict[str, Any]]] = []
+        for r in rows:
+            score = float(r["rank"]) * (CRON_WEIGHT if r["source"] == "cron" else 1.0)
+            created = utc(r["created_at"])
+            assert created is not None
+            hit = SearchHit(
+                message_id=r["id"],
+                session_id=r["session_id"],
+                role=r["role"],
+                author_id=r["author_id"],
+                author_name=r["author_name"],
+                created_at=created,
+                snippet=make_snippet(r["content"], parsed),
+                score=round(score, 6),
+            )
+            hits.append((hit, r))
+        hits.sort(key=lambda hr: (-hr[0].score, hr[0].message_id))
+        seen: set[str] = set()
+        distinct = []
+        for hit, r in hits:
+            text = " ".join(r["content"].lower().split())
+            if text not in seen:
+                seen.add(text)
+                distinct.append((hit, r))
+        top = distinct[:limit]
+        return SearchResult(query, tuple(h for h, _ in top), _group(top))
+
+
+def _group(hits: Sequence[tuple[SearchHit, dict[str, Any]]]) -> tuple[SessionHits, ...]:
+    members: dict[str, list[SearchHit]] = {}
+    info: dict[str, dict[str, Any]] = {}
+    for hit, row in hits:
+        members.setdefault(hit.session_id, []).append(hit)
+        info.setdefault(hit.session_id, row)
+    out = []
+    for sid, group in members.items():
+        r = info[sid]
+        started = utc(r["started_at"])
+        assert started is not None
+        out.append(SessionHits(sid, r["chat_key"], r["source"], r["title"], started, group[0].score, tuple(group)))
+    return tuple(out)

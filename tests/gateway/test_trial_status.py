@@ -1,0 +1,23 @@
+"""``/status`` in local trial mode: the replies are scripted by the in-process emulator,
+so no dollar cost is shown — a cost there would read as if Claude had been paid for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mnemo.app import open_app
+from tests.gateway.conftest import make_settings
+from tests.support.loopback import LoopbackAdapter
+
+
+async def test_status_in_trial_mode_says_scripted_replies_cost_nothing(home: Path) -> None:
+    adapter = LoopbackAdapter()
+    async with open_app(make_settings(home), adapters=[adapter], trial=True) as app:
+        assert app.trial
+        await adapter.say("hello")
+        await adapter.wait_sent(1)
+        await adapter.say("/status")
+        status = (await adapter.wait_sent(2))[1].text
+    assert status.startswith("Session "), status
+    assert "scripted replies cost nothing" in status
+    assert "$" not in status
