@@ -27,15 +27,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.session_store import SYSTEM_PROMPT, TextGen, corpus, pct  # noqa: E402
-from mnemo.gateway.storage import state_database  # noqa: E402
-from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS  # noqa: E402
-from mnemo.memory.pg.db import PgDatabase  # noqa: E402
-from mnemo.memory.pg.search import PgSessionSearch  # noqa: E402
-from mnemo.memory.pg.sessions import PgSessionStore  # noqa: E402
-from mnemo.memory.search import SessionSearch  # noqa: E402
-from mnemo.memory.semantic import configured_retriever  # noqa: E402
-from mnemo.memory.sessions import NewMessage, SessionStore  # noqa: E402
+from mnemo.gateway.storage import state_database
+from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
+from mnemo.memory.pg.db import PgDatabase
+from mnemo.memory.pg.search import PgSessionSearch
+from mnemo.memory.pg.sessions import PgSessionStore
+from mnemo.memory.search import SessionSearch
+from mnemo.memory.semantic import configured_retriever
+from mnemo.memory.sessions import NewMessage, SessionStore
+
+from bench.session_store import SYSTEM_PROMPT, TextGen, corpus, pct
 
 
 async def build(stores: list, total: int, chats: int) -> None:

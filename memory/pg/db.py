@@ -50,6 +50,14 @@ MIGRATION_LOCK = 0x6D6E656D6F
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 
 
+MIN_SERVER_VERSION = 150000  # PostgreSQL 15
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 class DatabaseUnreachable(StoreError):
     """The PostgreSQL server did not accept a connection at start-up."""
 
@@ -106,6 +114,7 @@ class PgDatabase:
         """Connect the pool and apply pending migrations. Idempotent."""
         if self._pool is not None:
             return
+        await self._probe()
         pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
             self.url,
             min_size=self._min_size,
@@ -130,6 +139,27 @@ class PgDatabase:
             self._pool = None
             await pool.close()
             raise
+
+    async def _probe(self) -> None:
+        """One direct connection first: the pool would only say "timed out", libpq says
+        why (refused, no such database, password rejected), and the server's version."""
+        where = redact(self.url)
+        try:
+            conn = await asyncio.wait_for(
+                psycopg.AsyncConnection.connect(self.url, autocommit=True), self._connect_timeout_s
+            )
+        except psycopg.ProgrammingError as e:
+            raise StoreError(f"database.url is not a valid PostgreSQL URL: {_first_line(e)}") from e
+        except (psycopg.OperationalError, TimeoutError, OSError) as e:
+            raise DatabaseUnreachable(f"cannot connect to PostgreSQL at {where}: {_first_line(e)}") from e
+        try:
+            version = conn.info.server_version
+        finally:
+            await conn.close()
+        if version < MIN_SERVER_VERSION:
+            raise StoreError(
+                f"{where} runs PostgreSQL {version // 10000}; mnemo needs {MIN_SERVER_VERSION // 10000} or later"
+            )
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None

@@ -226,7 +226,8 @@ class PgSessionStore:
 
         return await self._db.read(q)
 
-    async def add_usage(self, session_id: str, usage: Usage) -> None:
+    async def add_usage(self, session_id: str, usage: Usage, *, payer: str | None = None) -> None:
+        # Budgets (gateway/budgets) keep their ledger in state.db: ``payer`` is unused here.
         async def tx(conn: Connection) -> None:
             await conn.execute(
                 "UPDATE sessions SET input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"

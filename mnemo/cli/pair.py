@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from mnemo.gateway.inbound.access import PairingStore
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, CommandError
 from mnemo.gateway.config import Settings
-from mnemo.gateway.storage import state_database
+from mnemo.gateway.storage import open_backend
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import UserRef
 
@@ -32,10 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    db = state_database(settings.state_db)
-    await db.open()
+    backend = await open_backend(settings)  # state.db, or database.url's PostgreSQL
     try:
-        store = PairingStore(db)
+        store = backend.pairings
         if args.pair_action == "list":
             pending = await store.pending()
             for p in pending:
@@ -60,7 +58,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{user} was not paired")
         return EXIT_REFUSED
     finally:
-        await db.close()
+        await backend.close()
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

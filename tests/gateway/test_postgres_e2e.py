@@ -95,6 +95,11 @@ async def test_start_up_errors_are_one_clear_line(home: Path, pg_cluster: Cluste
         await open_backend(settings)
     assert "\n" not in str(err.value)
 
+    # The server is up but says why it refuses: libpq's reason is in the line.
+    missing = load_settings(home, environ={}, overrides={"database.url": pg_cluster.url("no_such_db")})
+    with pytest.raises(StartupError, match='database "no_such_db" does not exist'):
+        await open_backend(missing)
+
     # The schema is newer than this mnemo.
     url = pg_cluster.fresh_database()
     settings = load_settings(home, environ={}, overrides={"database.url": url})
@@ -114,3 +119,47 @@ async def test_start_up_errors_are_one_clear_line(home: Path, pg_cluster: Cluste
 def test_mnemo_run_on_an_unreachable_server_exits_2_with_one_line(home: Path, tmp_path: Path) -> None:
     out = mnemo(home, "run", MNEMO_DATABASE_URL=f"postgresql://mnemo@/mnemo?host={tmp_path}&connect_timeout=1")
     one_clear_line(out, 2, "cannot connect to PostgreSQL")
+
+
+async def test_mnemo_pair_approves_a_code_in_postgresql(home: Path, pg_cluster: Cluster) -> None:
+    from mnemo.memory.scope import UserRef
+
+    url = pg_cluster.fresh_database()
+    backend = await open_backend(load_settings(home, environ={}, overrides={"database.url": url}))
+    try:
+        code = await backend.pairings.request(UserRef("telegram", "42"), "Alice")
+        listed = await asyncio.to_thread(mnemo, home, "pair", "list", MNEMO_DATABASE_URL=url)
+        assert listed.returncode == 0 and code in listed.stdout, listed.stderr
+        approved = await asyncio.to_thread(mnemo, home, "pair", "approve", code, MNEMO_DATABASE_URL=url)
+        assert approved.returncode == 0, approved.stderr
+        assert await backend.pairings.is_paired(UserRef("telegram", "42"))
+    finally:
+        await backend.close()
+    assert not (home / "state.db").exists()
+
+
+async def test_two_replicas_answer_one_session_in_order_and_once(
+    app_factory: AppFactory, emulator: Emulator, pg_cluster: Cluster
+) -> None:
+    url = pg_cluster.fresh_database()
+    emulator.script(*(Reply(text=f"answer {n}") for n in range(6)))
+    first, second = LoopbackAdapter(), LoopbackAdapter()
+    async with app_factory(first, **{"database.url": url}) as a, app_factory(second, **{"database.url": url}):
+        # One chat's messages reach both replicas (a load balancer in front of a webhook).
+        for n in range(6):
+            await (first if n % 2 == 0 else second).say(f"question {n}", user="u1")
+
+        async def all_sent() -> None:
+            while len(first.sent) + len(second.sent) < 6:
+                await asyncio.sleep(0.02)
+
+        await asyncio.wait_for(all_sent(), 30)
+        await asyncio.sleep(0.2)
+        texts = [m.text for m in first.sent + second.sent]
+        assert sorted(texts) == [f"answer {n}" for n in range(6)], "each reply sent once, by one replica"
+        session = await a.store.active_session("loop:dm:u1")
+        assert session is not None
+        roles = [m.role for m in await a.store.load_messages(session.id)]
+        # Turns of the session never ran concurrently: each user message is followed by
+        # its answer before the next turn starts.
+        assert roles == ["user", "assistant"] * 6
