@@ -218,6 +218,16 @@ class FusionRetriever:
 # --- the contextual retriever (the default) ------------------------------------------------
 
 CTX_TABLE = "messages_ctx"
+MONTH_NUMBERS = {
+    name: n
+    for n, names in enumerate(
+        (("january", "jan"), ("february", "feb"), ("march",), ("april", "apr"), ("may",), ("june", "jun"),
+         ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"),
+         ("november", "nov"), ("december", "dec")),
+        1,
+    )
+    for name in names
+}
 LEGACY_TABLE = "messages_fts"
 
 
@@ -230,6 +240,20 @@ def create_legacy_index(conn: sqlite3.Connection) -> None:
         " tokenize='porter unicode61 remove_diacritics 2')"
     )
     conn.execute(f"INSERT INTO {LEGACY_TABLE}({LEGACY_TABLE}) VALUES ('rebuild')")
+
+
+_BEFORE_MONTH = frozenset({"in", "during", "of", "since", "before", "after", "until", "by", "early", "late", "mid"})
+
+
+def named_months(raw: Sequence[str]) -> set[int]:
+    """Months a question names as dates ("in January", "may 2023"; not "I may")."""
+    out = set()
+    for i, w in enumerate(raw):
+        if w in MONTH_NUMBERS:
+            after = raw[i + 1] if i + 1 < len(raw) else ""
+            if (i > 0 and raw[i - 1] in _BEFORE_MONTH) or after.isdigit():
+                out.add(MONTH_NUMBERS[w])
+    return out
 
 
 def participant_words(conn: sqlite3.Connection, scope: Scope) -> frozenset[str]:
@@ -272,6 +296,7 @@ class ContextRetriever:
     candidates: int = 100
     drop_names: bool = True
     speaker_boost: float = 1.0
+    date_boost: float = 1.0
 
     def _scores(self, conn: sqlite3.Connection, expr: str | None, scope: Scope, n: int) -> Ranked:
         if expr is None or not scope.chat_nos:
@@ -326,12 +351,17 @@ class ContextRetriever:
                 for i, s in _normalised(found).items():
                     base[i] = base.get(i, 0.0) + self.feedback_weight * s
                 final = self._with_neighbours(conn, base)
-        named = {w for w in query.raw_words if w in names}
-        if named and self.speaker_boost > 0 and final:
+        named = {w for w in query.raw_words if w in names} if self.speaker_boost > 0 else set()
+        months = named_months(query.raw_words) if self.date_boost > 0 else set()
+        if (named or months) and final:
             # The question names a participant: their own turns are likelier evidence.
+            # It names a month ("in January"): turns of that month are (stored dates).
             marks = ",".join("?" * len(final))
-            for i, who in conn.execute(f"SELECT id, author_name FROM messages WHERE id IN ({marks})", tuple(final)):
-                if who and any(w.lower() in named for w in WORD.findall(who)):
+            rows = conn.execute(f"SELECT id, author_name, created_at FROM messages WHERE id IN ({marks})", tuple(final))
+            for i, who, created in rows:
+                if named and who and any(w.lower() in named for w in WORD.findall(who)):
                     final[i] *= 1.0 + self.speaker_boost
+                if months and created[5:7].isdigit() and int(created[5:7]) in months:
+                    final[i] *= 1.0 + self.date_boost
         ranked = sorted(final.items(), key=lambda kv: (-kv[1], kv[0]))
         return ranked[:pool]

@@ -32,6 +32,11 @@ ROLES: tuple[str, ...] = get_args(Role)
 
 Clock = Callable[[], datetime]
 
+# Called inside the write that adds a request's usage to its session, with the person
+# it is billed to (``PLATFORM:ID``, or None for background work of a shared room), so a
+# spending counter kept beside the sessions is exact: it commits with them or not at all.
+UsageRecorder = Callable[[sqlite3.Connection, "str | None", Usage], None]
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -206,6 +211,11 @@ class SessionStore:
     def __init__(self, db: Database, *, clock: Clock = utc_now) -> None:
         self._db = db
         self._clock = clock
+        self._usage_recorder: UsageRecorder | None = None
+
+    def record_usage_in(self, recorder: UsageRecorder) -> None:
+        """Bind the spending ledger (``gateway/budgets``) once, before the first turn."""
+        self._usage_recorder = recorder
 
     # --- sessions -----------------------------------------------------------------
     async def create_session(
@@ -354,9 +364,13 @@ class SessionStore:
 
         return await self._db.read(q)
 
-    async def add_usage(self, session_id: str, usage: Usage) -> None:
-        await self._db.write(
-            lambda conn: conn.execute(
+    async def add_usage(self, session_id: str, usage: Usage, *, payer: str | None = None) -> None:
+        """Add one request's usage to its session and, in the same transaction, to the
+        ledger bound with ``record_usage_in`` (billed to ``payer``)."""
+        recorder = self._usage_recorder
+
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
                 " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
                 " estimated_cost_usd = estimated_cost_usd + ? WHERE id = ?",
@@ -369,7 +383,10 @@ class SessionStore:
                     session_id,
                 ),
             )
-        )
+            if recorder is not None:
+                recorder(conn, payer, usage)
+
+        await self._db.write(tx)
 
     # --- messages -----------------------------------------------------------------
     async def append_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int]:

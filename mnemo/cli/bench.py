@@ -34,7 +34,6 @@ from mnemo.memory.ranking import (
     create_baseline_index,
     create_legacy_index,
 )
-from mnemo.memory.semantic import HashEmbedder, SemanticRetriever, SemanticUnavailable, embed_pending, load_embedder
 from mnemo.memory.search import SessionSearch
 from mnemo.memory.sessions import SessionStore
 
@@ -73,6 +72,8 @@ RETRIEVER_NAMES = ("baseline", "fusion", "contextual", "semantic", "semantic-has
 
 def make_retriever(name: str) -> Retriever:
     """A retriever by its benchmark name (``semantic`` needs the extra)."""
+    from mnemo.memory.semantic import HashEmbedder, SemanticRetriever, load_embedder  # numpy: only when used
+
     if name == "baseline":
         return NaiveRetriever()
     if name == "fusion":  # the default before the contextual index (0008)
@@ -88,6 +89,8 @@ def make_retriever(name: str) -> Retriever:
 
 def shipped_name(settings: Settings | None) -> str:
     """What session_search uses with this configuration."""
+    from mnemo.memory.semantic import SemanticUnavailable, load_embedder
+
     if settings is not None and settings.search.semantic:
         try:
             load_embedder()
@@ -101,6 +104,8 @@ def shipped_name(settings: Settings | None) -> str:
 async def run_recall(
     paths: Sequence[Path], ks: Sequence[int], home: Path, names: Sequence[str] = (), shipped: str = "contextual"
 ) -> RecallRun:
+    from mnemo.memory.semantic import SemanticRetriever, embed_pending
+
     files = dataset_files(paths)
     datasets = [load_dataset(p) for p in files]
     db = state_database(home / "state.db")
@@ -169,6 +174,8 @@ def overall(run: RecallRun, ks: Sequence[int]) -> dict[str, dict[str, float]]:
 
 
 def _recall(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.memory.semantic import SemanticUnavailable
+
     ks = parse_ks(args.k)
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as tmp:
         try:

@@ -186,6 +186,8 @@ async def test_a_database_from_before_the_migration_upgrades_and_answers_while_r
     assert await db.read(pending)
     assert await db.read(lambda c: c.execute("SELECT count(*) FROM messages_ctx").fetchone()[0]) == 0
     search = SessionSearch(db)
+    await embed_pending(db, HashEmbedder())
+    semantic = SessionSearch(db, retriever=SemanticRetriever(HashEmbedder()))
     before = await search.search("pottery bowl", chat_keys=[A], limit=10)
     assert before.message_ids and set(before.message_ids) <= set(ids_a)
 
@@ -198,6 +200,8 @@ async def test_a_database_from_before_the_migration_upgrades_and_answers_while_r
         assert got.message_ids and set(got.message_ids) <= set(ids_a)
         got_b = await search.search("Lisbon", chat_keys=[B], limit=10)
         assert got_b.message_ids and set(got_b.message_ids) <= set(ids_b + new_b)
+        got_s = await semantic.search("pottery bowl", chat_keys=[A], limit=10)
+        assert got_s.message_ids and set(got_s.message_ids) <= set(ids_a)
         await asyncio.sleep(0)
     final = await done
     assert final.finished and len(steps) >= 3
@@ -346,3 +350,57 @@ def test_contextual_index_sql_is_valid_on_an_empty_message(tmp_path: Path) -> No
                  " '2024-12-01T00:00:00.000000+00:00')")
     assert conn.execute("SELECT rowid FROM messages_ctx WHERE messages_ctx MATCH 'december'").fetchall() == [(1,)]
     conn.close()
+
+
+def test_bench_recall_measures_extra_retrievers_per_category(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from mnemo.cli.main import main
+
+    chat = {
+        "sessions": [
+            {"id": "s1", "started_at": "2:00 pm on 8 May, 2023", "messages": [
+                {"id": "m1", "speaker": "Caroline", "content": "I took a pottery class yesterday, made a bowl"},
+                {"id": "m2", "speaker": "Melanie", "content": "Working with clay must be relaxing!"},
+            ]},
+            {"id": "s2", "started_at": "2:00 pm on 20 May, 2023", "messages": [
+                {"id": "m3", "speaker": "Melanie", "content": "We adopted a puppy called Oscar"},
+            ]},
+        ],
+        "questions": [
+            {"id": "q1", "question": "When did Caroline take a pottery class?", "evidence": ["m1"], "category": "temporal"},
+            {"id": "q2", "question": "What is Melanie's puppy called?", "evidence": ["m3"], "category": "single-hop"},
+        ],
+    }
+    path = tmp_path / "dlg.json"
+    path.write_text(json.dumps(chat))
+    argv = ["--home", str(tmp_path / "home"), "bench", "recall", "--dataset", str(path), "--k", "1,5", "--json",
+            "--retriever", "fusion", "--retriever", "semantic-hash"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert list(result) == ["baseline", "shipped", "fusion", "semantic-hash"]
+    assert set(result["shipped"]) == {"recall@1", "any_hit@1", "recall@5", "any_hit@5"}
+    assert result["shipped"]["recall@1"] == 1.0  # the names are not what is searched
+    assert any(line.startswith("[temporal]") for line in lines) and any(line.startswith("[single-hop]") for line in lines)
+    with pytest.raises(SystemExit) as exited:
+        main([*argv[:-4], "--retriever", "nonsense"])
+    assert exited.value.code == 2
+
+
+async def test_a_month_named_in_the_question_prefers_turns_of_that_month(store_db: tuple[SessionStore, Database]) -> None:
+    from mnemo.memory.ranking import named_months
+
+    store, db = store_db
+    ids = []
+    for day, text in ((0, "I'm reading a great book, Dune"), (60, "I'm reading a great book, Emma")):  # March, May
+        s = await store.create_session(chat_key=A, platform="web", chat_id="x", thread_id=None, user_id="u",
+                                       agent_context="primary", source="chat", model="m", system_prompt="p",
+                                       started_at=T0 + timedelta(days=day))
+        ids += await store.append_messages(s.id, [NewMessage("user", text, created_at=T0 + timedelta(days=day))])
+    for question, want in (("Which book was I reading in March?", ids[0]), ("Which book was I reading in May?", ids[1])):
+        got = await SessionSearch(db).search(question, chat_keys=[A], limit=5)
+        assert got.message_ids[0] == want, question
+    assert named_months("which book in january".split()) == {1}
+    assert named_months("may 2023".split()) == {5}
+    assert named_months("i may have said".split()) == set()
