@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from mnemo.memory.errors import MemoryRefused
+from mnemo.memory.durable import DurableWrites
+from mnemo.memory.errors import MemoryRefused, ProviderError
 from mnemo.memory.fence import fence, sanitize_recall, strip_fences
 from mnemo.memory.provider import (
     Availability,
@@ -120,6 +121,8 @@ class MemoryManager:
         self._indicators: OrderedDict[str, RecallIndicator | None] = OrderedDict()
         self._started = False
         self._closed = False
+        # Where durable providers' writes go (the persisted job queue); None: at once.
+        self._write_sink: Callable[[str, dict[str, Any]], Coroutine[Any, Any, None]] | None = None
 
     # --- registration and lifecycle ----------------------------------------------
     def add_provider(self, provider: MemoryProvider, config: Mapping[str, Any] | None = None) -> bool:
@@ -251,6 +254,56 @@ class MemoryManager:
         """What the last prefetch in this chat injected (None: nothing)."""
         return self._indicators.get(chat_key)
 
+    def health(self) -> str | None:
+        """``ok`` / ``degraded`` for the external provider (None: none configured)."""
+        slot = next((s for s in self._slots if not s.provider.builtin), None)
+        if slot is None:
+            return None
+        health = getattr(slot.provider, "health", None)
+        return "ok" if slot.ready and getattr(health, "reachable", True) is not False else "degraded"
+
+    # --- durable writes (memory/durable.py) ----------------------------------------------
+    def set_write_sink(self, sink: Callable[[str, dict[str, Any]], Coroutine[Any, Any, None]] | None) -> None:
+        """Route durable providers' writes to ``sink(provider_name, payload)``."""
+        self._write_sink = sink
+
+    def _durable(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> list[Coroutine[Any, Any, None]]:
+        out: list[Coroutine[Any, Any, None]] = []
+        for slot in self._slots:
+            if not (slot.ready and isinstance(slot.provider, DurableWrites)):
+                continue
+            try:
+                payload = slot.provider.prepare_write(op, data, ctx)
+            except Exception as e:  # noqa: BLE001 - isolation boundary
+                log.warning("memory provider failed", provider=slot.name, call=f"prepare_write:{op}", error=f"{type(e).__name__}: {e}")
+                continue
+            if payload is None:
+                continue
+            if self._write_sink is not None:
+                out.append(self._write_sink(slot.name, payload))
+            else:
+                out.append(self._apply_logged(slot.name, payload))
+        return out
+
+    async def _apply_logged(self, name: str, payload: dict[str, Any]) -> None:
+        try:
+            await self.apply_write(name, payload)
+        except Exception as e:  # noqa: BLE001 - no queue: the write is lost, say so once
+            log.warning("memory provider write failed", provider=name, op=payload.get("op"), error=f"{type(e).__name__}: {e}")
+
+    def _queue_durable(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> None:
+        for coro in self._durable(op, data, ctx):
+            self._spawn(coro)
+
+    async def apply_write(self, name: str, payload: Mapping[str, Any]) -> None:
+        """Send one prepared write (the job queue's handler). Raises on failure, so the
+        queue retries it; ``RetryLater.retry_after_s`` is the server's wish."""
+        slot = next((s for s in self._slots if s.name == name and s.ready), None)
+        if slot is None or not isinstance(slot.provider, DurableWrites):
+            raise ProviderError(f"memory provider {name!r} is not running")
+        async with asyncio.timeout(self.limits.background_timeout_s):
+            await asyncio.to_thread(slot.provider.apply_write, dict(payload))
+
     # --- per turn --------------------------------------------------------------------
     async def prefetch(self, query: str, ctx: ProviderContext) -> Recall | None:
         """Recall for this turn as one fenced block (``Recall.text``), or None when the
@@ -298,6 +351,8 @@ class MemoryManager:
         if not ctx.may_write:
             return
         args = (strip_fences(user_text), strip_fences(assistant_text), ctx)
+        if not self._closed:
+            self._queue_durable("turn", {"user": args[0], "assistant": args[1]}, ctx)
         self._background("sync_turn", lambda s: s.provider.sync_turn, args)
 
     async def handle_tool_call(self, name: str, args: Mapping[str, Any], ctx: ProviderContext) -> str:
@@ -331,6 +386,7 @@ class MemoryManager:
 
     async def on_session_end(self, messages: Messages, ctx: ProviderContext) -> None:
         if ctx.may_write:
+            await asyncio.gather(*self._durable("session_end", {"messages": list(messages)}, ctx))
             t = self.limits.background_timeout_s
             await self._each("on_session_end", lambda s: s.provider.on_session_end, (messages, ctx), timeout=t)
 
@@ -338,6 +394,7 @@ class MemoryManager:
         """Mirror a successful built-in write to the external provider (awaited, so a
         replace that follows an add is mirrored in the same order)."""
         if ctx.may_write:
+            await asyncio.gather(*self._durable("memory", {"write": write}, ctx))
             await self._each("on_memory_write", lambda s: s.provider.on_memory_write, (write, ctx), external_only=True)
 
     def on_delegation(self, task: str, result: str, ctx: ProviderContext) -> None:
@@ -350,6 +407,7 @@ class MemoryManager:
         if not ctx.may_write:
             return True
         ok = True
+        await asyncio.gather(*self._durable("pre_compress", {"messages": list(messages)}, ctx))
         t = self.limits.background_timeout_s
         for slot in [s for s in self._slots if s.ready]:
             result = await self._run(slot, "on_pre_compress", slot.provider.on_pre_compress, (messages, ctx), t)

@@ -326,6 +326,10 @@ class JobQueue:
                 self._observe(job.kind, elapsed, "failed")
             else:
                 delay = kind.delay(job.attempts)
+                # A server's Retry-After (memory.durable.RetryLater) wins over the schedule.
+                retry_after = getattr(e, "retry_after_s", None)
+                if isinstance(retry_after, (int, float)) and retry_after >= 0:
+                    delay = float(retry_after)
                 log.warning("job_retry", kind=job.kind, job=job.id, attempts=job.attempts, delay_s=delay, error=error)
                 await self._mark(job.id, JobState.QUEUED, error=error, not_before=self._clock() + delay)
                 self._observe(job.kind, elapsed, "retry")

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from mnemo.cli import provider_status
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
 from mnemo.memory.discovery import discover, load_provider
@@ -36,7 +37,11 @@ def register(subparsers: Any) -> None:
     )
     sub = parser.add_subparsers(dest="providers_command", metavar="ACTION", required=True)
     ls = sub.add_parser("list", help="name, description, and whether each provider can run here")
+    ls.add_argument("--json", action="store_true", help="machine-readable: installed, configured, available per provider")
     ls.set_defaults(handler=_list)
+    st = sub.add_parser("status", help="the active provider: reachable, last error, queued/failed writes")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.set_defaults(handler=provider_status.status)
     setup = sub.add_parser("setup", help="configure one provider from its settings schema")
     setup.add_argument("name", metavar="NAME")
     setup.add_argument(
@@ -46,6 +51,8 @@ def register(subparsers: Any) -> None:
 
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
+    if args.json:
+        return provider_status.list_json(settings)
     infos = discover(settings.home)
     if not infos:
         print("no memory providers installed")

@@ -77,7 +77,7 @@ def test_data_only_folders_are_not_providers(home: Path) -> None:
     (home / "providers" / "holographic").mkdir(parents=True)
     (home / "providers" / "holographic" / "facts.db").write_bytes(b"")
     (home / "providers" / "notes").mkdir()
-    assert set(by_name(home)) == {"holographic"}
+    assert set(by_name(home)) == {"holographic", "mem0", "hindsight"}
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ def test_an_installed_provider_shadows_a_folder_of_the_same_name(home: Path) -> 
 
 
 def test_an_unknown_name_lists_the_known_ones(home: Path) -> None:
-    with pytest.raises(ProviderError, match=r"unknown memory provider 'mem9' \(known: holographic\)"):
+    with pytest.raises(ProviderError, match=r"unknown memory provider 'mem9' \(known: hindsight, holographic, mem0\)"):
         load_provider("mem9", home)
 
 

@@ -1,0 +1,126 @@
+"""Durable provider writes and provider health, shared by every external provider.
+
+External providers answer over the network, so a write must survive the provider being
+down, slow or rate limited, and a restart of mnemo. A provider that mixes in
+``DurableWrites`` splits each write in two:
+
+* ``prepare_write(op, data, ctx)`` — pure, no I/O: turns a finished turn
+  (``op="turn"``), a mirrored built-in memory write (``"memory"``) or a session's
+  messages (``"session_end"``, ``"pre_compress"``) into a JSON payload that already
+  carries the speaker's scope (``memory.provider_scope``). None: nothing to write.
+* ``apply_write(payload)`` — sends it. Idempotent per ``payload["key"]`` (derived from
+  the turn: session, op and content), raises on failure; ``RetryLater`` carries the
+  server's ``Retry-After``.
+
+``MemoryManager`` hands prepared payloads to a write sink (the gateway's persisted job
+queue, kind ``provider_write``) and the queue calls ``MemoryManager.apply_write`` with
+backoff and bounded attempts. Without a sink (tools, tests) the manager applies the
+write in the background at once.
+
+Health: ``ProviderHealth`` remembers whether the last call reached the provider and
+the last error, and keeps a copy in ``providers/<name>/status.json`` so that
+``mnemo providers status`` (another process) can show it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mnemo.memory.atomic import ensure_folder
+from mnemo.memory.provider import ProviderContext
+
+STATUS_FILE = "status.json"
+WRITE_OPS = ("turn", "memory", "session_end", "pre_compress")
+
+
+class RetryLater(Exception):
+    """The provider asked to be called again later (429/503 with ``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def write_key(op: str, ctx: ProviderContext, *parts: str) -> str:
+    """The idempotency key of one write: the same turn gives the same key."""
+    h = hashlib.sha256()
+    for part in (op, ctx.session_id, str(ctx.user or ""), *parts):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return f"{op}-{h.hexdigest()[:32]}"
+
+
+class DurableWrites:
+    """Mixin marking a provider whose writes go through the write sink."""
+
+    def prepare_write(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def apply_write(self, payload: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    # The manager sends these through prepare_write/apply_write instead; the plain
+    # hooks do nothing so that a write is never sent twice.
+    def sync_turn(self, user_text: str, assistant_text: str, ctx: ProviderContext) -> None:
+        return None
+
+    def on_memory_write(self, write: Any, ctx: ProviderContext) -> None:
+        return None
+
+    def on_session_end(self, messages: Any, ctx: ProviderContext) -> None:
+        return None
+
+    def on_pre_compress(self, messages: Any, ctx: ProviderContext) -> None:
+        return None
+
+
+class ProviderHealth:
+    """Reachability and the last error of one provider, mirrored to status.json."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = folder
+        self.reachable: bool | None = None  # None: not contacted yet
+        self.last_error: str = ""
+        self.last_error_at: float | None = None
+        self._lock = threading.Lock()
+
+    def ok(self) -> None:
+        self._set(True, None)
+
+    def failed(self, error: BaseException | str) -> None:
+        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        self._set(False, text[:500])
+
+    def _set(self, reachable: bool, error: str | None) -> None:
+        with self._lock:
+            changed = reachable != self.reachable or (error is not None and error != self.last_error)
+            self.reachable = reachable
+            if error is not None:
+                self.last_error, self.last_error_at = error, time.time()
+            snapshot = self.as_dict()
+        if changed and self.folder is not None:
+            try:
+                ensure_folder(self.folder)
+                tmp = self.folder / f".{STATUS_FILE}.tmp"
+                tmp.write_text(json.dumps(snapshot) + "\n", encoding="utf-8")
+                tmp.replace(self.folder / STATUS_FILE)
+            except OSError:
+                pass  # health is advisory; never fail a call over it
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reachable": self.reachable, "last_error": self.last_error, "last_error_at": self.last_error_at}
+
+
+def read_status(folder: Path) -> dict[str, Any]:
+    """What the last process recorded in ``status.json`` ({} when nothing)."""
+    try:
+        data = json.loads((folder / STATUS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
