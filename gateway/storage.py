@@ -15,6 +15,7 @@ rename (``tests/memory/test_db_migrations.py`` pins the historical names)::
     0007_cron_jobs               gateway/cron/schema.py
     0008_contextual_index        memory/migrations.py
     0009_message_vectors         memory/migrations.py
+    0010_budgets                 gateway/budgets/schema.py
 
 Every process that opens ``state.db`` (the gateway, each CLI command, a benchmark)
 goes through ``state_database``.
@@ -24,6 +25,11 @@ SQLite the writer connection inside ``BEGIN IMMEDIATE``. A repository that must 
 its rows in another repository's transaction (cron finishing a run together with its
 outbox delivery) receives it from that repository's ``write`` and passes it to a
 ``…_within(tx, …)`` method; a PostgreSQL backend hands its own connection the same way.
+
+``open_backend(settings)`` is how the application opens its storage: ``database.url``
+unset gives the repositories above on ``state.db``; ``postgresql://…`` gives their
+PostgreSQL twins (``gateway/storage_pg/``, ``memory/pg/``; list ``PG_MIGRATIONS``, the
+same step names where the tables correspond) plus a lock shared by every replica.
 """
 
 from __future__ import annotations
@@ -32,10 +38,11 @@ import socket
 import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from mnemo.gateway.budgets.schema import BUDGETS
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.schema import CRON_JOBS
 from mnemo.gateway.errors import StartupError
@@ -57,6 +64,7 @@ STATE_MIGRATIONS: tuple[Migration, ...] = (
     CRON_JOBS,
     CONTEXTUAL_INDEX,
     MESSAGE_VECTORS,
+    BUDGETS,
 )
 
 
@@ -77,7 +85,9 @@ class StorageBackend:
     name: str
     db: Any
     sessions: Any  # SessionStore | PgSessionStore (SessionRepository + usage/rollover)
-    search: Any  # SessionSearch | PgSessionSearch (SearchRepository)
+    # SessionSearch | PgSessionSearch (SearchRepository), built on first use of
+    # ``search``: the SQLite retrievers import numpy, which ``mnemo pair`` never needs.
+    make_search: Callable[[], Any]
     inbox: Any  # InboxRepository
     outbox: Any  # OutboxRepository
     jobs: Any  # JobStorage
@@ -86,6 +96,13 @@ class StorageBackend:
     # A lock on a key held across every process of the database (PostgreSQL's advisory
     # locks); None when one process owns the store (SQLite).
     shared_lock: Callable[[str], AbstractAsyncContextManager[None]] | None = None
+    _search: Any = field(default=None, init=False, repr=False)
+
+    @property
+    def search(self) -> Any:
+        if self._search is None:
+            self._search = self.make_search()
+        return self._search
 
     async def close(self) -> None:
         await self.db.close()
@@ -102,15 +119,19 @@ async def open_backend(settings: Settings) -> StorageBackend:
         from mnemo.gateway.delivery.outbox import Outbox
         from mnemo.gateway.inbound.access import PairingStore
         from mnemo.gateway.jobs.store import JobStore
-        from mnemo.memory.search import SessionSearch
-        from mnemo.memory.semantic import configured_retriever
         from mnemo.memory.sessions import SessionStore
+
+        def sqlite_search() -> Any:
+            from mnemo.memory.search import SessionSearch
+            from mnemo.memory.semantic import configured_retriever
+
+            return SessionSearch(db, retriever=configured_retriever(settings.search.semantic))
 
         db = state_database(settings.state_db)
         await db.open()
         outbox = Outbox(db)
         return StorageBackend(
-            "sqlite", db, SessionStore(db), SessionSearch(db, retriever=configured_retriever(settings.search.semantic)),
+            "sqlite", db, SessionStore(db), sqlite_search,
             Inbox(db), outbox, JobStore(db), CronStore(db, outbox), PairingStore(db),
         )
     return await _open_postgresql(settings)
@@ -151,6 +172,6 @@ async def _open_postgresql(settings: Settings) -> StorageBackend:
     owner = cfg.replica_id or socket.gethostname()
     outbox = PgOutbox(db, owner=owner)
     return StorageBackend(
-        "postgresql", db, PgSessionStore(db), PgSessionSearch(db), PgInbox(db), outbox,
+        "postgresql", db, PgSessionStore(db), lambda: PgSessionSearch(db), PgInbox(db), outbox,
         PgJobStore(db, owner=owner), PgCronStore(db, outbox), PgPairingStore(db), shared_lock=db.advisory_lock,
     )

@@ -8,8 +8,10 @@ than raw snippets. Any failure raises; the search tool then returns the plain hi
 
 from __future__ import annotations
 
+from mnemo.gateway.budgets.ledger import current_billing
 from mnemo.gateway.llm.client import LLMClient
 from mnemo.memory.search import SearchResult
+from mnemo.memory.sessions import SessionStore
 
 DIGEST_MAX_TOKENS = 600
 _HITS_CHARS = 12_000
@@ -23,9 +25,10 @@ INSTRUCTION = (
 
 
 class LLMSearchDigest:
-    def __init__(self, llm: LLMClient, model: str) -> None:
+    def __init__(self, llm: LLMClient, model: str, *, store: SessionStore | None = None) -> None:
         self.llm = llm
         self.model = model
+        self.store = store  # counts the digest's usage against the turn's session and person
 
     async def summarize(self, query: str, result: SearchResult) -> str:
         lines: list[str] = []
@@ -46,6 +49,9 @@ class LLMSearchDigest:
             max_tokens=DIGEST_MAX_TOKENS,
             cache=False,
         )
+        billing = current_billing()
+        if self.store is not None and billing is not None:
+            await self.store.add_usage(billing.session_id, response.usage, payer=billing.payer)
         text = response.text.strip()
         if not text:
             raise ValueError("empty digest")

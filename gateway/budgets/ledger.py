@@ -1,0 +1,213 @@
+"""What each person spent, per local day, kept exact beside the sessions.
+
+``record_within`` is the ``UsageRecorder`` the session store calls inside the very
+write that adds a request's usage to its session (``SessionStore.add_usage``): the
+counter and the session commit together or not at all, and because every write runs
+on the one writer connection an ``INSERT … ON CONFLICT DO UPDATE SET x = x + ?`` can
+neither double count nor lose an update, however many chats spend at once. Every
+request is also added to the ``*`` row (the whole bot, for ``budgets.global``).
+
+Days are those of ``gateway.timezone``; a month is the sum of its days. The clock is
+injected so a test can cross midnight without sleeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from mnemo.memory.db import Database
+from mnemo.memory.usage import Usage
+
+EVERYONE = "*"
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """A payer's spend today and this month (local calendar)."""
+
+    day_usd: float = 0.0
+    day_tokens: int = 0
+    month_usd: float = 0.0
+    month_tokens: int = 0
+    requests_today: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PayerSpend:
+    payer: str
+    spend: Spend
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """A person's own caps; None: the configured default applies."""
+
+    daily_usd: float | None = None
+    monthly_usd: float | None = None
+    daily_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Billing:
+    """Where a request made on a turn's behalf by a tool (the search digest) is counted."""
+
+    session_id: str
+    payer: str | None
+
+
+_BILLING: ContextVar[Billing | None] = ContextVar("mnemo_billing", default=None)
+
+
+@contextlib.contextmanager
+def billed_to(billing: Billing) -> Iterator[None]:
+    """The agent wraps each tool call in this, so a tool's own LLM requests are counted
+    against the same session and person as the turn's."""
+    token = _BILLING.set(billing)
+    try:
+        yield
+    finally:
+        _BILLING.reset(token)
+
+
+def current_billing() -> Billing | None:
+    return _BILLING.get()
+
+
+class BudgetRepository(Protocol):
+    """The spending ledger and the per-person overrides. ``record_within`` is called by
+    the session store inside its usage write; the budget gate reads ``spend`` before a
+    turn; the CLI and ``/usage`` read and set the rest. Raises ``StoreError`` on a
+    database failure."""
+
+    def record_within(self, conn: sqlite3.Connection, payer: str | None, usage: Usage) -> None: ...
+
+    async def spend(self, payer: str) -> Spend: ...
+
+    async def everyone(self) -> list[PayerSpend]: ...
+
+    async def override(self, payer: str) -> Override | None: ...
+
+    async def set_override(self, payer: str, override: Override | None) -> None: ...
+
+    async def claim_notice(self, payer: str, resets_at: datetime) -> bool: ...
+
+    async def erase(self, payer: str) -> int: ...
+
+
+class SqliteBudgets:
+    """``BudgetRepository`` on ``state.db`` (tables in ``schema.py``)."""
+
+    def __init__(self, db: Database, *, timezone: str = "UTC", clock: Clock = utc_now) -> None:
+        self._db = db
+        self.tz = ZoneInfo(timezone)
+        self.clock = clock
+
+    def local_now(self) -> datetime:
+        return self.clock().astimezone(self.tz)
+
+    def record_within(self, conn: sqlite3.Connection, payer: str | None, usage: Usage) -> None:
+        day = self.local_now().date().isoformat()
+        tokens = usage.prompt_tokens + usage.output_tokens
+        for who in (EVERYONE,) if payer is None or payer == EVERYONE else (payer, EVERYONE):
+            conn.execute(
+                "INSERT INTO usage_days (payer, day, cost_usd, tokens, requests) VALUES (?, ?, ?, ?, 1)"
+                " ON CONFLICT (payer, day) DO UPDATE SET cost_usd = cost_usd + excluded.cost_usd,"
+                " tokens = tokens + excluded.tokens, requests = requests + 1",
+                (who, day, usage.cost_usd, tokens),
+            )
+
+    async def spend(self, payer: str) -> Spend:
+        today = self.local_now().date()
+
+        def q(conn: sqlite3.Connection) -> Spend:
+            row = conn.execute(
+                "SELECT COALESCE(SUM(CASE WHEN day = ? THEN cost_usd END), 0),"
+                " COALESCE(SUM(CASE WHEN day = ? THEN tokens END), 0),"
+                " COALESCE(SUM(cost_usd), 0), COALESCE(SUM(tokens), 0),"
+                " COALESCE(SUM(CASE WHEN day = ? THEN requests END), 0)"
+                " FROM usage_days WHERE payer = ? AND day >= ? AND day <= ?",
+                (today.isoformat(), today.isoformat(), today.isoformat(), payer,
+                 today.replace(day=1).isoformat(), today.isoformat()),
+            ).fetchone()
+            return Spend(float(row[0]), int(row[1]), float(row[2]), int(row[3]), int(row[4]))
+
+        return await self._db.read(q)
+
+    async def everyone(self) -> list[PayerSpend]:
+        """Every person with spend this month, highest monthly spend first (``*`` left out)."""
+        today = self.local_now().date()
+
+        def q(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT DISTINCT payer FROM usage_days WHERE payer != ? AND day >= ?",
+                (EVERYONE, today.replace(day=1).isoformat()),
+            )
+            return [r[0] for r in rows]
+
+        out = [PayerSpend(p, await self.spend(p)) for p in await self._db.read(q)]
+        out.sort(key=lambda p: (-p.spend.month_usd, -p.spend.day_usd, p.payer))
+        return out
+
+    async def override(self, payer: str) -> Override | None:
+        def q(conn: sqlite3.Connection) -> Override | None:
+            row = conn.execute(
+                "SELECT daily_usd, monthly_usd, daily_tokens FROM budget_overrides WHERE payer = ?", (payer,)
+            ).fetchone()
+            return None if row is None else Override(row[0], row[1], row[2])
+
+        return await self._db.read(q)
+
+    async def set_override(self, payer: str, override: Override | None) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            if override is None:
+                conn.execute("DELETE FROM budget_overrides WHERE payer = ?", (payer,))
+                return
+            conn.execute(
+                "INSERT INTO budget_overrides (payer, daily_usd, monthly_usd, daily_tokens, updated_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (payer) DO UPDATE SET daily_usd = excluded.daily_usd,"
+                " monthly_usd = excluded.monthly_usd, daily_tokens = excluded.daily_tokens,"
+                " updated_at = excluded.updated_at",
+                (payer, override.daily_usd, override.monthly_usd, override.daily_tokens, time.time()),
+            )
+
+        await self._db.write(tx)
+
+    async def claim_notice(self, payer: str, resets_at: datetime) -> bool:
+        """True exactly once per payer and reset time: whoever gets True sends the notice."""
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO budget_notices (payer, resets_at) VALUES (?, ?)",
+                (payer, resets_at.astimezone(UTC).isoformat()),
+            )
+            return cur.rowcount == 1
+
+        return await self._db.write(tx)
+
+    def erase_within(self, conn: sqlite3.Connection, payer: str) -> int:
+        n = 0
+        for table in ("usage_days", "budget_overrides"):
+            n += conn.execute(f"DELETE FROM {table} WHERE payer = ?", (payer,)).rowcount
+        # Notices are keyed "PAYER|cap".
+        n += conn.execute(
+            "DELETE FROM budget_notices WHERE substr(payer, 1, length(?) + 1) = ? || '|'", (payer, payer)
+        ).rowcount
+        return n
+
+    async def erase(self, payer: str) -> int:
+        """Forget a person's counters, overrides and notices (their spend stays in ``*``)."""
+        return await self._db.write(lambda conn: self.erase_within(conn, payer))

@@ -1,0 +1,44 @@
+"""``/forget me``: a person erases themselves (``erasure.py``), confirmed with a code.
+
+``/forget me`` answers with a one-time code valid for ten minutes; ``/forget me CODE``
+from the same account erases and answers with the receipt. Codes live in memory: a
+restart simply asks for a new one.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+
+from mnemo.gateway.inbound.commands import CommandCall
+from mnemo.gateway.people.erasure import Erasure
+
+CODE_TTL_S = 600
+
+
+class ForgetMe:
+    def __init__(self, erasure: Erasure, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.erasure = erasure
+        self.clock = clock
+        self._codes: dict[str, tuple[str, float]] = {}
+
+    async def __call__(self, call: CommandCall) -> str:
+        user = call.msg.speaker
+        words = call.args.split()[1:]  # after "me"
+        now = self.clock()
+        if not words:
+            code = secrets.token_hex(4).upper()
+            self._codes[str(user)] = (code, now + CODE_TTL_S)
+            receipt = await self.erasure.count(user)
+            return (
+                "This will erase everything I have of you: your profile, your conversations with me, "
+                f"what you wrote in group chats, your facts and usage ({receipt.total} items). "
+                f"It cannot be undone. To confirm, send within 10 minutes: /forget me {code}"
+            )
+        pending = self._codes.get(str(user))
+        if pending is None or pending[1] < now or not secrets.compare_digest(words[0].upper(), pending[0]):
+            return "That code is wrong or has expired: send /forget me for a new one."
+        del self._codes[str(user)]
+        receipt = await self.erasure.erase(user, keep=(call.msg.chat_id, call.msg.message_id))
+        return "Erased everything I had of you:\n" + "\n".join(receipt.lines())

@@ -1,0 +1,219 @@
+"""Erasure: forget one person in every layer, and out of the database files.
+
+What goes (``Receipt.counts`` names each layer):
+
+* ``profile`` — their USER.md folder (``memories/users/P/ID``: the file, its ``.lock``
+  and any temp file of an interrupted write);
+* ``sessions`` / ``messages`` — their own sessions (the DM, their per-member group
+  sessions, cron runs in them) with every message, job and queued reply of those
+  sessions, and the chats' search scope rows;
+* ``shared_messages`` — what they wrote in shared-room sessions (the others' stay);
+* ``inbox`` / ``outbox`` — their inbound messages and what was sent to them or for them;
+* ``pairing``, ``cron_jobs`` (jobs that speak for them), ``usage`` (counters, caps);
+* ``facts`` — holographic facts owned by them (``facts.db``).
+
+All state.db rows go in one transaction with ``secure_delete`` on; deleting through SQL
+fires the FTS triggers, but an FTS5 delete only records a tombstone, so each index is
+merged (``optimize``) for their words to leave it. Then ``VACUUM`` rebuilds the file and
+``wal_checkpoint(TRUNCATE)`` empties the WAL, so no page of the file still holds their
+text. External providers (mem0, Hindsight) are not reached from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mnemo.gateway.budgets.ledger import SqliteBudgets
+from mnemo.gateway.config import Settings
+from mnemo.gateway.logs import get_logger
+from mnemo.memory.curated import MemoryFiles
+from mnemo.memory.db import Database
+from mnemo.memory.migrations import context_sql
+from mnemo.memory.provider_config import provider_dir
+from mnemo.memory.scope import UserRef
+
+log = get_logger(__name__)
+
+LAYERS = (
+    "profile", "sessions", "messages", "shared_messages", "inbox", "outbox", "pairing", "cron_jobs", "usage", "facts",
+)
+_FTS_INDEXES = ("messages_fts", "messages_cjk", "messages_ctx")
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        return [f"  {layer}: {self.counts.get(layer, 0)}" for layer in LAYERS]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+# Their own sessions: the DM (P:dm:ID) and per-member group sessions (…:ID as the last
+# part of a group key that has more parts than P:group:CHAT).
+_OWN_SESSIONS = """
+SELECT id FROM sessions WHERE platform = :p AND user_id = :u AND (
+    chat_key = :p || ':dm:' || :u
+    OR (chat_key LIKE :p || ':group:%' AND substr(chat_key, -length(:u) - 1) = ':' || :u
+        AND length(chat_key) - length(replace(chat_key, ':', '')) >= 3)
+)"""
+
+
+class Erasure:
+    def __init__(self, db: Database, settings: Settings, budgets: SqliteBudgets) -> None:
+        self.db = db
+        self.settings = settings
+        self.budgets = budgets
+
+    def _profile_dir(self, user: UserRef) -> Path:
+        return MemoryFiles(self.settings.memories_dir).user(user).path.parent
+
+    def _facts_db(self) -> Path:
+        return provider_dir(self.settings.home, "holographic") / "facts.db"
+
+    async def count(self, user: UserRef) -> Receipt:
+        """The receipt of ``erase`` without deleting anything (``--dry-run``)."""
+        counts = await self.db.read(lambda conn: self._rows(conn, user, delete=False))
+        return Receipt(await self._files(user, counts, delete=False))
+
+    async def erase(self, user: UserRef, *, keep: tuple[str, str] | None = None) -> Receipt:
+        """``keep``: (chat id, message id) of the ``/forget me CODE`` being answered, whose
+        inbox row the pipeline still marks done (it holds only the command)."""
+        counts = await self.db.write(lambda conn: self._rows(conn, user, delete=True, keep=keep))
+        counts = await self._files(user, counts, delete=True)
+        await asyncio.to_thread(_compact, self.db.path)
+        log.info("user_erased", user=str(user), **counts)
+        return Receipt(counts)
+
+    async def _files(self, user: UserRef, counts: dict[str, int], *, delete: bool) -> dict[str, int]:
+        from mnemo.providers.holographic.erasure import count_owner, erase_owner
+
+        folder = self._profile_dir(user)
+        counts["profile"] = sum(1 for p in folder.iterdir() if p.is_file()) if folder.is_dir() else 0
+        facts = self._facts_db()
+        counts["facts"] = await asyncio.to_thread(erase_owner if delete else count_owner, facts, str(user))
+        if delete and folder.is_dir():
+            await asyncio.to_thread(shutil.rmtree, folder)
+        return counts
+
+    def _rows(
+        self, conn: sqlite3.Connection, user: UserRef, *, delete: bool, keep: tuple[str, str] | None = None
+    ) -> dict[str, int]:
+        p, u = user.platform, user.user_id
+        kc, km = keep or (None, None)
+        who = {"p": p, "u": u, "kc": kc, "km": km}
+        own = [r[0] for r in conn.execute(_OWN_SESSIONS, who)]
+        own_msgs = f"SELECT id FROM messages WHERE session_id IN ({_OWN_SESSIONS})"
+        shared_msgs = (
+            "SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id WHERE s.platform = :p"
+            f" AND m.author_id = :u AND m.role = 'user' AND m.session_id NOT IN ({_OWN_SESSIONS})"
+        )
+        inbox = (
+            "SELECT id FROM inbox WHERE platform = :p AND (json_extract(payload, '$.user_id') = :u"
+            " OR (chat_id = :u AND json_extract(payload, '$.chat_type') = 'dm'))"
+            " AND NOT (chat_id IS :kc AND message_id IS :km)"
+        )
+        outbox = (
+            f"SELECT id FROM outbox WHERE session_id IN ({_OWN_SESSIONS})"
+            " OR (platform = :p AND (mention_user_id = :u OR chat_id = :u))"
+        )
+        cron = "SELECT id FROM cron_jobs WHERE platform = :p AND user_id = :u"
+        pairing = "SELECT code FROM pairings WHERE platform = :p AND user_id = :u"
+
+        def n(sql: str) -> int:
+            return int(conn.execute(f"SELECT COUNT(*) FROM ({sql})", who).fetchone()[0])
+
+        counts = {
+            "sessions": len(own), "messages": n(own_msgs), "shared_messages": n(shared_msgs),
+            "inbox": n(inbox), "outbox": n(outbox), "pairing": n(pairing), "cron_jobs": n(cron),
+            "usage": n("SELECT day FROM usage_days WHERE payer = :p || ':' || :u"),
+        }
+        if not delete:
+            return counts
+        conn.execute("PRAGMA secure_delete=ON")
+        try:
+            chats = [r[0] for r in conn.execute(
+                f"SELECT DISTINCT chat_no FROM sessions WHERE id IN ({_OWN_SESSIONS})", who)]
+            names = [r[0] for r in conn.execute(
+                f"SELECT DISTINCT author_name FROM messages WHERE id IN ({shared_msgs}) AND author_name IS NOT NULL",
+                who)]
+            conn.execute(f"DELETE FROM message_vectors WHERE id IN ({own_msgs}) OR id IN ({shared_msgs})", who)
+            _delete_messages(conn, [r[0] for r in conn.execute(f"{own_msgs} UNION {shared_msgs}", who)])
+            conn.execute(f"DELETE FROM outbox WHERE id IN ({outbox})", who)
+            conn.execute(f"DELETE FROM inbox WHERE id IN ({inbox})", who)
+            conn.execute(f"DELETE FROM jobs WHERE session_id IN ({_OWN_SESSIONS})", who)
+            conn.execute(f"UPDATE cron_runs SET session_id = NULL WHERE session_id IN ({_OWN_SESSIONS})", who)
+            conn.execute(f"DELETE FROM cron_jobs WHERE id IN ({cron})", who)
+            conn.execute(f"DELETE FROM sessions WHERE id IN ({_OWN_SESSIONS})", who)
+            # A shared room they happened to open stays the room's; it no longer names them.
+            conn.execute("UPDATE sessions SET user_id = NULL WHERE platform = :p AND user_id = :u", who)
+            for chat_no in chats:
+                if conn.execute("SELECT 1 FROM sessions WHERE chat_no = ? LIMIT 1", (chat_no,)).fetchone() is None:
+                    conn.execute("DELETE FROM chat_speakers WHERE chat_no = ?", (chat_no,))
+                    conn.execute("DELETE FROM chats WHERE id = ?", (chat_no,))
+            for name in names:  # their name as a speaker of shared rooms where nobody else bears it
+                conn.execute(
+                    "DELETE FROM chat_speakers WHERE name = ? AND NOT EXISTS (SELECT 1 FROM messages m"
+                    " WHERE m.chat_no = chat_speakers.chat_no AND m.author_name = ?)", (name, name))
+            conn.execute(f"DELETE FROM pairings WHERE code IN ({pairing})", who)
+            self.budgets.erase_within(conn, str(user))
+            present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            for index in (i for i in _FTS_INDEXES if i in present):  # merge the segments: the tombstoned terms leave the index
+                conn.execute(f"INSERT INTO {index}({index}) VALUES ('optimize')")
+        finally:
+            conn.execute("PRAGMA secure_delete=OFF")
+        return counts
+
+
+def _delete_messages(conn: sqlite3.Connection, ids: list[int]) -> None:
+    """Delete messages so that the contextual index forgets them too.
+
+    ``messages_ctx`` is contentless: a row is removed by repeating the values it was
+    indexed with, and its context holds the previous turn of the session. So rows go
+    newest first (each one's previous turn still there when its delete recomputes the
+    context), and a message that stays but follows a deleted one (the next speaker in a
+    shared room) is re-indexed, since its context quoted the erased text."""
+    gone = set(ids)
+    ctx = context_sql("m")
+    follow = [
+        r[0] for r in conn.execute(
+            "SELECT m.id FROM messages m WHERE (SELECT p.id FROM messages p WHERE p.session_id = m.session_id"
+            " AND p.id < m.id ORDER BY p.id DESC LIMIT 1) IN (SELECT value FROM json_each(?))",
+            (json.dumps(sorted(gone)),),
+        ) if r[0] not in gone
+    ]
+    reindex = f"INSERT INTO messages_ctx(messages_ctx, rowid, content, context, scope) SELECT 'delete', m.id," \
+        f" m.content, {ctx}, 'c' || m.chat_no FROM messages m WHERE m.id = ?"
+    for mid in follow:
+        conn.execute(reindex, (mid,))
+    for mid in sorted(gone, reverse=True):
+        conn.execute("DELETE FROM messages WHERE id = ?", (mid,))
+    for mid in follow:
+        conn.execute(
+            f"INSERT INTO messages_ctx(rowid, content, context, scope) SELECT m.id, m.content, {ctx},"
+            " 'c' || m.chat_no FROM messages m WHERE m.id = ?", (mid,))
+
+
+def _compact(path: Path) -> None:
+    """VACUUM, then checkpoint and truncate the WAL; readers of the running gateway may
+    briefly hold it, so the checkpoint is retried until it completes."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    try:
+        conn.execute("VACUUM")
+        for _ in range(100):
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return
+            time.sleep(0.05)
+        log.warning("erase_checkpoint_incomplete", path=str(path))
+    finally:
+        conn.close()

@@ -1,0 +1,188 @@
+"""``mnemo users``: the people mnemo knows, what they spend, their caps, erasure.
+
+    mnemo users list [--json]
+    mnemo users show PLATFORM:ID [--json]
+    mnemo users usage [--json]                 everyone, highest spend this month first
+    mnemo users budget PLATFORM:ID [--daily-usd X] [--monthly-usd X] [--daily-tokens N] [--clear] [--json]
+    mnemo users erase PLATFORM:ID [--yes] [--dry-run] [--json]
+
+Budgets and erasure work on ``$MNEMO_HOME/state.db`` (the SQLite backend). Exit codes:
+0 done, 1 refused (nothing to show, erase not confirmed), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
+from mnemo.gateway.config import Settings
+from mnemo.memory.errors import InvalidIdentifier
+from mnemo.memory.scope import UserRef
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("users", help="people: list, usage and budgets, erasure")
+    actions = p.add_subparsers(dest="users_action", metavar="ACTION", required=True)
+    ls = actions.add_parser("list", help="everyone with a session, a profile or spend")
+    show = actions.add_parser("show", help="one person: sessions, profile, spend and caps")
+    show.add_argument("user", metavar="PLATFORM:ID")
+    usage = actions.add_parser("usage", help="spend today and this month, highest first")
+    budget = actions.add_parser("budget", help="show or set a person's own caps (unset = the configured default)")
+    budget.add_argument("user", metavar="PLATFORM:ID")
+    budget.add_argument("--daily-usd", type=float, metavar="USD")
+    budget.add_argument("--monthly-usd", type=float, metavar="USD")
+    budget.add_argument("--daily-tokens", type=int, metavar="N")
+    budget.add_argument("--clear", action="store_true", help="drop the person's own caps")
+    erase = actions.add_parser("erase", help="forget a person in every layer (prints a receipt)")
+    erase.add_argument("user", metavar="PLATFORM:ID")
+    erase.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    erase.add_argument("--dry-run", action="store_true", help="print the receipt, delete nothing")
+    for a in (ls, show, usage, budget, erase):
+        a.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.database.is_postgresql:
+        raise CommandError("mnemo users works on the SQLite state.db; budgets are not kept on PostgreSQL", EXIT_USAGE)
+    return asyncio.run(_run(args, settings))
+
+
+def _user(text: str) -> UserRef:
+    try:
+        return UserRef.parse(text)
+    except InvalidIdentifier as e:
+        raise CommandError(f"{text!r}: {e}", EXIT_USAGE) from None
+
+
+def _out(args: argparse.Namespace, data: Any, lines: list[str]) -> None:
+    print(json.dumps(data, ensure_ascii=False, indent=2) if args.json else "\n".join(lines))
+
+
+async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.gateway.budgets.gate import BudgetGate
+    from mnemo.gateway.budgets.ledger import SqliteBudgets
+    from mnemo.gateway.inbound.access import AccessControl, PairingStore
+    from mnemo.gateway.storage import state_database
+
+    db = state_database(settings.state_db)
+    await db.open()
+    try:
+        ledger = SqliteBudgets(db, timezone=settings.gateway.timezone)
+        gate = BudgetGate(settings.budgets, ledger)
+        access = AccessControl(settings, PairingStore(db))
+        action = args.users_action
+        if action == "usage":
+            rows = [{"user": p.payer, **asdict(p.spend)} for p in await ledger.everyone()]
+            _out(args, rows, [
+                f"{r['user']}  today ${r['day_usd']:.4f} ({r['day_tokens']:,} tokens)  month ${r['month_usd']:.4f}"
+                for r in rows
+            ] or ["no spend this month"])
+            return EXIT_OK
+        if action == "list":
+            people = await _people(db, settings)
+            _out(args, people, people or ["nobody yet"])
+            return EXIT_OK
+        if action == "erase":
+            from mnemo.gateway.people.erasure import Erasure
+
+            user = _user(args.user)
+            erasure = Erasure(db, settings, ledger)
+            receipt = await erasure.count(user)
+            if not args.dry_run and not args.yes:
+                if not sys.stdin.isatty():
+                    raise CommandError("erase needs --yes when not run interactively (or --dry-run)", EXIT_REFUSED)
+                answer = input(f"Erase everything of {user}? This cannot be undone. Type 'erase' to confirm: ")
+                if answer.strip() != "erase":
+                    print("not erased")
+                    return EXIT_REFUSED
+            if not args.dry_run:
+                receipt = await erasure.erase(user)
+            _out(args, {"user": str(user), "dry_run": args.dry_run, "removed": receipt.counts},
+                 [f"{'would remove' if args.dry_run else 'removed'} for {user}:", *receipt.lines()])
+            return EXIT_OK
+        user = _user(args.user)
+        admin = access.is_admin(user.platform, user.user_id)
+        if action == "budget":
+            from mnemo.gateway.budgets.ledger import Override
+
+            values = (args.daily_usd, args.monthly_usd, args.daily_tokens)
+            if any(v is not None and v < 0 for v in values):
+                raise CommandError("caps must be zero or more", EXIT_USAGE)
+            if args.clear:
+                await ledger.set_override(str(user), None)
+            elif any(v is not None for v in values):
+                old = await ledger.override(str(user)) or Override()
+                await ledger.set_override(str(user), Override(
+                    args.daily_usd if args.daily_usd is not None else old.daily_usd,
+                    args.monthly_usd if args.monthly_usd is not None else old.monthly_usd,
+                    args.daily_tokens if args.daily_tokens is not None else old.daily_tokens,
+                ))
+        limits = await gate.limits(user, admin=admin)
+        spend = await ledger.spend(str(user))
+        data: dict[str, Any] = {
+            "user": str(user), "admin": admin, "limits": asdict(limits),
+            "own_limits": asdict(o) if (o := await ledger.override(str(user))) else None,
+            "spend": asdict(spend),
+        }
+        lines = [
+            f"{user}{' (admin, exempt from the per-user caps)' if limits.exempt else ''}",
+            f"caps: daily ${_cap(limits.daily_usd)}, monthly ${_cap(limits.monthly_usd)}, "
+            f"daily tokens {_cap(limits.daily_tokens)}" + (" (own)" if data["own_limits"] else " (default)"),
+            f"spend: today ${spend.day_usd:.4f} ({spend.day_tokens:,} tokens), month ${spend.month_usd:.4f}",
+        ]
+        if action == "show":
+            facts = await _facts(db, user)
+            data.update(facts)
+            lines.append(f"sessions: {facts['sessions']}, messages written: {facts['messages']}, "
+                         f"profile: {'yes' if _profile(settings, user).exists() else 'no'}")
+            if not facts["sessions"] and not spend.month_usd and not _profile(settings, user).exists():
+                _out(args, data, [*lines, "(mnemo knows nothing of this person)"])
+                return EXIT_REFUSED
+        _out(args, data, lines)
+        return EXIT_OK
+    finally:
+        await db.close()
+
+
+def _cap(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
+def _profile(settings: Settings, user: UserRef) -> Any:
+    from mnemo.memory.curated import MemoryFiles
+
+    return MemoryFiles(settings.memories_dir).user(user).path
+
+
+async def _facts(db: Any, user: UserRef) -> dict[str, int]:
+    def q(conn: Any) -> dict[str, int]:
+        sessions = conn.execute(
+            "SELECT COUNT(*) FROM sessions WHERE platform = ? AND user_id = ?", (user.platform, user.user_id)
+        ).fetchone()[0]
+        messages = conn.execute(
+            "SELECT COUNT(*) FROM messages m JOIN sessions s ON s.id = m.session_id"
+            " WHERE s.platform = ? AND m.author_id = ? AND m.role = 'user'", (user.platform, user.user_id)
+        ).fetchone()[0]
+        return {"sessions": int(sessions), "messages": int(messages)}
+
+    return await db.read(q)
+
+
+async def _people(db: Any, settings: Settings) -> list[str]:
+    def q(conn: Any) -> set[str]:
+        found = {f"{r[0]}:{r[1]}" for r in conn.execute(
+            "SELECT DISTINCT platform, user_id FROM sessions WHERE user_id IS NOT NULL AND source != 'cron'")}
+        found |= {r[0] for r in conn.execute("SELECT DISTINCT payer FROM usage_days WHERE payer != '*'")}
+        return found
+
+    people = await db.read(q)
+    users_dir = settings.memories_dir / "users"
+    if users_dir.is_dir():
+        people |= {f"{p.parent.name}:{p.name}" for p in users_dir.glob("*/*") if (p / "USER.md").exists()}
+    return sorted(people)

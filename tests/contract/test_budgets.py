@@ -1,0 +1,114 @@
+"""BudgetRepository: spend counted in the session store's usage write, exact under
+concurrency; days and months in the configured timezone; overrides; one notice per
+reset; erase. (The ledger lives in state.db only: PostgreSQL has no budgets yet.)"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from mnemo.gateway.budgets.ledger import BudgetRepository, Override, SqliteBudgets
+from mnemo.gateway.storage import state_database
+from mnemo.memory.sessions import SessionStore
+from mnemo.memory.usage import Usage
+
+
+@dataclass
+class Clock:
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class Ledger:
+    budgets: BudgetRepository
+    sessions: SessionStore
+    clock: Clock
+
+
+@pytest.fixture(params=["sqlite"])
+async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Ledger]:
+    clock = Clock(datetime(2026, 1, 31, 22, 30, tzinfo=UTC))  # 23:30 in Paris, last day of January
+    db = state_database(tmp_path / "state.db")
+    await db.open()
+    budgets = SqliteBudgets(db, timezone="Europe/Paris", clock=clock)
+    sessions = SessionStore(db)
+    sessions.record_usage_in(budgets.record_within)
+    yield Ledger(budgets, sessions, clock)
+    await db.close()
+
+
+async def new_session(sessions: SessionStore, user: str) -> str:
+    row = await sessions.create_session(
+        chat_key=f"t:dm:{user}", platform="t", chat_id=user, thread_id=None, user_id=user,
+        agent_context="primary", source="test", model="m", system_prompt="s",
+    )
+    return row.id
+
+
+async def test_concurrent_usage_writes_are_counted_exactly_once(ledger: Ledger) -> None:
+    sid = await new_session(ledger.sessions, "1")
+    usage = Usage(input_tokens=10, output_tokens=5, cache_read_tokens=100, cache_write_tokens=1, cost_usd=0.25)
+    await asyncio.gather(*(ledger.sessions.add_usage(sid, usage, payer="t:1") for _ in range(200)))
+    spend = await ledger.budgets.spend("t:1")
+    assert (spend.requests_today, spend.day_tokens, spend.day_usd) == (200, 200 * 116, 50.0)
+    assert (await ledger.budgets.spend("*")).requests_today == 200
+    session = await ledger.sessions.get_session(sid)
+    assert session is not None
+
+
+async def test_unbilled_usage_counts_only_for_the_whole_bot(ledger: Ledger) -> None:
+    sid = await new_session(ledger.sessions, "room")
+    await ledger.sessions.add_usage(sid, Usage(cost_usd=1.0), payer=None)
+    assert (await ledger.budgets.spend("*")).day_usd == 1.0
+    assert await ledger.budgets.everyone() == []
+
+
+async def test_days_and_months_follow_the_configured_timezone(ledger: Ledger) -> None:
+    sid = await new_session(ledger.sessions, "1")
+    await ledger.sessions.add_usage(sid, Usage(cost_usd=1.0), payer="t:1")  # 31 Jan in Paris
+    ledger.clock.now += timedelta(hours=1)  # 00:30 on 1 Feb in Paris, still 31 Jan in UTC
+    s = await ledger.budgets.spend("t:1")
+    assert (s.day_usd, s.month_usd) == (0.0, 0.0), "a new day and a new month"
+    await ledger.sessions.add_usage(sid, Usage(cost_usd=2.0), payer="t:1")
+    ledger.clock.now += timedelta(days=1)
+    s = await ledger.budgets.spend("t:1")
+    assert (s.day_usd, s.month_usd) == (0.0, 2.0)
+
+
+async def test_everyone_is_sorted_by_spend(ledger: Ledger) -> None:
+    for user, cost in (("a", 1.0), ("b", 3.0), ("c", 2.0)):
+        sid = await new_session(ledger.sessions, user)
+        await ledger.sessions.add_usage(sid, Usage(cost_usd=cost), payer=f"t:{user}")
+    assert [p.payer for p in await ledger.budgets.everyone()] == ["t:b", "t:c", "t:a"]
+
+
+async def test_overrides_set_replace_and_clear(ledger: Ledger) -> None:
+    b = ledger.budgets
+    assert await b.override("t:1") is None
+    await b.set_override("t:1", Override(daily_usd=2.0))
+    await b.set_override("t:1", Override(daily_usd=3.0, daily_tokens=10))
+    assert await b.override("t:1") == Override(daily_usd=3.0, daily_tokens=10)
+    await b.set_override("t:1", None)
+    assert await b.override("t:1") is None
+
+
+async def test_a_notice_is_claimed_once_per_reset_and_erase_forgets_the_person(ledger: Ledger) -> None:
+    b = ledger.budgets
+    reset = datetime(2026, 2, 1, tzinfo=UTC)
+    assert await b.claim_notice("t:1|daily_usd", reset)
+    assert not await b.claim_notice("t:1|daily_usd", reset)
+    assert await b.claim_notice("t:1|daily_usd", reset + timedelta(days=1))
+    sid = await new_session(ledger.sessions, "1")
+    await ledger.sessions.add_usage(sid, Usage(cost_usd=1.0), payer="t:1")
+    await b.set_override("t:1", Override(daily_usd=1.0))
+    assert await b.erase("t:1") >= 2
+    assert (await b.spend("t:1")).requests_today == 0 and await b.override("t:1") is None
+    assert await b.claim_notice("t:1|daily_usd", reset), "its notices are gone too"
+    assert (await b.spend("*")).day_usd == 1.0, "the bot's total keeps what was spent"
