@@ -60,6 +60,8 @@ class PromptParts:
     is_group: bool = False
     is_cron: bool = False
     provider_block: str = ""
+    # The skills index (names and descriptions only, never bodies); "" leaves it out.
+    skills_index: str = ""
 
 
 def render_system_prompt(parts: PromptParts) -> str:
@@ -71,6 +73,8 @@ def render_system_prompt(parts: PromptParts) -> str:
     if parts.provider_block:
         sections.append(parts.provider_block.strip())
     sections.append(MEMORY_GUIDANCE)
+    if parts.skills_index:
+        sections.append(parts.skills_index)
     hint = PLATFORM_HINTS.get(parts.platform)
     if hint:
         sections.append(hint)

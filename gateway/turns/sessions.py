@@ -30,6 +30,8 @@ from mnemo.gateway.turns.prompt import PromptParts, render_system_prompt
 from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.scope import AgentContext
 from mnemo.memory.sessions import SessionRow, SessionStore
+from mnemo.memory.skills import SkillStore
+from mnemo.memory.skills.index import render_index
 
 log = get_logger(__name__)
 
@@ -100,7 +102,15 @@ class SessionResolver:
                 log.warning("memory_file_problem", warning=warning)
             return soul, blocks.memory_block, blocks.user_block
 
+        def skills() -> str:
+            # Only the speaker's own and the shared skills, for this platform; in a
+            # shared room nobody's own skills (they would reach every member).
+            store = SkillStore(self.settings.skills_dir, self.settings.skills.max_visible)
+            owner = None if shared_room else msg.speaker
+            return render_index(store.visible(owner, msg.platform), self.settings.skills.index_max_chars)
+
         soul, memory_block, user_block = await asyncio.to_thread(read)
+        skills_index = await asyncio.to_thread(skills)
         provider_block = self.providers.system_prompt_block() if self.providers is not None else ""
         return render_system_prompt(
             PromptParts(
@@ -111,6 +121,7 @@ class SessionResolver:
                 is_group=not msg.is_dm,
                 is_cron=msg.agent_context is AgentContext.CRON,
                 provider_block=provider_block,
+                skills_index=skills_index,
             )
         )
 

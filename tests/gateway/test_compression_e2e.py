@@ -163,9 +163,9 @@ async def test_prompt_too_long_from_the_api_is_retried_trimmed_then_compressed(a
     world.hooks["chat"] = chat
     emulator.default = world
     adapter = LoopbackAdapter()
-    # Eight turns fit by our estimate (and stay under the threshold), yet the API refuses.
+    # Seven turns fit by our estimate (and stay under the threshold), yet the API refuses.
     async with app_factory(adapter, **{**SMALL, "llm.max_tokens": 2048}) as app:
-        n = await converse(adapter, filler(8))
+        n = await converse(adapter, filler(7))
         await settle(app)
         assert len(await chain(app)) == 1
         refuse["next"] = True
