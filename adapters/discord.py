@@ -48,7 +48,7 @@ from discord import app_commands
 
 from mnemo.adapters.discord_routing import route_discord
 from mnemo.gateway.config import DiscordSettings
-from mnemo.gateway.errors import Forbidden, PlatformRateLimited, PlatformUnavailable, StartupError
+from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited, PlatformUnavailable, StartupError
 from mnemo.gateway.events import (
     Attachment,
     ChatRef,
@@ -65,6 +65,7 @@ from mnemo.adapters.splitting import split_message
 log = get_logger(__name__)
 
 MAX_LEN = 2000
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # what gateway.media reads of one attachment
 NONCE_MAX = 25  # Discord's limit on a message nonce, in characters
 # Discord keeps an interaction token for 15 minutes; stop trusting it a little earlier.
 INTERACTION_TTL_S = 14 * 60
@@ -469,6 +470,21 @@ class DiscordAdapter:
         log.warning("discord_thread_not_created", channel=message.channel.id, error=error)
         return None
 
+    # --- media ---------------------------------------------------------------------------
+
+    async def fetch_media(self, attachment: Attachment) -> bytes:
+        """The attachment's CDN URL, read through discord.py's HTTP client
+        (``ports.FetchesMedia``)."""
+        client = self._client
+        if client is None or client.is_closed():
+            raise PlatformUnavailable("Discord is not connected")
+        if attachment.size is not None and attachment.size > MAX_DOWNLOAD_BYTES:
+            raise PlatformError(f"attachment too large: {attachment.size} bytes")
+        try:
+            return await client.http.get_from_cdn(attachment.ref)
+        except discord.HTTPException as e:
+            raise PlatformUnavailable(f"Discord attachment download failed: {e}") from e
+
     # --- sending ---------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage) -> list[str]:
@@ -593,4 +609,7 @@ def _attachment(a: discord.Attachment) -> Attachment:
         kind = "photo"
     elif kind not in ("audio", "video"):
         kind = "document"
-    return Attachment(kind=kind, name=a.filename, size=a.size)
+    readable = kind in ("photo", "document", "voice", "audio")
+    return Attachment(
+        kind=kind, name=a.filename, size=a.size, ref=a.url if readable else "", media_type=a.content_type or "",
+    )

@@ -74,7 +74,7 @@ from mnemo.adapters.telegram_polling import UpdatePoller
 from mnemo.adapters.telegram_updates import UNSUPPORTED_NOTE, Accept, BotIdentity, Unsupported, classify
 from mnemo.gateway.config import TelegramSettings
 from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited, PlatformUnavailable, StartupError
-from mnemo.gateway.events import ChatRef, OutboundMessage, delivery_label
+from mnemo.gateway.events import Attachment, ChatRef, OutboundMessage, delivery_label
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.ports import CommandInfo, InboundSink
 from mnemo.gateway.webserver import WebServer
@@ -82,6 +82,7 @@ from mnemo.gateway.webserver import WebServer
 log = get_logger(__name__)
 
 MAX_LEN = 4096
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ("message", "edited_message")
 MAX_INLINE_WAITS = 3
@@ -397,6 +398,17 @@ class TelegramAdapter:
             log.exception("telegram_webhook_update_failed", update_id=update.update_id)
             return web.Response(status=500)
         return web.Response(status=200)
+
+    # --- media ---------------------------------------------------------------------------
+
+    async def fetch_media(self, attachment: Attachment) -> bytes:
+        """``getFile`` then the file download (``ports.FetchesMedia``); the Bot API
+        serves at most 20 MB, bigger files are refused before downloading."""
+        with platform_errors("getFile"):
+            file = await self._bot().get_file(attachment.ref)
+            if file.file_size is not None and file.file_size > MAX_DOWNLOAD_BYTES:
+                raise PlatformError(f"file too large: {file.file_size} bytes")
+            return bytes(await file.download_as_bytearray())
 
     # --- sending ---------------------------------------------------------------------
 

@@ -22,9 +22,10 @@ Rules, in order:
    In a forum topic every message "replies" to the topic's first message; that is not
    a reply to the bot.
 4. The text is the message text or the media caption, with the bot's ``@mention``
-   removed. Media with a caption is accepted and listed as an attachment (the model
-   is told something is attached that it cannot see); media without one is
-   ``Unsupported``; service messages (joins, pins…) are ignored.
+   removed. Photos, documents, voice notes and audio are accepted with or without a caption and carry
+   their ``file_id`` (the gateway downloads them, ``gateway.media``); other media is
+   accepted with a caption (listed as an attachment the model cannot see) and is
+   ``Unsupported`` without one; service messages (joins, pins…) are ignored.
 5. A reply carries the quoted text: the part the user highlighted (Telegram's quote)
    or else the whole replied-to message.
 
@@ -44,7 +45,7 @@ from telegram.constants import MessageAttachmentType
 
 from mnemo.gateway.events import Attachment, ChatType, InboundMessage
 
-UNSUPPORTED_NOTE = "I can only read text and captions for now — please send your message as text."
+UNSUPPORTED_NOTE = "I can't read this kind of message — I read text, photos, files and voice notes."
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +114,9 @@ def classify(update: Update, bot: BotIdentity, *, groups_enabled: bool) -> Incom
     if body is None:
         if attachment is None:
             return Ignore("service message")
-        return Unsupported(message.chat.id, message.message_id, thread_id, attachment.kind, in_group)
+        if not attachment.ref:
+            return Unsupported(message.chat.id, message.message_id, thread_id, attachment.kind, in_group)
+        body = ""  # a photo or file without a caption: the file is the message
     text = strip_mention(body, bot)
     if not text and attachment is None:
         return Ignore("nothing but a mention")
@@ -188,6 +191,27 @@ def _quoted(message: Message, replied: Message | None) -> str | None:
 
 
 def _attachment(message: Message) -> Attachment | None:
+    if message.photo:
+        largest = max(message.photo, key=lambda p: p.width * p.height)
+        return Attachment(kind="photo", size=largest.file_size, ref=largest.file_id, media_type="image/jpeg")
+    if message.document is not None:
+        doc = message.document
+        return Attachment(
+            kind="document", name=doc.file_name or "", size=doc.file_size, ref=doc.file_id,
+            media_type=doc.mime_type or "",
+        )
+    if message.voice is not None:
+        voice = message.voice
+        return Attachment(
+            kind="voice", name="voice.ogg", size=voice.file_size, ref=voice.file_id,
+            media_type=voice.mime_type or "audio/ogg",
+        )
+    if message.audio is not None:
+        audio = message.audio
+        return Attachment(
+            kind="audio", name=audio.file_name or "audio", size=audio.file_size, ref=audio.file_id,
+            media_type=audio.mime_type or "",
+        )
     for kind in MessageAttachmentType:
         if message[kind.value]:
             document = message.document

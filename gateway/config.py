@@ -82,6 +82,14 @@ class MemorySettings(Section):
     show_recall_indicator: bool = True
 
 
+class SkillsSettings(Section):
+    # At most this many skills are visible to one user (their own first, then shared).
+    max_visible: int = Field(200, ge=1, le=10_000)
+    # A background skill review may run after a turn with at least this many tool calls.
+    review_min_tool_calls: int = Field(5, ge=1)
+    index_max_chars: int = Field(3000, ge=200, le=50_000)
+
+
 class SearchSettings(Section):
     default_limit: int = Field(5, ge=1, le=50)
     max_limit: int = Field(20, ge=1, le=100)
@@ -106,10 +114,49 @@ class SessionSettings(Section):
     tool_output_max_chars: int = Field(20_000, ge=500)
 
 
+class MediaSettings(Section):
+    # Image/PDF blocks are re-sent for this many of the newest turns that carry them;
+    # older ones get a one-line placeholder (bounded prompt and cache).
+    history_images: int = Field(3, ge=1, le=20)
+
+
+class TranscriptionSettings(Section):
+    # An OpenAI-compatible speech-to-text server (…/v1/audio/transcriptions, e.g. a
+    # self-hosted Whisper); unset: voice notes are answered with "voice is not set up".
+    url: str | None = None
+    api_key: SecretStr | None = None
+    model: str = "whisper-1"
+    timeout_s: float = Field(60.0, gt=0)
+
+
 class GatewaySettings(Section):
     debounce_s: float = Field(0.6, ge=0.0, le=10.0)
     lane_idle_s: float = Field(300.0, gt=0)
     timezone: str = "UTC"
+
+
+class BudgetLimits(Section):
+    """A person's caps; None: no cap of that kind."""
+
+    daily_usd: float | None = Field(None, ge=0)
+    monthly_usd: float | None = Field(None, ge=0)
+    daily_tokens: int | None = Field(None, ge=0)
+
+
+class GlobalBudget(Section):
+    daily_usd: float | None = Field(None, ge=0)
+
+
+class BudgetSettings(Section):
+    """Hard spending caps (``gateway/budgets``): per person (overridable per user with
+    ``mnemo users budget``) and for the whole bot; days and months are those of
+    ``gateway.timezone``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    per_user: BudgetLimits = BudgetLimits()
+    global_: GlobalBudget = Field(GlobalBudget(), alias="global")
+    admins_exempt: bool = True  # from the per-user caps; the global cap binds everyone
 
 
 class WorkerSettings(Section):
@@ -190,6 +237,15 @@ class DatabaseSettings(Section):
         return self.url is not None
 
 
+class BackupSettings(Section):
+    """Automatic backups (mnemo/backups.py): the `mnemo export` archive, on a schedule."""
+
+    enabled: bool = True
+    schedule: str = "0 4 * * *"  # crontab, in gateway.timezone (the bot's local time)
+    keep: int = Field(7, ge=1)
+    dir: Path | None = None  # None: $MNEMO_HOME/backups/
+
+
 class LoggingSettings(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "console", "json"] = "auto"
@@ -204,10 +260,17 @@ TRIAL_BANNER = (
 
 
 
+class ProvidersSettings(Section):
+    # External memory providers: the longest a reply waits for one (prefetch, hooks).
+    # None: memory.provider_timeout_s for hooks and memory.prefetch_timeout_s for recall.
+    timeout_s: float | None = Field(None, gt=0)
+
+
 class Settings(Section):
     home: Path
     llm: LLMSettings = LLMSettings()
     memory: MemorySettings = MemorySettings()
+    skills: SkillsSettings = SkillsSettings()
     search: SearchSettings = SearchSettings()
     compression: CompressionSettings = CompressionSettings()
     sessions: SessionSettings = SessionSettings()
@@ -220,6 +283,11 @@ class Settings(Section):
     cron: CronSettings = CronSettings()
     database: DatabaseSettings = DatabaseSettings()
     logging: LoggingSettings = LoggingSettings()
+    budgets: BudgetSettings = BudgetSettings()
+    providers: ProvidersSettings = ProvidersSettings()
+    backup: BackupSettings = BackupSettings()
+    media: MediaSettings = MediaSettings()
+    transcription: TranscriptionSettings = TranscriptionSettings()
 
     @field_validator("home")
     @classmethod

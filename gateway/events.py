@@ -26,6 +26,8 @@ class Attachment:
     kind: str  # "photo", "document", "voice", ...
     name: str = ""
     size: int | None = None
+    ref: str = ""  # the platform's handle to download it (a Telegram file_id, a URL)
+    media_type: str = ""  # as the platform declared it ("" when it did not)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -178,7 +180,10 @@ def to_payload(msg: InboundMessage) -> dict[str, object]:
         "chat_type": msg.chat_type.value,
         "thread_id": msg.thread_id,
         "mentioned": msg.mentioned,
-        "attachments": [{"kind": a.kind, "name": a.name, "size": a.size} for a in msg.attachments],
+        "attachments": [
+            {"kind": a.kind, "name": a.name, "size": a.size, "ref": a.ref, "media_type": a.media_type}
+            for a in msg.attachments
+        ],
         "reply_to": msg.reply_to,
         "received_at": msg.received_at.isoformat(),
         "agent_context": msg.agent_context.value,
@@ -200,7 +205,10 @@ def from_payload(data: dict[str, object]) -> InboundMessage:
         thread_id=None if data.get("thread_id") is None else str(data["thread_id"]),
         mentioned=bool(data.get("mentioned")),
         attachments=tuple(
-            Attachment(kind=str(a.get("kind", "")), name=str(a.get("name", "")), size=a.get("size"))
+            Attachment(
+                kind=str(a.get("kind", "")), name=str(a.get("name", "")), size=a.get("size"),
+                ref=str(a.get("ref", "")), media_type=str(a.get("media_type", "")),
+            )
             for a in atts  # type: ignore[union-attr]
         ),
         reply_to=None if data.get("reply_to") is None else str(data["reply_to"]),

@@ -38,7 +38,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage, Submitted
+from mnemo.gateway.events import Attachment, ChatRef, InboundMessage, OutboundMessage, Submitted
 
 InboundSink = Callable[[InboundMessage], Awaitable[Submitted]]
 ChatReachable = Callable[[ChatRef], Awaitable[None]]
@@ -79,4 +79,12 @@ class ReportsReachability(Protocol):
     def on_chat_reachable(self, hook: ChatReachable) -> None:
         """Called once by the gateway, before ``start``; the adapter awaits ``hook(chat)``
         whenever a chat it could not deliver to becomes reachable again."""
+        ...
+
+
+@runtime_checkable
+class FetchesMedia(Protocol):
+    async def fetch_media(self, attachment: Attachment) -> bytes:
+        """The attachment's bytes, downloaded through the platform's API (at most
+        ``media.MAX_DOWNLOAD_BYTES``); raises on a failed or timed-out download."""
         ...

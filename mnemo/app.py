@@ -21,8 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mnemo.gateway.media import MediaStore
+from mnemo.gateway.budgets.command import usage_command
+from mnemo.gateway.budgets.gate import BudgetGate
+from mnemo.gateway.budgets.ledger import Clock, SqliteBudgets, utc_now
 from mnemo.gateway.inbound.access import AccessControl
+from mnemo.gateway.people.command import ForgetMe
+from mnemo.gateway.people.erasure import Erasure
 from mnemo.gateway.turns.builtin_tools import register_builtin_tools
+from mnemo.gateway.turns.skill_tools import SkillsCommand, skill_tools
+from mnemo.memory.skills import SkillStore
 from mnemo.gateway.inbound.commands import Command, CommandDeps, CommandRegistry, default_commands
 from mnemo.gateway.config import TRIAL_BANNER, Settings
 from mnemo.gateway.cron.service import CronJobs
@@ -86,6 +94,7 @@ class App:
     cron_runner: CronRunner | None = None
     scheduler: CronScheduler | None = None  # None when open_app(..., scheduler=False)
     adapter_supervisor: AdapterSupervisor | None = None  # retries adapters unreachable at start
+    budgets: BudgetGate | None = None  # None on PostgreSQL: the ledger lives in state.db
 
 
 async def open_providers(settings: Settings) -> MemoryManager:
@@ -95,8 +104,8 @@ async def open_providers(settings: Settings) -> MemoryManager:
     manager = MemoryManager(
         settings.home,
         ManagerLimits(
-            provider_timeout_s=settings.memory.provider_timeout_s,
-            prefetch_timeout_s=settings.memory.prefetch_timeout_s,
+            provider_timeout_s=settings.providers.timeout_s or settings.memory.provider_timeout_s,
+            prefetch_timeout_s=settings.providers.timeout_s or settings.memory.prefetch_timeout_s,
             drain_timeout_s=settings.worker.drain_timeout_s,
         ),
     )
@@ -120,6 +129,29 @@ def register_provider_tools(tools: ToolRegistry, providers: MemoryManager, home:
             return ToolResult(text, is_error=_reports_failure(text))
 
         tools.register(Tool(name, schema, handler))
+
+
+PROVIDER_WRITE = "provider_write"
+PROVIDER_WRITE_BACKOFF = (5.0, 30.0, 120.0, 600.0, 1800.0)
+
+
+def register_provider_writes(jobs: JobQueue, providers: MemoryManager) -> None:
+    """External providers' writes (turns, mirrored memory, session-end extraction) go
+    through the persisted job queue: retried with backoff (or the server's Retry-After),
+    ``worker.max_attempts`` at most, kept across restarts. One job per write key, and a
+    key already done is not queued again, so a turn is never sent twice."""
+
+    async def handle(job: Any, run: Any) -> None:
+        await providers.apply_write(job.payload["provider"], job.payload["payload"])
+
+    async def sink(name: str, payload: dict[str, Any]) -> None:
+        key = f"{name}:{payload['key']}"
+        if any(j.state == "done" for j in await jobs.jobs(session_id=key, kind=PROVIDER_WRITE)):
+            return
+        await jobs.enqueue(PROVIDER_WRITE, key, {"provider": name, "payload": payload})
+
+    jobs.register(PROVIDER_WRITE, handle, backoff=PROVIDER_WRITE_BACKOFF)
+    providers.set_write_sink(sink)
 
 
 def _reports_failure(text: str) -> bool:
@@ -149,6 +181,7 @@ async def open_app(
     api_key: str | None = None,
     trial: bool | None = None,
     scheduler: bool = True,
+    clock: Clock = utc_now,
 ) -> AsyncIterator[App]:
     """Build, start and yield the whole application; stop it in reverse on exit.
 
@@ -157,7 +190,8 @@ async def open_app(
     ``web`` is the local HTTP server adapters have added their routes to; it gets
     ``/healthz`` and ``/metrics`` and is started after the gateway, before adapters.
     ``scheduler=False`` leaves cron jobs to another process (``mnemo cron run-now``'s
-    minimal app runs one job and nothing else).
+    minimal app runs one job and nothing else). ``clock`` is the budgets' time (which
+    day a request counts in); tests move it across midnight.
     """
     metrics = metrics or (web.metrics if web is not None else Metrics())
     check_startup(settings)
@@ -174,6 +208,14 @@ async def open_app(
             settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit
         )
         search = backend.search
+        budgets = None
+        forget_me = None
+        if backend.name == "sqlite":
+            # Spend is counted in the same write as the session's usage (gateway/budgets).
+            ledger = SqliteBudgets(db, timezone=settings.gateway.timezone, clock=clock)
+            store.record_usage_in(ledger.record_within)
+            budgets = BudgetGate(settings.budgets, ledger)
+            forget_me = ForgetMe(Erasure(db, settings, ledger))
         if backend.name == "sqlite":
             # Re-indexing of rows older than the contextual index and semantic embedding run
             # in the background; searches answer meanwhile (memory/reindex.py).
@@ -208,7 +250,7 @@ async def open_app(
             search=search,
             settings=settings,
             on_memory_write=mirror_write,
-            digest=LLMSearchDigest(llm, settings.llm.aux_model),
+            digest=LLMSearchDigest(llm, settings.llm.aux_model, store=store),
         )
         access = AccessControl(settings, backend.pairings)
         cron = CronJobs(
@@ -218,7 +260,11 @@ async def open_app(
             platforms=settings.known_platforms,
         )
         tools.register(cronjob_tool(cron))
+        skill_store = SkillStore(settings.skills_dir, settings.skills.max_visible)
+        for tool in skill_tools(skill_store):
+            tools.register(tool)
         jobs = JobQueue(backend.jobs, settings.worker, metrics=metrics)
+        register_provider_writes(jobs, providers)
         commands = default_commands(
             CommandDeps(
                 store=store,
@@ -228,13 +274,21 @@ async def open_app(
                 jobs=jobs,
                 search_limit=settings.search.default_limit,
                 trial=use_trial,
+                forget_me=forget_me,
             ),
-            extra=[Command("cron", "scheduled jobs: list, add, pause, resume, remove", CronCommand(cron), takes_args=True)],
+            extra=[
+                Command("cron", "scheduled jobs: list, add, pause, resume, remove", CronCommand(cron), takes_args=True),
+                Command("skills", "skills: list; admins: promote NAME PLATFORM:ID", SkillsCommand(skill_store), takes_args=True),
+                *([usage_command(budgets)] if budgets is not None else []),
+            ],
         )
         sessions = SessionResolver(
             settings, store, files, providers=providers, jobs=jobs, shared_lock=backend.shared_lock
         )
-        agent = AgentDeps(llm=llm, store=store, tools=tools, sessions=settings.sessions, memory=settings.memory)
+        agent = AgentDeps(
+            llm=llm, store=store, tools=tools, sessions=settings.sessions, memory=settings.memory,
+            media=MediaStore(settings.home, history_images=settings.media.history_images),
+        )
         gateway = Gateway(
             settings,
             sessions=sessions,
@@ -245,6 +299,7 @@ async def open_app(
             providers=providers,
             jobs=jobs,
             metrics=metrics,
+            budget=budgets,
         )
         register_provider_tools(tools, providers, settings.home)
         housekeeping = Housekeeping(
@@ -270,6 +325,12 @@ async def open_app(
             cron_scheduler = CronScheduler(cron, cron_runner, settings.cron, drain_s=settings.worker.drain_timeout_s)
             await cron_scheduler.start()
             stack.push_async_callback(cron_scheduler.stop)
+        if scheduler and settings.backup.enabled and backend.name == "sqlite":
+            from mnemo.backups import BackupScheduler  # automatic backups (backup.schedule)
+
+            backups = BackupScheduler(settings)
+            await backups.start()
+            stack.push_async_callback(backups.stop)
         await gateway.start()
         stack.push_async_callback(gateway.stop)
         if web is not None:
@@ -302,6 +363,7 @@ async def open_app(
             cron=cron,
             cron_runner=cron_runner,
             scheduler=cron_scheduler,
+            budgets=budgets,
         )
         # Every adapter's stop is on the stack before its first attempt, so one the
         # supervisor starts later (a platform unreachable at boot) is stopped like the

@@ -29,7 +29,9 @@ canonical JSON, not a real tokenizer.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -126,6 +128,31 @@ def _ttl_of(block: dict[str, Any]) -> str | None:
     return str(cc.get("ttl", "5m")) if isinstance(cc, dict) else None
 
 
+def block_tokens(block: dict[str, Any]) -> int:
+    """A content block's tokens: as the API counts images (width × height / 750, after
+    scaling to a long side of 1,568 px) and PDFs (about 1,500 per page, text and image);
+    everything else the shared JSON estimate."""
+    source = block.get("source") if block.get("type") in ("image", "document") else None
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return estimate_json_tokens(block)
+    data = base64.b64decode(str(source.get("data") or ""))
+    if block["type"] == "document":
+        return 1500 * max(1, data.count(b"/Type /Page") - data.count(b"/Type /Pages"))
+    width, height = _image_size(data)
+    scale = min(1.0, 1568 / max(width, height, 1))
+    return max(1, int(width * scale * height * scale / 750))
+
+
+def _image_size(data: bytes) -> tuple[int, int]:
+    try:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as img:
+            return img.size
+    except (ImportError, OSError, ValueError):  # validation already refused what cannot be decoded
+        return (1, 1)
+
+
 def prefix_blocks(body: dict[str, Any]) -> list[PrefixBlock]:
     """The request's blocks in prefix order with their keys, cumulative tokens and TTLs."""
     items: list[tuple[Any, int, str | None]] = []  # (hashed item, tokens, ttl)
@@ -143,7 +170,7 @@ def prefix_blocks(body: dict[str, Any]) -> list[PrefixBlock]:
             if context is not None:
                 item = (msg.get("role"), stripped, context)
                 context = None
-            items.append((item, estimate_json_tokens(stripped), _ttl_of(block)))
+            items.append((item, block_tokens(stripped), _ttl_of(block)))
     auto = body.get("cache_control")
     if isinstance(auto, dict) and items:  # automatic caching marks the last block
         item, tokens, ttl = items[-1]

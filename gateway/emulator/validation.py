@@ -17,6 +17,8 @@ breakpoints, each ``ephemeral`` with a ``5m``/``1h`` ttl, 1-hour ones before 5-m
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Iterator
 from typing import Any, NoReturn
@@ -212,6 +214,8 @@ def _check_content(content: Any, i: int, role: str, *, final_assistant: bool) ->
             _check_text(block, at)
         elif kind == "image":
             _check_image(block, at)
+        elif kind == "document":
+            _check_document(block, at)
         elif kind == "tool_use":
             if role != "assistant":
                 _fail(f"{at}: `tool_use` blocks can only be in `assistant` messages")
@@ -225,7 +229,7 @@ def _check_content(content: Any, i: int, role: str, *, final_assistant: bool) ->
         else:
             _fail(
                 f"{at}: Input tag '{kind}' found using 'type' does not match any of the expected tags: "
-                "'text', 'image', 'tool_use', 'tool_result'"
+                "'text', 'image', 'document', 'tool_use', 'tool_result'"
             )
         if kind != "tool_result":
             seen_other = True
@@ -248,6 +252,57 @@ def _check_image(block: dict[str, Any], at: str) -> None:
             _fail(f"{at}.source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'")
         if not isinstance(source.get("data"), str) or not source["data"]:
             _fail(f"{at}.source.data: Field required")
+        data = _base64(source["data"], at)
+        if len(data) > MAX_IMAGE_BYTES:
+            _fail(f"{at}.source.base64: image exceeds 5 MB maximum: {len(data)} bytes > {MAX_IMAGE_BYTES} bytes")
+        declared = source["media_type"]
+        actual = _sniff_image(data)
+        if actual is None:
+            _fail(f"{at}.source.base64.data: Could not process image")
+        if actual != declared:
+            _fail(f"{at}.source.base64.data: Image does not match the provided media type {declared}")
+    elif not isinstance(source.get("url"), str):
+        _fail(f"{at}.source.url: Field required")
+
+
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_PDF_BYTES = 32 * 1024 * 1024
+
+
+def _base64(text: str, at: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        _fail(f"{at}.source.data: Invalid base64 data")
+
+
+def _sniff_image(data: bytes) -> str | None:
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _check_document(block: dict[str, Any], at: str) -> None:
+    source = block.get("source")
+    if not isinstance(source, dict) or source.get("type") not in ("base64", "text", "url"):
+        _fail(f"{at}.source: Input tag should be 'base64', 'text' or 'url'")
+    if source["type"] == "base64":
+        if source.get("media_type") != "application/pdf":
+            _fail(f"{at}.source.base64.media_type: Input should be 'application/pdf'")
+        data = _base64(str(source.get("data") or ""), at)
+        if not data.startswith(b"%PDF-"):
+            _fail(f"{at}.source.base64.data: The PDF specified was not valid.")
+        if len(data) > MAX_PDF_BYTES:
+            _fail(f"{at}.source.base64.data: PDF exceeds the 32 MB maximum")
+    elif source["type"] == "text":
+        if source.get("media_type") != "text/plain" or not isinstance(source.get("data"), str):
+            _fail(f"{at}.source.text: media_type 'text/plain' and data are required")
     elif not isinstance(source.get("url"), str):
         _fail(f"{at}.source.url: Field required")
 

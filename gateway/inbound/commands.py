@@ -60,6 +60,7 @@ class CommandDeps:
     jobs: JobStatus | None = None
     search_limit: int = 5
     trial: bool = False  # scripted replies: no cost to show
+    forget_me: Handler | None = None  # "/forget me": erase the person (gateway/people)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +218,8 @@ async def _forget(call: CommandCall) -> str:
     target = call.args.strip()
     if not target:
         return "Usage: /forget TEXT (removes the entry of your profile containing TEXT) or /forget all"
+    if target.split()[0].lower() == "me" and call.deps.forget_me is not None:
+        return await call.deps.forget_me(call)
     user_file = call.deps.files.user(call.msg.speaker)
     if target.lower() == "all":
 

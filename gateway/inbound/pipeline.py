@@ -13,7 +13,8 @@ What happens to an inbound message, in this order, is one method (``submit``):
 Authorization comes first so nothing of an unauthorized user is stored; persisting
 comes before dispatch so a message is never acknowledged before it is durable.
 
-A turn (``_run_turn``) resolves the chat's session, builds a fresh ``Agent`` from the
+A turn (``_run_turn``) first passes the speaker's budget (``gateway/budgets``: at a
+cap, one notice per reset and no LLM request), then resolves the chat's session, builds a fresh ``Agent`` from the
 store, runs it under the adapter's typing indicator, writes the reply to the outbox
 and marks the inbox rows done, then enqueues background work. On start, inbox rows
 left unfinished by a crash are fed back into their lanes; the agent recognises a user
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -46,20 +48,27 @@ from mnemo.gateway.events import (
     to_payload,
 )
 from mnemo.gateway.llm.client import context_window
+from mnemo.gateway.media import MAX_ATTACHMENTS_PER_TURN, MAX_DOWNLOAD_BYTES
+from mnemo.gateway.media import note as media_note
+from mnemo.gateway.transcription import NOT_SET_UP as VOICE_NOT_SET_UP
+from mnemo.gateway.transcription import NOTICE_INTERVAL_S as VOICE_NOTICE_INTERVAL_S
+from mnemo.gateway.transcription import TRANSCRIBED, TranscriptionError, transcribe
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.delivery.outbox import DeliveryLoop
-from mnemo.gateway.ports import Adapter, ReportsReachability
+from mnemo.gateway.ports import Adapter, FetchesMedia, ReportsReachability
 from mnemo.gateway.delivery import Ledgers
 from mnemo.gateway.inbound.lanes import LaneSet
 from mnemo.gateway.turns.model_input import turn_notes
 from mnemo.gateway.turns.sessions import JobSink, SessionResolver
 from mnemo.gateway.turns.tools import TurnContext, turn_context
 from mnemo.memory.manager import MemoryManager
-from mnemo.memory.scope import AgentContext
+from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.memory.sessions import SessionRow
 
 log = get_logger(__name__)
+MEDIA_TIMEOUT_S = 60.0  # one attachment's download
+VOICE_KINDS = frozenset({"voice", "audio"})
 
 @dataclass(frozen=True, slots=True)
 class Queued:
@@ -74,8 +83,9 @@ def turn_text(batch: Sequence[InboundMessage]) -> str:
         if m.reply_to:
             quoted = m.reply_to[:500].replace("\n", "\n> ")
             text = f"> {quoted}\n{text}"
-        if m.attachments:
-            kinds = ", ".join(a.kind + (f" ({a.name})" if a.name else "") for a in m.attachments)
+        unread = [a for a in m.attachments if not a.ref]  # downloadable ones: ``_media``
+        if unread:
+            kinds = ", ".join(a.kind + (f" ({a.name})" if a.name else "") for a in unread)
             text = f"{text}\n[attached: {kinds}]".strip()
         parts.append(text)
     return "\n".join(parts)
@@ -99,8 +109,10 @@ class Gateway:
         providers: MemoryManager | None = None,
         jobs: JobSink | None = None,
         metrics: Metrics | None = None,
+        budget: TurnBudget | None = None,
     ) -> None:
         self.settings = settings
+        self.budget = budget
         self.sessions = sessions
         self.deps = agent
         self.inbox = ledgers.inbox
@@ -120,6 +132,7 @@ class Gateway:
             debounce_for=self._debounce_for,
         )
         self.turn_listeners: list[Callable[[TurnContext, TurnResult], Awaitable[None]]] = []
+        self._voice_noticed: dict[ChatRef, float] = {}  # chat -> when "voice is not set up" was said
         self._started = False
 
     # --- lifecycle -------------------------------------------------------------------
@@ -239,12 +252,32 @@ class Gateway:
         return turn_notes(recall=recall, speaker_profile=profile, speaker_label=msg.user_name or msg.user_id)
 
     async def _run_turn(self, key: str, batch: Sequence[Queued]) -> None:
+        """A turn within its speaker's budget (``gateway/budgets``): someone at a cap is
+        told once per reset when it lifts and no LLM request is made."""
+        if self.budget is None:
+            return await self._turn(key, batch)
+        last = batch[-1].msg
+        async with self.budget.turn(last.speaker, admin=self.is_admin(last)) as refusal:
+            if refusal is None:
+                return await self._turn(key, batch)
+        log.info("turn_over_budget", key=key, cap=refusal.cap, notified=refusal.notify)
+        if refusal.notify:
+            await self._finish(batch, refusal.text, kind="notice")
+        else:
+            for q in batch:
+                await self.inbox.mark_done(q.inbox_id)
+
+    async def _turn(self, key: str, batch: Sequence[Queued]) -> None:
         last = batch[-1].msg
         for q in batch:
             await self.inbox.mark_processing(q.inbox_id)
         chat = chat_of(last)
         text = turn_text([q.msg for q in batch])
         try:
+            if not text and self._voice_unavailable(batch):
+                return await self._voice_not_set_up(batch)
+            media_refs, media_text = await self._media([q.msg for q in batch])
+            text = "\n".join(t for t in (text, media_text) if t) or "(attachment)"
             async with self._typing(chat), self.sessions.lock(key):
                 session = await self.sessions.resolve(last, key)
                 ctx = self.turn_context(last, session, key)
@@ -257,7 +290,8 @@ class Gateway:
                         author_name=last.user_name,
                         platform_message_id=last.message_id,
                         request_context=await self._turn_notes(last, text, ctx),
-                        meta={"message_ids": [q.msg.message_id for q in batch]},
+                        meta={"message_ids": [q.msg.message_id for q in batch]}
+                        | ({"media": media_refs} if media_refs else {}),
                     )
                 )
         except asyncio.CancelledError:
@@ -271,6 +305,68 @@ class Gateway:
             return
         await self._finish(batch, self._with_recall_note(result.reply or "(no reply)", key), kind="reply", session_id=session.id)
         await self._after_turn(last, session, ctx, text, result)
+
+    def _voice_unavailable(self, batch: Sequence[Queued]) -> bool:
+        atts = [a for q in batch for a in q.msg.attachments]
+        return self.settings.transcription.url is None and bool(atts) and all(a.kind in VOICE_KINDS for a in atts)
+
+    async def _voice_not_set_up(self, batch: Sequence[Queued]) -> None:
+        """Only voice and no transcription server: no turn; "not set up" at most once
+        per chat per hour."""
+        chat = chat_of(batch[-1].msg)
+        now = time.monotonic()
+        last = self._voice_noticed.get(chat)
+        if last is None or now - last >= VOICE_NOTICE_INTERVAL_S:
+            self._voice_noticed[chat] = now
+            await self._finish(batch, VOICE_NOT_SET_UP, kind="notice")
+        else:
+            for q in batch:
+                await self.inbox.mark_done(q.inbox_id)
+
+    async def _media(self, batch: Sequence[InboundMessage]) -> tuple[list[dict[str, Any]], str]:
+        """Download and prepare the batch's attachments (``gateway.media``): stored
+        references for the user message and text for the turn (inlined files, notes).
+        A failure is a note for that attachment; the turn goes on."""
+        refs: list[dict[str, Any]] = []
+        texts: list[str] = []
+        wanted = [(m, a) for m in batch for a in m.attachments if a.ref]
+        if not wanted or self.deps.media is None:
+            return refs, ""
+        skipped = len(wanted) - MAX_ATTACHMENTS_PER_TURN
+        for m, a in wanted[:MAX_ATTACHMENTS_PER_TURN]:
+            adapter = self.adapters.get(m.platform)
+            if a.size is not None and a.size > MAX_DOWNLOAD_BYTES:
+                texts.append(media_note(a.name, "too large (over 20 MB), not read").text)
+                continue
+            if a.kind in VOICE_KINDS and self.settings.transcription.url is None:
+                texts.append(media_note(a.name, "a voice message; voice is not set up on this bot").text)
+                continue
+            if not isinstance(adapter, FetchesMedia):
+                texts.append(media_note(a.name, "could not be downloaded").text)
+                continue
+            try:
+                async with asyncio.timeout(MEDIA_TIMEOUT_S):
+                    data = await adapter.fetch_media(a)
+            except Exception as e:  # a failed or timed-out download is a note, not a failed turn
+                log.warning("media_download_failed", kind=a.kind, error=f"{type(e).__name__}: {e}")
+                texts.append(media_note(a.name, "the download failed, not read").text)
+                continue
+            if a.kind in VOICE_KINDS:
+                try:
+                    spoken = await transcribe(self.settings.transcription, data, filename=a.name, media_type=a.media_type)
+                except TranscriptionError as e:
+                    log.warning("transcription_failed", error=str(e))
+                    texts.append(media_note(a.name, "the voice message could not be transcribed").text)
+                    continue
+                texts.append(f"{TRANSCRIBED} {spoken}" if spoken else media_note(a.name, "no speech heard").text)
+                continue
+            prepared = await asyncio.to_thread(self.deps.media.prepare, a.kind, a.name, a.media_type, data)
+            refs.extend(prepared.refs)
+            if prepared.text:
+                texts.append(prepared.text)
+        if skipped > 0:
+            texts.append(f"[{skipped} more attachment(s) not read: at most {MAX_ATTACHMENTS_PER_TURN} per message]")
+        return refs, "\n".join(texts)
 
     def _with_recall_note(self, reply: str, key: str) -> str:
         if self.providers is None or not self.settings.memory.show_recall_indicator:
@@ -372,6 +468,9 @@ class Gateway:
         }
         if self.jobs is not None:
             body["jobs_pending"] = await self.jobs.depth()
+        provider = self.providers.health() if self.providers is not None else None
+        if provider is not None:
+            body["provider"] = provider  # ok | degraded (external memory provider)
         return body
 
     async def _after_turn(
@@ -390,6 +489,13 @@ class Gateway:
                 await self.jobs.enqueue("review", session.id, {"user_turns": result.user_turns})
         for listener in self.turn_listeners:
             await listener(ctx, result)
+
+
+class TurnBudget(Protocol):
+    """Whether a person's turn may ask the model (``BudgetGate``): entered around the
+    turn, it yields None to go on or a refusal."""
+
+    def turn(self, user: UserRef, *, admin: bool) -> contextlib.AbstractAsyncContextManager[Any]: ...
 
 
 class CommandHandler(Protocol):

@@ -391,6 +391,9 @@ class Housekeeping:
                     raise
                 log.warning("aux_model_failed", model=model, fallback=models[-1], error=f"{type(e).__name__}: {e}")
                 continue
-            await self.store.add_usage(session.id, response.usage)
+            # Billed to the session's person; a shared room's background work to nobody.
+            stand_in = session_message(session, ())
+            payer = None if stand_in.shared_room else str(stand_in.speaker)
+            await self.store.add_usage(session.id, response.usage, payer=payer)
             return response
         raise AssertionError("unreachable")  # pragma: no cover

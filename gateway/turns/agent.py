@@ -30,9 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mnemo.gateway.budgets.ledger import Billing, billed_to
 from mnemo.gateway.config import MemorySettings, SessionSettings
 from mnemo.gateway.errors import ContextTooLong, LLMError, ProviderAuthError, RateLimited
 from mnemo.gateway.turns.history import Counters, missing_tool_results, rebuild_counters
+from mnemo.gateway.media import MediaStore
 from mnemo.gateway.turns.model_input import ModelInput, model_input
 from mnemo.gateway.llm.client import LLMClient, LLMResponse, Usage, context_window
 from mnemo.gateway.logs import get_logger
@@ -88,6 +90,7 @@ class AgentDeps:
     tools: ToolRegistry
     sessions: SessionSettings
     memory: MemorySettings
+    media: MediaStore | None = None  # images/PDFs of stored turns (gateway/media.py)
 
 
 class Agent:
@@ -168,6 +171,12 @@ class Agent:
         )
         return trimmed
 
+    @property
+    def _payer(self) -> str | None:
+        """Whose budget this turn's requests count against: the speaker (nobody for a
+        shared room's background work)."""
+        return str(self.ctx.speaker) if self.ctx.speaker is not None else None
+
     def _model_input(self, notes: str, schemas: Sequence[Any] = ()) -> ModelInput:
         return model_input(
             self.session.system_prompt,
@@ -175,6 +184,7 @@ class Agent:
             notes=notes,
             tools=schemas,
             label_authors=self.label_authors,
+            media=self.deps.media,
         )
 
     async def run(self, turn: TurnInput) -> TurnResult:
@@ -223,7 +233,7 @@ class Agent:
             usage = usage + response.usage
             cost += response.cost_usd
             last_prompt = response.usage.prompt_tokens + response.usage.output_tokens
-            await self.deps.store.add_usage(self.session.id, response.usage)
+            await self.deps.store.add_usage(self.session.id, response.usage, payer=self._payer)
             assistant = _assistant_row(response)
             ids = await self._persist([assistant])
             if not response.tool_uses:
@@ -233,7 +243,8 @@ class Agent:
                 )
             results: list[NewMessage] = []
             for call in response.tool_uses:
-                result = await self.deps.tools.call(call["name"], call.get("input") or {}, self.ctx)
+                with billed_to(Billing(self.session.id, self._payer)):
+                    result = await self.deps.tools.call(call["name"], call.get("input") or {}, self.ctx)
                 memory_written = memory_written or result.memory_write
                 results.append(
                     NewMessage(

@@ -15,7 +15,7 @@ what keeps the cached prefix hitting) and always valid:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +74,14 @@ def _user_text(row: MessageRow, label_authors: bool) -> str:
     return row.content
 
 
-def to_api_messages(rows: Sequence[MessageRow], *, label_authors: bool = False) -> list[dict[str, Any]]:
+def to_api_messages(
+    rows: Sequence[MessageRow],
+    *,
+    label_authors: bool = False,
+    media: Callable[[MessageRow], list[dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
+    """``media`` gives a user row's image/document blocks (``model_input``), put before
+    its text."""
     messages: list[dict[str, Any]] = []
     open_calls: set[str] = set()
     order: dict[str, int] = {}  # call id -> position in its assistant message
@@ -94,7 +101,7 @@ def to_api_messages(rows: Sequence[MessageRow], *, label_authors: bool = False) 
         if not pending_user:
             return
         results = [b for b in pending_user if b["type"] == "tool_result"]
-        texts = [b for b in pending_user if b["type"] == "text"]
+        texts = [b for b in pending_user if b["type"] != "tool_result"]
         blocks = results + texts
         if len(blocks) == 1 and blocks[0]["type"] == "text":
             messages.append({"role": "user", "content": blocks[0]["text"]})
@@ -105,6 +112,8 @@ def to_api_messages(rows: Sequence[MessageRow], *, label_authors: bool = False) 
     for row in rows:
         if row.role == "user":
             close_open_calls()
+            if media is not None and row.meta.get("media"):
+                pending_user.extend(media(row))
             pending_user.append({"type": "text", "text": _user_text(row, label_authors) or "(empty message)"})
         elif row.role == "tool":
             if row.tool_call_id in open_calls:

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mnemo.gateway.media import MediaStore
 from mnemo.gateway.turns.history import to_api_messages
 from mnemo.memory.compressor import Row
 from mnemo.memory.fence import fence
@@ -67,6 +68,20 @@ def model_input(
     notes: str = "",
     tools: Sequence[Mapping[str, Any]] = (),
     label_authors: bool = False,
+    media: MediaStore | None = None,
 ) -> ModelInput:
-    """The whole request body but the breakpoints: to debug a prompt, start here."""
-    return ModelInput(system, with_notes(to_api_messages(rows, label_authors=label_authors), notes), tools)
+    """The whole request body but the breakpoints: to debug a prompt, start here.
+
+    With ``media``, a user message's stored images and PDFs go in as content blocks
+    before its text — for the last ``media.history_images`` such turns only; older ones
+    get a one-line placeholder, so a long chat's prompt (and cached prefix) stays bounded."""
+    blocks = None
+    if media is not None:
+        with_media = [id(r) for r in rows if r.role == "user" and r.meta.get("media")]
+        shown = set(with_media[-max(1, media.history_images) :])
+
+        def blocks(row: Row) -> list[dict[str, Any]]:
+            return media.blocks(list(row.meta.get("media") or []), show=id(row) in shown)
+
+    messages = to_api_messages(rows, label_authors=label_authors, media=blocks)
+    return ModelInput(system, with_notes(messages, notes), tools)

@@ -22,6 +22,7 @@ import yaml
 
 from mnemo.adapters.telegram_format import is_valid_telegram_html, render_chunks, to_plain_text
 from mnemo.adapters.telegram_updates import UNSUPPORTED_NOTE
+from mnemo.gateway.transcription import NOT_SET_UP as VOICE_NOT_SET_UP
 from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse
 from mnemo.gateway.errors import Forbidden, StartupError
 from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage
@@ -310,16 +311,18 @@ async def test_groups_are_ignored_entirely_when_disabled(rig: TelegramRig) -> No
 async def test_unsupported_media_gets_one_note_and_captions_are_read(rig: TelegramRig) -> None:
     rig.emulator.default = lambda request: Reply(text="a nice photo")
     async with rig.app() as (app, _):
-        for n in range(3):  # a burst of voice notes gets one note, not three
+        rig.fake.push_message(CHAT, USER, video_note={"file_id": "vn", "file_unique_id": "uvn", "duration": 1, "length": 9})
+        for n in range(3):  # a burst of voice notes (no transcription set up) gets one note, not three
             rig.fake.push_message(CHAT, USER, voice={"file_id": f"v{n}", "file_unique_id": f"uv{n}", "duration": 3})
         rig.fake.push_photo(CHAT, USER, caption="what is in this picture?")
-        sent = await rig.fake.wait_for_sent(2)
+        sent = await rig.fake.wait_for_sent(3)
         await asyncio.sleep(0.2)
 
-    assert [s.plain_text for s in sent] == [UNSUPPORTED_NOTE, "a nice photo"]
+    assert [s.plain_text for s in sent] == [UNSUPPORTED_NOTE, VOICE_NOT_SET_UP, "a nice photo"]
     [request] = rig.emulator.requests
-    assert last_user_text(request) == "what is in this picture?\n[attached: photo]"
-    assert inbox_texts(app.settings.state_db) == ["what is in this picture?"]
+    assert last_user_text(request) == "what is in this picture?"
+    assert [b["type"] for b in request.messages[-1]["content"]] == ["image", "text"]
+    assert inbox_texts(app.settings.state_db) == ["", "", "", "what is in this picture?"]
 
 
 async def test_edits_are_not_answered_again(rig: TelegramRig) -> None:

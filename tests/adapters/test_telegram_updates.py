@@ -91,15 +91,18 @@ def test_a_forum_topic_is_a_thread_and_its_first_message_is_not_a_reply() -> Non
 
 def test_media_without_text_is_unsupported_and_captions_are_text() -> None:
     w = world()
-    note = {"file_id": "v", "file_unique_id": "uv", "duration": 2}
-    voice = w.user_message(USER, USER, voice=note)
-    assert classify(update(voice), BOT, groups_enabled=False) == Unsupported(
-        USER, voice["message_id"], None, "voice", False
+    note = {"file_id": "v", "file_unique_id": "uv", "duration": 2, "length": 240}
+    video_note = w.user_message(USER, USER, video_note=note)
+    assert classify(update(video_note), BOT, groups_enabled=False) == Unsupported(
+        USER, video_note["message_id"], None, "video_note", False
     )
+    voice = accepted(update(w.user_message(USER, USER, voice={**note, "mime_type": "audio/ogg"})))
+    assert [(a.kind, a.ref, a.media_type) for a in voice.attachments] == [("voice", "v", "audio/ogg")]
+    assert voice.text == ""
     doc = {"file_id": "d", "file_unique_id": "ud", "file_name": "notes.pdf"}
     msg = accepted(update(w.user_message(USER, USER, document=doc, caption="summarise this")))
     assert msg.text == "summarise this" and [(a.kind, a.name) for a in msg.attachments] == [("document", "notes.pdf")]
-    unaddressed = update(w.user_message(GROUP, USER, chat_type="supergroup", voice=note))
+    unaddressed = update(w.user_message(GROUP, USER, chat_type="supergroup", video_note=note))
     assert isinstance(classify(unaddressed, BOT, groups_enabled=True), Ignore)
 
 

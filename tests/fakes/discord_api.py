@@ -44,7 +44,7 @@ import asyncio
 import json
 import math
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,6 +143,7 @@ class FakeDiscord:
         self.messages = MessageDesk(self.world, self.gateway, lambda: f"http://127.0.0.1:{self._port}")
         self.interactions = InteractionDesk(self.world, self.gateway, self.messages)
         self.calls: list[Call] = []
+        self.cdn: dict[str, bytes] = {}  # attachment URL -> content
         self._faults: list[_Fault] = []
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -153,6 +154,7 @@ class FakeDiscord:
     async def start(self) -> None:
         app = web.Application(middlewares=[self._middleware], client_max_size=32 * 1024 * 1024)
         app.router.add_get("/gateway", self.gateway.handle)
+        app.router.add_get("/cdn/attachments/{aid}/{name}", self._cdn)
         self._add_routes(app.router)
         self.messages.add_routes(app.router, API_PREFIX)
         self.interactions.add_routes(app.router, API_PREFIX)
@@ -228,6 +230,7 @@ class FakeDiscord:
         reference: int | None = None,
         thread_id: int | None = None,
         reply_ping: bool = True,
+        files: Sequence[tuple[str, str, bytes]] = (),
     ) -> int:
         """A user posts a message; returns its id. ``thread_id`` posts in that thread of
         ``channel_id``. ``mentions`` defaults to what the content mentions (plus the
@@ -252,8 +255,18 @@ class FakeDiscord:
             mention_roles=pings.roles,
             reference_id=reference,
         )
+        for filename, content_type, content in files:  # (name, content type, bytes), served below
+            aid = self.world.ids.next()
+            url = f"http://127.0.0.1:{self._port}/cdn/attachments/{aid}/{filename}"
+            self.cdn[url] = content
+            message["attachments"].append({"id": str(aid), "filename": filename, "size": len(content), "url": url,
+                                           "proxy_url": url, "content_type": content_type})
         await self.gateway.dispatch("MESSAGE_CREATE", message)
         return int(message["id"])
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        content = self.cdn.get(str(request.url))
+        return web.Response(status=404) if content is None else web.Response(body=content)
 
     async def push_interaction(
         self,

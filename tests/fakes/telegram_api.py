@@ -271,6 +271,37 @@ class FakeTelegram:
                 extra["caption_entities"] = found
         return self.push_message(chat_id, user_id, **extra, **kwargs)
 
+    def push_image(
+        self, chat_id: int, user_id: int, content: bytes, *, width: int, height: int,
+        caption: str | None = None, **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Queue a photo whose (largest) file is ``content``."""
+        extra: dict[str, Any] = {"photo": self.world.photo_of(content, width, height)}
+        if caption is not None:
+            extra["caption"] = caption
+        return self.push_message(chat_id, user_id, **extra, **kwargs)
+
+    def push_document(
+        self, chat_id: int, user_id: int, content: bytes, *, file_name: str, mime_type: str,
+        caption: str | None = None, file_size: int | None = None, **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Queue a document downloadable through getFile (``file_size`` may lie, as a
+        test of the size checks)."""
+        file_id = self.world.add_file(content, f"documents/{file_name}")
+        doc = {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_name": file_name,
+               "mime_type": mime_type, "file_size": len(content) if file_size is None else file_size}
+        extra: dict[str, Any] = {"document": doc}
+        if caption is not None:
+            extra["caption"] = caption
+        return self.push_message(chat_id, user_id, **extra, **kwargs)
+
+    def push_voice(self, chat_id: int, user_id: int, content: bytes, *, duration: int = 3, **kwargs: Any) -> dict[str, Any]:
+        """Queue a voice note (OGG/Opus as Telegram records them) downloadable through getFile."""
+        file_id = self.world.add_file(content, "voice/file.oga")
+        voice = {"file_id": file_id, "file_unique_id": f"u{file_id}", "duration": duration,
+                 "mime_type": "audio/ogg", "file_size": len(content)}
+        return self.push_message(chat_id, user_id, voice=voice, **kwargs)
+
     def push_edit(self, chat_id: int, message_id: int, text: str) -> dict[str, Any]:
         """Queue an ``edited_message`` update for a message pushed earlier."""
         edited = self.world.set_text(chat_id, message_id, text, detect_entities(text))

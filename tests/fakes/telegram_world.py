@@ -7,6 +7,7 @@ do (Telegram numbers them per chat; tests only rely on them growing).
 
 from __future__ import annotations
 
+import io
 import re
 import secrets
 import time
@@ -17,7 +18,18 @@ from mnemo.adapters.splitting import utf16_len
 
 _MENTION = re.compile(r"(?<![\w@])@[A-Za-z0-9_]{3,32}\b")
 _BOT_COMMAND = re.compile(r"^/[A-Za-z0-9_]{1,32}(?:@[A-Za-z0-9_]+)?")
-_FAKE_JPEG = b"\xff\xd8\xff\xe0 fake jpeg \xff\xd9"
+
+
+def jpeg(width: int = 64, height: int = 48, color: tuple[int, int, int] = (200, 80, 40)) -> bytes:
+    """A real JPEG of the given size (what a phone would upload, only smaller)."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(out, "JPEG")
+    return out.getvalue()
+
+
+_FAKE_JPEG = jpeg()
 
 
 class TelegramWorld:
@@ -129,6 +141,18 @@ class TelegramWorld:
                 }
             )
         return sizes
+
+    def add_file(self, content: bytes, path: str) -> str:
+        """A downloadable file; returns its file_id."""
+        file_id = f"F{len(self._files) + 1:04d}{secrets.token_hex(4)}"
+        self._files[file_id] = (f"{path.rsplit('.', 1)[0]}_{len(self._files)}.{path.rsplit('.', 1)[-1]}", content)
+        return file_id
+
+    def photo_of(self, content: bytes, width: int, height: int) -> list[dict[str, Any]]:
+        """A one-size PhotoSize list for ``content``."""
+        file_id = self.add_file(content, "photos/file.jpg")
+        return [{"file_id": file_id, "file_unique_id": f"u{file_id}", "width": width, "height": height,
+                 "file_size": len(content)}]
 
     def file(self, file_id: str) -> dict[str, Any] | None:
         if file_id not in self._files:

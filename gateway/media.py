@@ -1,0 +1,144 @@
+"""What people send besides text: images and documents, made ready for the model.
+
+An adapter downloads an attachment through its platform's API (``ports.FetchesMedia``);
+``MediaStore.prepare`` decides what the model can take of it:
+
+* **images** (JPEG, PNG, GIF, WebP) are checked by decoding them (Pillow), scaled so
+  the long side is at most ``MAX_IMAGE_SIDE`` px (Claude scales larger images down
+  anyway; sending them costs upload time and tokens for nothing), and stored;
+* **PDFs** up to ``MAX_PDF_BYTES`` are stored and sent as document blocks;
+* **text-like files** (txt, md, csv, json, source code) are inlined into the turn's text
+  up to ``MAX_INLINE_CHARS``, with a note when cut;
+* anything else, or anything broken, becomes a short note in the turn's text.
+
+Files live under ``$MNEMO_HOME/media/`` (directory 0700, files 0600), named by the
+content's hash, and are referenced from the user message's ``meta["media"]`` — written
+whole (a temporary file renamed into place), so nothing is stored half. ``blocks`` turns
+a stored reference back into content blocks; ``model_input`` decides which turns still
+get them (the last ``media.history_images``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MAX_IMAGE_SIDE = 1568
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
+MAX_PDF_BYTES = 32 * 1024 * 1024  # the Messages API's request size limit for a PDF
+MAX_INLINE_CHARS = 50_000
+MAX_ATTACHMENTS_PER_TURN = 10
+
+IMAGE_TYPES = {"image/jpeg": "jpg", "image/png": "png", "image/gif": "gif", "image/webp": "webp"}
+_PIL_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
+TEXT_SUFFIXES = frozenset(
+    [".txt", ".md", ".markdown", ".csv", ".tsv", ".json", ".yaml", ".yml", ".toml", ".ini", ".log", ".xml", ".html", ".css", ".py", ".js", ".ts", ".tsx", ".jsx", ".java", ".c", ".h", ".cpp", ".hpp", ".cs", ".go", ".rs", ".rb", ".php", ".sh", ".sql", ".kt", ".swift", ".lua", ".r", ".tex"]
+)
+OLD_IMAGE = "[an image was shared here earlier; it is no longer shown]"
+OLD_DOCUMENT = "[a PDF was shared here earlier; it is no longer shown]"
+CANNOT_READ = "I can't read this kind of file"
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What one attachment became: stored references for ``meta["media"]`` and text for
+    the turn (inlined file contents or a note)."""
+
+    refs: list[dict[str, Any]] = field(default_factory=list)
+    text: str = ""
+
+
+def note(name: str, what: str) -> Prepared:
+    label = f" ({name})" if name else ""
+    return Prepared(text=f"[attachment{label}: {what}]")
+
+
+class MediaStore:
+    def __init__(self, home: Path, *, history_images: int = 3) -> None:
+        self.root = Path(home) / "media"
+        self.history_images = history_images
+
+    # --- preparing a new attachment -----------------------------------------------------
+    def prepare(self, kind: str, name: str, media_type: str, data: bytes) -> Prepared:
+        if len(data) > MAX_DOWNLOAD_BYTES:
+            return note(name, "too large (over 20 MB), not read")
+        suffix = Path(name).suffix.lower()
+        if kind == "photo" or media_type.startswith("image/"):
+            return self._image(name, data)
+        if media_type == "application/pdf" or suffix == ".pdf":
+            if not data.startswith(b"%PDF-"):
+                return note(name, "not a readable PDF")
+            if b"/Encrypt" in data[-4096:] or b"/Encrypt" in data[:4096]:
+                return note(name, "the PDF is encrypted; I can't read it")
+            if len(data) > MAX_PDF_BYTES:
+                return note(name, "the PDF is too large for me to read")
+            return Prepared(refs=[self._store(data, "pdf", "document", "application/pdf", name)])
+        if media_type.startswith("text/") or suffix in TEXT_SUFFIXES or media_type == "application/json":
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                return note(name, "not valid UTF-8 text, not read")
+            cut = ""
+            if len(text) > MAX_INLINE_CHARS:
+                text, cut = text[:MAX_INLINE_CHARS], f"\n[cut: only the first {MAX_INLINE_CHARS:,} characters of {len(data):,} bytes are shown]"
+            return Prepared(text=f"[file {name or 'attachment'}]\n```\n{text}\n```{cut}")
+        return note(name, CANNOT_READ)
+
+    def _image(self, name: str, data: bytes) -> Prepared:
+        try:
+            from PIL import Image, UnidentifiedImageError
+        except ImportError:  # pragma: no cover - Pillow is a dependency
+            return note(name, "images are not supported on this install (Pillow missing)")
+        try:
+            with Image.open(io.BytesIO(data)) as img:
+                img.verify()
+            with Image.open(io.BytesIO(data)) as img:
+                media_type = _PIL_FORMATS.get(img.format or "")
+                if media_type is None:
+                    return note(name, "an image format I can't read (JPEG, PNG, GIF and WebP are)")
+                if max(img.size) > MAX_IMAGE_SIDE and not getattr(img, "is_animated", False):
+                    img.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE))
+                    out = io.BytesIO()
+                    if media_type == "image/jpeg":
+                        img.convert("RGB").save(out, "JPEG", quality=85)
+                    else:
+                        img.save(out, img.format)
+                    data = out.getvalue()
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+            return note(name, "the image is damaged or not an image")
+        return Prepared(refs=[self._store(data, IMAGE_TYPES[media_type], "image", media_type, name)])
+
+    def _store(self, data: bytes, ext: str, kind: str, media_type: str, name: str) -> dict[str, Any]:
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.root / f"{digest[:32]}.{ext}"
+        if not path.exists():
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        return {"kind": kind, "file": path.name, "media_type": media_type, "name": name, "bytes": len(data)}
+
+    # --- back to content blocks ---------------------------------------------------------
+    def blocks(self, refs: list[Mapping[str, Any]], *, show: bool) -> list[dict[str, Any]]:
+        """Content blocks for a stored message's media: the files themselves, or when
+        ``show`` is false (an older turn) or a file is gone, a short placeholder."""
+        out: list[dict[str, Any]] = []
+        for ref in refs:
+            placeholder = OLD_IMAGE if ref.get("kind") == "image" else OLD_DOCUMENT
+            path = self.root / str(ref.get("file", ""))
+            if not show or not path.is_file() or "/" in str(ref.get("file", "")):
+                out.append({"type": "text", "text": placeholder})
+                continue
+            data = base64.b64encode(path.read_bytes()).decode("ascii")
+            block_type = "image" if ref.get("kind") == "image" else "document"
+            out.append({"type": block_type, "source": {"type": "base64", "media_type": ref["media_type"], "data": data}})
+        return out
