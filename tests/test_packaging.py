@@ -33,9 +33,11 @@ def test_every_package_folder_is_listed_under_the_mnemo_namespace() -> None:
 def test_entry_points_name_the_namespace() -> None:
     meta = project()["project"]
     assert meta["scripts"]["mnemo"] == "mnemo.cli.main:main"
-    assert meta["entry-points"]["mnemo.memory_providers"] == {
-        "holographic": "mnemo.providers.holographic:HolographicProvider"
-    }
+    providers = meta["entry-points"]["mnemo.memory_providers"]
+    assert providers["holographic"] == "mnemo.providers.holographic:HolographicProvider"
+    # Our own providers register through the same entry point a third party would use.
+    for name, target in providers.items():
+        assert target.startswith(f"mnemo.providers.{name}:"), (name, target)
 
 
 @pytest.mark.slow
