@@ -1,0 +1,5 @@
+"""Honcho memory provider (``pip install 'mnemo[honcho]'``)."""
+
+from mnemo.providers.honcho.provider import HonchoProvider
+
+__all__ = ["HonchoProvider"]
