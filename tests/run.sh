@@ -9,7 +9,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+# The extras whose code the suite tests: the PostgreSQL backend and the external memory
+# providers' SDKs (the semantic extra pulls torch and is tested through its interface).
+.venv/bin/python -m pip install -q -e '.[test,mem0,hindsight,honcho,postgres]'
 
 # The web chat browser test drives Debian's chromium (never a downloaded browser).
 if ! command -v chromium >/dev/null 2>&1; then
@@ -23,9 +25,8 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
-# The contract suite also runs on PostgreSQL: the postgres extra, and Debian's server
-# binaries (tests/support/pgcluster.py starts a throw-away cluster from them).
-.venv/bin/python -m pip install -q -e '.[postgres]'
+# The contract suite also runs on PostgreSQL: Debian's server binaries
+# (tests/support/pgcluster.py starts a throw-away cluster from them, and stops it).
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing postgresql for the storage contract suite ..."
