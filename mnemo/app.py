@@ -326,7 +326,8 @@ async def open_app(
             await cron_scheduler.start()
             stack.push_async_callback(cron_scheduler.stop)
         if scheduler and settings.backup.enabled and backend.name == "sqlite":
-            from mnemo.backups import BackupScheduler  # automatic backups (backup.schedule)
+            # Automatic backups (backup.schedule), only while this process serves the profile.
+            from mnemo.backups import BackupScheduler
 
             backups = BackupScheduler(settings)
             await backups.start()

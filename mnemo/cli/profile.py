@@ -2,7 +2,7 @@
 
 The archive is a ``.tar.gz`` holding, relative to ``$MNEMO_HOME``:
 
-* ``mnemo-export.json`` — manifest (format, version, creation time, file list);
+* ``mnemo-export.json`` — manifest (format, version, creation time, file list, sha256 per file);
 * ``config.yaml``, ``SOUL.md``, ``memories/``, ``skills/``;
 * ``state.db`` — copied with SQLite's online backup API, so a running gateway's
   database is captured consistently (WAL content included, no torn pages);
@@ -182,6 +182,16 @@ def _provider_paths(home: Path) -> list[Path]:
     return out
 
 
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _is_sqlite(path: Path) -> bool:
     with path.open("rb") as f:
         return f.read(16) == _SQLITE_MAGIC
@@ -251,6 +261,7 @@ def export_profile(home: Path, dest: Path, force: bool = False) -> list[str]:
         raise BackupRefused(f"the profile has {len(files):,} files; an export holds at most {MAX_MEMBERS:,}")
     with tempfile.TemporaryDirectory() as scratch:
         sources: list[Path] = []
+        checksums: dict[str, str] = {}
         total = 0
         for path, name in zip(files, names, strict=True):
             rel = PurePosixPath(name)
@@ -270,11 +281,12 @@ def export_profile(home: Path, dest: Path, force: bool = False) -> list[str]:
             if total > MAX_TOTAL_BYTES:
                 raise BackupRefused(f"the profile is over {_size(MAX_TOTAL_BYTES)}, the most an export may hold")
             sources.append(source)
+            checksums[name] = file_sha256(source)
         fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
         os.close(fd)
         try:
             with tarfile.open(tmp_name, "w:gz") as tar:
-                manifest = {"format": FORMAT, "version": VERSION, "created_at": time.time(), "files": names}
+                manifest = {"format": FORMAT, "version": VERSION, "created_at": time.time(), "files": names, "sha256": checksums}
                 data = json.dumps(manifest, indent=2).encode()
                 info = tarfile.TarInfo(MANIFEST)
                 info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600

@@ -1,0 +1,97 @@
+"""``mnemo backup now|list|verify FILE|restore FILE``: the automatic backups by hand
+(mnemo/backups.py; the archive is the one ``mnemo export`` writes)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
+from mnemo.gateway.config import Settings
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "backup", help="take, list, verify or restore backups of this profile"
+    )
+    sub = p.add_subparsers(dest="backup_command", metavar="ACTION", required=True)
+    sub.add_parser(
+        "now",
+        help="write a backup now (verified, older ones pruned beyond backup.keep)",
+    ).set_defaults(handler=_now)
+    sub.add_parser("list", help="the backups in backup.dir, oldest first").set_defaults(
+        handler=_list
+    )
+    v = sub.add_parser(
+        "verify",
+        help="check an archive: checksums of every file, integrity of every database",
+    )
+    v.add_argument("file", metavar="FILE")
+    v.set_defaults(handler=_verify)
+    r = sub.add_parser(
+        "restore",
+        help="restore an archive into this (stopped) profile; replaced files kept aside",
+    )
+    r.add_argument("file", metavar="FILE")
+    r.set_defaults(handler=_restore)
+
+
+def _now(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.backups import backup_now
+    from mnemo.cli.profile import BackupRefused
+
+    try:
+        path = backup_now(settings, datetime.now(UTC))
+    except BackupRefused as e:
+        raise CommandError(f"backup failed: {e}", EXIT_REFUSED) from None
+    print(f"backup written and verified: {path}")
+    return EXIT_OK
+
+
+def _list(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.backups import backup_dir, list_backups
+
+    folder = backup_dir(settings)
+    backups = list_backups(folder)
+    if not backups:
+        print(f"no backups in {folder}")
+    for b in backups:
+        print(f"{b.created:%Y-%m-%d %H:%M:%S} UTC  {b.size:>12,} bytes  {b.path}")
+    return EXIT_OK
+
+
+def _archive(args: argparse.Namespace) -> Path:
+    path = Path(args.file).expanduser()
+    if not path.is_file():
+        raise CommandError(f"{path}: no such file", EXIT_USAGE)
+    return path
+
+
+def _verify(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.backups import verify_archive
+    from mnemo.cli.profile import BackupRefused
+
+    path = _archive(args)
+    try:
+        count = verify_archive(path)
+    except BackupRefused as e:
+        raise CommandError(f"{path}: verification failed: {e}", EXIT_REFUSED) from None
+    print(f"{path}: OK ({count} files, checksums match, databases intact)")
+    return EXIT_OK
+
+
+def _restore(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.backups import restore
+    from mnemo.cli.profile import BackupRefused
+
+    path = _archive(args)
+    try:
+        count, replaced = restore(settings, path)
+    except BackupRefused as e:
+        raise CommandError(f"restore refused: {e}", EXIT_REFUSED) from None
+    print(f"restored {count} files into {settings.home}")
+    if replaced is not None:
+        print(f"the files it replaced were moved to {replaced}")
+    return EXIT_OK
