@@ -199,7 +199,7 @@ async def test_cli_setup_list_and_status(home: Path, fake: FakeMem0) -> None:
     rows = {r["name"]: r for r in json.loads(out)["providers"]}
     assert set(rows) >= {"holographic", "honcho", "mem0", "hindsight", "supermemory", "retaindb", "byterover", "openviking"}
     assert rows["mem0"]["installed"] and rows["mem0"]["configured"] and rows["mem0"]["available"]
-    assert not rows["retaindb"]["installed"] and not rows["retaindb"]["available"]
+    assert not rows["byterover"]["installed"] and not rows["byterover"]["available"]
     (home / "config.yaml").write_text("memory:\n  provider: mem0\n")
     p = provider(home, fake)
     fake.down = True
