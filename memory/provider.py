@@ -53,6 +53,16 @@ INDICATOR_GLYPH = "🧠"
 Messages = Sequence[Mapping[str, Any]]
 
 
+def message_text(content: Any) -> str:
+    """The text of an API-shaped message's content (a string, or the text blocks of a
+    list): what providers store of the messages the hooks hand them."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b.get("text", "") for b in content if isinstance(b, Mapping) and b.get("type") == "text")
+    return ""
+
+
 @dataclass(frozen=True, slots=True)
 class Availability:
     ok: bool

@@ -29,6 +29,7 @@ from typing import Any
 
 from mnemo.memory.durable import DurableWrites, ProviderHealth, RetryLater, write_key
 from mnemo.memory.provider import (
+    message_text,
     Availability,
     MemoryProvider,
     ProviderContext,
@@ -57,14 +58,6 @@ RETAIN = ToolSchema(
     input_schema={"type": "object", "properties": {"content": {"type": "string"}}, "required": ["content"]},
     durable_args=("content",),
 )
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(b.get("text", "") for b in content if isinstance(b, Mapping) and b.get("type") == "text")
-    return ""
 
 
 class HindsightProvider(DurableWrites, MemoryProvider):
@@ -224,9 +217,9 @@ class HindsightProvider(DurableWrites, MemoryProvider):
             content, context = write.content, "a note the assistant saved to its memory"
         elif op in ("session_end", "pre_compress"):
             lines = [
-                f"{m['role']}: {_text(m.get('content'))}"
+                f"{m['role']}: {message_text(m.get('content'))}"
                 for m in data["messages"]
-                if m.get("role") in ("user", "assistant") and _text(m.get("content")).strip()
+                if m.get("role") in ("user", "assistant") and message_text(m.get("content")).strip()
             ][-SESSION_END_MESSAGES:]
             if not lines:
                 return None

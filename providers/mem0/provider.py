@@ -33,6 +33,7 @@ import structlog
 from mnemo.memory.durable import DurableWrites, ProviderHealth, RetryLater, write_key
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import (
+    message_text,
     Availability,
     MemoryProvider,
     ProviderContext,
@@ -75,14 +76,6 @@ CONCLUDE = ToolSchema(
     },
     durable_args=("conclusion",),
 )
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(b.get("text", "") for b in content if isinstance(b, Mapping) and b.get("type") == "text")
-    return ""
 
 
 def _memories(body: Any) -> list[str]:
@@ -262,9 +255,9 @@ class Mem0Provider(DurableWrites, MemoryProvider):
             infer = False
         elif op in ("session_end", "pre_compress"):
             messages = [
-                {"role": m["role"], "content": _text(m.get("content"))[:MAX_TEXT]}
+                {"role": m["role"], "content": message_text(m.get("content"))[:MAX_TEXT]}
                 for m in data["messages"]
-                if m.get("role") in ("user", "assistant") and _text(m.get("content")).strip()
+                if m.get("role") in ("user", "assistant") and message_text(m.get("content")).strip()
             ][-SESSION_END_MESSAGES:]
             if not messages:
                 return None

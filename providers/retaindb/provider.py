@@ -22,6 +22,7 @@ from typing import Any
 
 from mnemo.memory.durable import DurableWrites, ProviderHealth, RetryLater, write_key
 from mnemo.memory.provider import (
+    message_text,
     Availability,
     MemoryProvider,
     ProviderContext,
@@ -62,14 +63,6 @@ REMEMBER = ToolSchema(
     },
     durable_args=("content",),
 )
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(b.get("text", "") for b in content if isinstance(b, Mapping) and b.get("type") == "text")
-    return ""
 
 
 class RetainDBProvider(DurableWrites, MemoryProvider):
@@ -163,9 +156,9 @@ class RetainDBProvider(DurableWrites, MemoryProvider):
             body = {"content": write.content[:MAX_TEXT]}
         elif op in ("session_end", "pre_compress"):
             messages = [
-                {"role": m["role"], "content": _text(m.get("content"))[:MAX_TEXT]}
+                {"role": m["role"], "content": message_text(m.get("content"))[:MAX_TEXT]}
                 for m in data["messages"]
-                if m.get("role") in ("user", "assistant") and _text(m.get("content")).strip()
+                if m.get("role") in ("user", "assistant") and message_text(m.get("content")).strip()
             ][-SESSION_END_MESSAGES:]
             if not messages:
                 return None
