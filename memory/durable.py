@@ -28,6 +28,7 @@ import hashlib
 import json
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,14 +57,17 @@ def write_key(op: str, ctx: ProviderContext, *parts: str) -> str:
     return f"{op}-{h.hexdigest()[:32]}"
 
 
-class DurableWrites:
-    """Mixin marking a provider whose writes go through the write sink."""
+class DurableWrites(ABC):
+    """The contract of a provider whose writes go through the durable write queue:
+    ``prepare_write`` turns a hook's data into a JSON payload (None: nothing to write),
+    stored as a job; ``apply_write`` sends one payload and raises ``RetryLater`` (or any
+    error) to be tried again with backoff."""
 
-    def prepare_write(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any] | None:
-        raise NotImplementedError
+    @abstractmethod
+    def prepare_write(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any] | None: ...
 
-    def apply_write(self, payload: Mapping[str, Any]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def apply_write(self, payload: Mapping[str, Any]) -> None: ...
 
     # The manager sends these through prepare_write/apply_write instead; the plain
     # hooks do nothing so that a write is never sent twice.
