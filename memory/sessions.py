@@ -177,9 +177,10 @@ def session_from_row(r: sqlite3.Row) -> SessionRow:
     )
 
 
-def message_from_row(r: sqlite3.Row) -> MessageRow:
+def message_from_row(r: Mapping[str, Any], to_time: Callable[[Any], datetime | None] = from_db_time) -> MessageRow:
+    """A stored message row (SQLite's, or another backend's with its own ``to_time``)."""
     calls = json.loads(r["tool_calls"]) if r["tool_calls"] else []
-    created = from_db_time(r["created_at"])
+    created = to_time(r["created_at"])
     assert created is not None
     return MessageRow(
         id=r["id"],

@@ -9,7 +9,6 @@ an identity column, so they increase in insertion order like SQLite's rowids.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +21,7 @@ from mnemo.memory.sessions import (
     NewMessage,
     SessionRow,
     SessionStore,
-    ToolCall,
+    message_from_row,
     new_session_id,
     utc_now,
 )
@@ -56,26 +55,7 @@ def session_from_pg(r: Mapping[str, Any]) -> SessionRow:
 
 
 def message_from_pg(r: Mapping[str, Any]) -> MessageRow:
-    calls = json.loads(r["tool_calls"]) if r["tool_calls"] else []
-    created = utc(r["created_at"])
-    assert created is not None
-    return MessageRow(
-        id=r["id"],
-        session_id=r["session_id"],
-        role=r["role"],
-        content=r["content"],
-        tool_calls=tuple(ToolCall(c["id"], c["name"], c["input"]) for c in calls),
-        tool_call_id=r["tool_call_id"],
-        tool_name=r["tool_name"],
-        is_error=bool(r["is_error"]),
-        author_id=r["author_id"],
-        author_name=r["author_name"],
-        platform_message_id=r["platform_message_id"],
-        created_at=created,
-        token_count=r["token_count"],
-        finish_reason=r["finish_reason"],
-        meta=json.loads(r["meta"]),
-    )
+    return message_from_row(r, to_time=utc)
 
 
 async def _one(conn: Connection, sql: str, args: Sequence[Any] = ()) -> dict[str, Any] | None:
