@@ -315,6 +315,7 @@ class DeliveryLoop:
         self.poll_s = poll_s
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._on_sent = on_sent
 
     def wake(self) -> None:
@@ -330,14 +331,26 @@ class DeliveryLoop:
             await self.outbox.recover_in_flight()
             self._task = asyncio.create_task(self._run(), name="outbox-delivery")
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float = 30.0) -> None:
+        """Let a round in progress finish — a reply handed to the platform must be
+        marked sent, or the next start re-sends it as a possible duplicate — then end
+        the loop; cancel only a round still running after ``grace_s``."""
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        try:
+            async with asyncio.timeout(grace_s):
+                await asyncio.shield(task)
+        except TimeoutError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        finally:
+            self._stopping = False
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             # Cleared before looking, so a reply queued while a round runs is seen next.
             self._wake.clear()
             sent = 0
@@ -345,6 +358,8 @@ class DeliveryLoop:
                 sent = await self.deliver_due()
             except Exception:  # loop boundary: keep delivering
                 log.exception("outbox_loop_error")
+            if self._stopping:
+                return
             if sent:
                 continue  # a full round may have left more behind
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel
