@@ -1,0 +1,5 @@
+"""Supermemory memory provider (extra ``mnemo[supermemory]``: the official SDK)."""
+
+from mnemo.providers.supermemory.provider import SupermemoryProvider
+
+__all__ = ["SupermemoryProvider"]
