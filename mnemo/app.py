@@ -43,6 +43,7 @@ from mnemo.gateway.inbound.pipeline import Gateway
 from mnemo.gateway.turns.agent import AgentDeps
 from mnemo.gateway.turns.sessions import SessionResolver
 from mnemo.gateway.jobs.housekeeping import Housekeeping
+from mnemo.gateway.jobs.skill_review import SkillReview
 from mnemo.gateway.llm.client import LLMClient
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.metrics import Metrics
@@ -310,6 +311,10 @@ async def open_app(
             hooks=ProviderSessionHooks(providers, settings.home),
         )
         housekeeping.register(jobs)
+        # After a turn with many tool calls, a background pass may keep it as a skill.
+        skill_review = SkillReview(settings, agent=agent, skills=skill_store, access=access)
+        skill_review.register(jobs)
+        gateway.turn_listeners.append(skill_review.after_turn)
         for adapter in adapters:
             gateway.add_adapter(adapter)
         # The worker starts before the gateway and stops after it: jobs the last turns

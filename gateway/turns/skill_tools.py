@@ -4,9 +4,12 @@ Who writes where is decided here, from the turn's context, in :func:`write_owner
 
 * a cron run never writes (it reads the job creator's and the shared skills);
 * an admin answering in a primary turn writes the shared skills;
-* anyone else — and every background pass — writes only the speaker's own skills;
-  a background pass (review) may only ``create`` or ``patch``, so it never deletes or
-  rewrites anything, and it cannot reach a shared skill at all.
+* anyone else — and every background pass — writes only the speaker's own skills
+  (marked as written in a conversation, unlike what an admin installs for a user);
+  a background pass (the skill review, ``gateway/jobs/skill_review.py``) may only
+  ``create`` or ``patch``, so it never deletes or rewrites anything, and it cannot reach
+  a shared skill at all — not even by creating one of the user's own under a shared
+  skill's name, which would hide the shared one from that user.
 
 A skill written mid-session is readable at once with ``skill_view``; the session's
 frozen system prompt keeps its index until the next session (the result says so).
@@ -62,7 +65,8 @@ MANAGE_SCHEMA = {
     "name": "skill_manage",
     "description": (
         "Save a how-to skill: content is a whole SKILL.md (front matter name, description). Worth it after "
-        "5+ tool calls, a tricky fix, or a workflow the user wants kept; not for facts or secrets."
+        "a task that took 5+ tool calls, a tricky error overcome, or a workflow the user asks to keep; not "
+        "for one-off answers, facts about the user (use memory) or secrets."
     ),
     "input_schema": {
         "type": "object",
@@ -146,11 +150,19 @@ def skill_tools(store: SkillStore) -> list[Tool]:
 
         def run() -> str:
             owner = write_owner(ctx, action)
+            background = ctx.agent_context is not AgentContext.PRIMARY
+            if background and action == "create" and any(s.name == name for s in store.shared()):
+                raise SkillRefused(f"add_only: {name!r} is a shared skill; a background pass never replaces or shadows it")
+            if background and action == "patch" and owner is not None:
+                mine = next((s for s in store.own(owner) if s.name == name), None)
+                if mine is not None and not store.written_in_conversation(mine):
+                    raise SkillRefused(f"add_only: {name!r} was written by an admin; a background pass never changes it")
             if action == "create":
                 declared = parse_skill(args["content"]).name
                 if declared != name:
                     raise SkillRefused(f"invalid_name: name {name!r} differs from the front matter name {declared!r}")
-                store.create(args["content"], owner, args.get("category"))
+                written_by = None if owner is None else ("user" if ctx.agent_context is AgentContext.PRIMARY else "review")
+                store.create(args["content"], owner, args.get("category"), written_by=written_by)
             elif action == "edit":
                 store.edit(name, args["content"], owner)
             elif action == "patch":

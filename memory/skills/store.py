@@ -13,13 +13,30 @@ touches the disk, copies the current version into history, then replaces files w
 :func:`mnemo.memory.atomic.replace_file` (temp + fsync + rename) — a new skill is built
 in a temp folder and renamed into place — so a writer killed at any point leaves the old
 or the new version. Nothing here executes skill content.
+
+A **rollback** replaces a whole folder, which no single rename can do while the old one
+is in place, so it leaves a trail a later reader can finish (roll forward)::
+
+    .<name>.XXXX/      the restored copy being built (garbage if killed now)
+    .<name>~rollback/  the restored copy, complete: from here on the rollback will happen
+    .<name>~replaced/  the version being replaced, moved aside
+    <name>/            the restored version; then ~replaced is removed
+
+Whoever next scans the folder (any read or write, in any process) sees a ``~rollback``
+or ``~replaced`` entry, takes the lock — so a rollback still running finishes first — and
+completes what is left: moves ``~rollback`` into place and removes ``~replaced``. At every
+moment the skill is the old version, the new one, or (for a reader racing a live
+rollback, for one rename) briefly absent; after a crash it is never lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,6 +56,22 @@ from mnemo.memory.skills.format import (
 )
 
 _RESERVED = ("users", ".history")
+# Who created a user's skill in a conversation (the hidden marker file); no marker: an
+# admin or the CLI did, and a background pass never changes it.
+ORIGIN_FILE = ".origin"
+CONVERSATION_AUTHORS = ("user", "review")
+# A rollback's trail (module docstring). "~" is in no skill name and in no mkdtemp
+# suffix, so a temp folder is never taken for a trail.
+_STAGED = "~rollback"
+_REPLACED = "~replaced"
+
+
+def _trail(entry: str) -> str | None:
+    """The skill name of a rollback trail entry (``.<name>~rollback``), else None."""
+    for suffix in (_STAGED, _REPLACED):
+        if entry.startswith(".") and entry.endswith(suffix):
+            return entry[1 : -len(suffix)] or None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +103,21 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _fsync_tree(folder: Path) -> None:
+    """fsync every file and folder under ``folder`` (a copy about to be renamed into place)."""
+    for dirpath, _dirs, names in os.walk(folder):
+        for n in names:
+            path = os.path.join(dirpath, n)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
 def _no_symlinks(folder: Path, root: Path) -> None:
     for p in (folder, *folder.parents):
         if p == root or not p.is_relative_to(root):
@@ -82,6 +130,9 @@ class SkillStore:
     def __init__(self, root: Path, max_visible: int = 200) -> None:
         self.root = root
         self.max_visible = max_visible
+        # The flock is per open file: a thread that holds it and scans (which may
+        # finish a crashed rollback under the lock) must not take it a second time.
+        self._held = threading.local()
 
     # --- reading ------------------------------------------------------------------
     def _user_root(self, user: UserRef) -> Path:
@@ -96,14 +147,22 @@ class SkillStore:
         found: list[Skill] = []
         if not base.is_dir():
             return found
-        for entry in sorted(base.iterdir()):
+        entries = sorted(base.iterdir())
+        if any(_trail(e.name) for e in entries):
+            self._finish_rollbacks(base)
+            entries = sorted(base.iterdir())
+        for entry in entries:
             if entry.name.startswith(".") or entry.is_symlink() or not entry.is_dir():
                 continue
             if owner is None and entry.name in _RESERVED:
                 continue
             folders = [entry]
             if grouped and not (entry / SKILL_FILE).exists():
-                folders = sorted(p for p in entry.iterdir() if p.is_dir() and not p.is_symlink())
+                inside = sorted(entry.iterdir())
+                if any(_trail(p.name) for p in inside):
+                    self._finish_rollbacks(entry)
+                    inside = sorted(entry.iterdir())
+                folders = [p for p in inside if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")]
             group = entry.name if folders != [entry] else None
             for folder in folders:
                 skill = self._load(folder, owner, group)
@@ -159,6 +218,14 @@ class SkillStore:
             raise SkillRefused(f"not_found: {skill.name} has no file {file_path!r}")
         return target.read_text(encoding="utf-8")
 
+    def written_in_conversation(self, skill: Skill) -> bool:
+        """True when a user's conversation (or its review) created the skill; False for
+        shared skills and for what an admin or the CLI wrote, even into a user's folder."""
+        marker = skill.path / ORIGIN_FILE
+        if skill.owner is None or marker.is_symlink() or not marker.is_file():
+            return False
+        return marker.read_text(encoding="utf-8").strip() in CONVERSATION_AUTHORS
+
     def files(self, skill: Skill) -> list[str]:
         out: list[str] = []
         for sub in SUBFOLDERS:
@@ -168,9 +235,39 @@ class SkillStore:
         return out
 
     # --- writing --------------------------------------------------------------------
-    def _lock(self):
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        if getattr(self._held, "yes", False):
+            yield
+            return
         ensure_folder(self.root)
-        return exclusive_lock(self.root / ".lock")
+        with exclusive_lock(self.root / ".lock"):
+            self._held.yes = True
+            try:
+                yield
+            finally:
+                self._held.yes = False
+
+    def _finish_rollbacks(self, parent: Path) -> None:
+        """Complete every rollback whose trail is in ``parent`` (see the module docstring)."""
+        with self._lock():
+            names = {n for e in parent.iterdir() if (n := _trail(e.name)) is not None}
+            for name in sorted(names):
+                self._roll_forward(parent, name)
+
+    def _roll_forward(self, parent: Path, name: str) -> None:
+        """Under the lock: the two renames and the clean-up of one rollback, from
+        wherever it stopped. Idempotent."""
+        staged, replaced, target = parent / f".{name}{_STAGED}", parent / f".{name}{_REPLACED}", parent / name
+        if staged.is_dir():
+            if target.exists():
+                if replaced.exists():
+                    shutil.rmtree(replaced)  # left by an earlier one; target is the live copy
+                os.rename(target, replaced)
+            os.rename(staged, target)
+            _fsync_dir(parent)
+        if replaced.exists():
+            shutil.rmtree(replaced)
 
     def _require(self, name: str, owner: UserRef | None) -> Skill:
         skill = self._find_owned(name, owner)
@@ -191,8 +288,12 @@ class SkillStore:
         return n
 
     def create(self, content: str, owner: UserRef | None, category: str | None = None,
-               files: dict[str, str] | None = None) -> Skill:
+               files: dict[str, str] | None = None, *, written_by: str | None = None) -> Skill:
+        """``written_by``: who in a conversation created it (``user``, ``review``),
+        kept in a hidden ``.origin`` file; None — an admin or the CLI — writes none."""
         meta = parse_skill(content)
+        if written_by is not None and written_by not in CONVERSATION_AUTHORS:
+            raise ValueError(f"written_by must be one of {', '.join(CONVERSATION_AUTHORS)}")
         _guarded(content, "SKILL.md")
         for rel, text in (files or {}).items():
             check_file_path(rel)
@@ -213,6 +314,8 @@ class SkillStore:
             tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{meta.name}."))
             try:
                 replace_file(tmp / SKILL_FILE, content.encode("utf-8"))
+                if written_by is not None:
+                    replace_file(tmp / ORIGIN_FILE, written_by.encode("utf-8"))
                 for rel, text in (files or {}).items():
                     ensure_folder((tmp / rel).parent, tmp)
                     replace_file(tmp / rel, text.encode("utf-8"))
@@ -305,17 +408,19 @@ class SkillStore:
             if skill is not None:
                 self._snapshot(skill)
             ensure_folder(parent, self.root)
+            _no_symlinks(parent, self.root)
             tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}."))
-            shutil.copytree(src, tmp, dirs_exist_ok=True)
-            _fsync_dir(tmp)
-            if skill is not None:
-                grave = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.deleted."))
-                os.replace(skill.path, grave / name)
-                os.replace(tmp, parent / name)
-                shutil.rmtree(grave, ignore_errors=True)
-            else:
-                os.replace(tmp, parent / name)
+            try:
+                shutil.copytree(src, tmp, dirs_exist_ok=True)
+                _fsync_tree(tmp)
+                # The commit point: once the complete copy has its trail name, any later
+                # reader finishes the rollback (module docstring).
+                os.rename(tmp, parent / f".{name}{_STAGED}")
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
             _fsync_dir(parent)
+            self._roll_forward(parent, name)
         return n
 
     def promote(self, name: str, user: UserRef) -> Skill:
