@@ -234,9 +234,12 @@ class SessionStore:
         parent_session_id: str | None = None,
         title: str | None = None,
         started_at: datetime | None = None,
+        session_id: str | None = None,
     ) -> SessionRow:
+        """``session_id``: a stable id chosen by the caller (an importer derives it from
+        the source's own id, so a second import finds the session); default: a new one."""
         started = started_at or self._clock()
-        sid = new_session_id(started)
+        sid = session_id or new_session_id(started)
 
         def tx(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO chats(chat_key) VALUES (?) ON CONFLICT(chat_key) DO NOTHING", (chat_key,))

@@ -1,4 +1,6 @@
 """``mnemo export FILE`` / ``mnemo import FILE``: move a whole profile between machines.
+(``mnemo import --from hermes|openclaw PATH`` moves in from another agent instead: it
+adds to this profile, see ``mnemo/importers/``.)
 
 The archive is a ``.tar.gz`` holding, relative to ``$MNEMO_HOME``:
 
@@ -135,9 +137,25 @@ def register(subparsers: Any) -> None:
     exp.add_argument("file", metavar="FILE")
     exp.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     exp.set_defaults(handler=_export)
-    imp = subparsers.add_parser("import", help="restore a profile exported with `mnemo export`")
+    imp = subparsers.add_parser(
+        "import", help="restore a profile exported with `mnemo export`, or move in from Hermes Agent or OpenClaw",
+        description="Without --from: restore FILE, an archive written by `mnemo export`. With --from: read a Hermes "
+        "Agent profile (~/.hermes, or its backup .zip/.tar.gz) or an OpenClaw folder (~/.openclaw, or a workspace) "
+        "and add its memory, persona, skills and conversations to this profile (see the README).",
+    )
     imp.add_argument("file", metavar="FILE")
     imp.add_argument("--force", action="store_true", help="import into a non-empty home (replaced files are kept aside)")
+    imp.add_argument("--from", dest="source_kind", choices=("hermes", "openclaw"),
+                     help="FILE is a Hermes Agent profile or an OpenClaw folder, not a mnemo export")
+    imp.add_argument("--user", metavar="PLATFORM:ID",
+                     help="with --from: whose USER.md the source's profile becomes (required for hermes)")
+    imp.add_argument("--chat-map", metavar="SOURCE=TARGET", action="append",
+                     help="with --from: put the conversations of SOURCE (as the dry run lists it) in mnemo chat TARGET "
+                     "(PLATFORM:CHAT_ID or a session key); repeatable")
+    imp.add_argument("--chat-map-file", metavar="FILE", action="append",
+                     help="with --from: SOURCE=TARGET lines (# comments) read from FILE")
+    imp.add_argument("--dry-run", action="store_true", help="with --from: print what would be imported, write nothing")
+    imp.add_argument("--json", action="store_true", help="with --from: print the receipt as JSON")
     imp.set_defaults(handler=_import)
 
 
@@ -490,6 +508,15 @@ def _install(staging: Path, home: Path, files: list[PurePosixPath]) -> Path | No
 
 
 def _import(args: argparse.Namespace, settings: Settings) -> int:
+    if args.source_kind is not None:
+        from mnemo.importers.command import import_foreign
+
+        return import_foreign(args, settings)
+    extra = [flag for flag, on in (("--user", args.user), ("--chat-map", args.chat_map),
+                                   ("--chat-map-file", args.chat_map_file), ("--dry-run", args.dry_run),
+                                   ("--json", args.json)) if on]
+    if extra:
+        raise CommandError(f"{', '.join(extra)}: only with --from hermes|openclaw", EXIT_USAGE)
     try:
         count, replaced = import_profile(settings.home, Path(args.file), args.force)
     except FileNotFoundError as e:
