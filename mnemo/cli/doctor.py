@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from mnemo.cli.terminal import spinner
 from mnemo.gateway.config import Settings
 from mnemo.gateway.storage import state_database
-from mnemo.memory.errors import StoreError
+from mnemo.memory.errors import ProviderError, StoreError
 
 if TYPE_CHECKING:  # aiohttp is imported by the network checks, so `mnemo doctor --help` stays quick
     import aiohttp
@@ -272,6 +272,113 @@ async def _port_in_use(http: aiohttp.ClientSession, host: str, port: int) -> Che
     return Check("web", Status.FAIL, f"{host}:{port} is in use by another program")
 
 
+# --- the external memory provider (memory.provider) ---------------------------------------
+# A provider's hosted API when neither its base_url setting nor <NAME>_BASE_URL is set.
+PROVIDER_HOSTED_URLS = {
+    "mem0": "https://api.mem0.ai",
+    "honcho": "https://api.honcho.dev",
+    "retaindb": "https://api.retaindb.com",
+    "supermemory": "https://api.supermemory.ai",
+    "byterover": "https://prod-beta-cgit.byterover.dev/api/v1",
+    "openviking": "http://127.0.0.1:1933",  # self-hosted server's default port
+}
+
+
+def provider_base_url(settings: Settings, name: str) -> str:
+    """Where provider ``name`` is called: its ``base_url`` setting, else ``<NAME>_BASE_URL``,
+    else its hosted API ('' when none is known)."""
+    from mnemo.memory.provider_config import read_provider_config
+
+    stored = read_provider_config(settings.home, name).get("base_url")
+    env = os.environ.get(f"{name.upper()}_BASE_URL")
+    return str(stored or env or PROVIDER_HOSTED_URLS.get(name, "")).rstrip("/")
+
+
+def provider_secrets(settings: Settings) -> tuple[str, ...]:
+    """The active provider's stored secrets (``providers/<name>/secrets.json``), scrubbed
+    from the output like the other secrets."""
+    from mnemo.memory.provider_config import SECRETS_FILE
+
+    name = settings.memory.provider
+    if not name:
+        return ()
+    try:
+        stored = json.loads((settings.providers_dir / name / SECRETS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    return tuple(str(v) for v in stored.values() if v) if isinstance(stored, dict) else ()
+
+
+def _recorded(settings: Settings, name: str) -> str:
+    """What the gateway last recorded about the provider (``providers/<name>/status.json``)."""
+    from mnemo.memory.durable import read_status
+
+    recorded = read_status(settings.providers_dir / name)
+    return f"; the gateway's last error: {recorded['last_error']}" if recorded.get("last_error") else ""
+
+
+def active_provider_row(settings: Settings) -> dict[str, Any] | None:
+    """The ``mnemo providers list`` row of ``memory.provider`` (blocking: discovery
+    imports the providers and their SDKs, which may take seconds — run it in a thread,
+    before the network deadline starts)."""
+    from mnemo.cli.provider_status import provider_rows
+
+    return next((r for r in provider_rows(settings) if r["name"] == settings.memory.provider), None)
+
+
+async def check_provider(settings: Settings, http: aiohttp.ClientSession, row: dict[str, Any] | None) -> Check:
+    """Configured, available here, and reachable: any HTTP answer below 500 from its base
+    URL means the server is up (the probe sends no key, so 401/404 are fine); 5xx or no
+    answer means the gateway's writes to it are being queued."""
+    import aiohttp
+
+    from mnemo.cli.provider_status import BUILTIN_LOCAL
+
+    name = settings.memory.provider
+    assert name is not None
+    if row is None or not row["available"]:
+        reason = row["reason"] if row else "unknown provider"
+        return Check("provider", Status.FAIL, f"{name} is configured (memory.provider) but unavailable: {reason}")
+    try:
+        base = provider_base_url(settings, name)
+    except ProviderError as e:
+        return Check("provider", Status.FAIL, str(e))
+    if name in BUILTIN_LOCAL:
+        return Check("provider", Status.PASS, f"{name} (local, in this profile){_recorded(settings, name)}")
+    if not base:
+        return Check("provider", Status.SKIP, f"{name}: no base URL known to probe (set its base_url)")
+    try:
+        status, _ = await _request(http, "GET", f"{base}/")
+    except aiohttp.ClientError as e:
+        return Check("provider", Status.FAIL, f"{name} at {base} unreachable: {e}{_recorded(settings, name)}")
+    if status >= 500:
+        return Check("provider", Status.FAIL, f"{name} at {base} answers HTTP {status} (down){_recorded(settings, name)}")
+    return Check("provider", Status.PASS, f"{name} at {base} is reachable (HTTP {status}){_recorded(settings, name)}")
+
+
+async def check_provider_writes(settings: Settings) -> Check:
+    """The provider's queued and failed writes (job kind ``provider_write``)."""
+    from mnemo.cli.provider_status import write_counts
+
+    name = settings.memory.provider
+    assert name is not None
+    if not settings.home.is_dir():
+        return Check("provider writes", Status.SKIP, "no home folder yet")
+    try:
+        counts = await write_counts(settings, name)
+    except (StoreError, sqlite3.Error, OSError) as e:
+        return Check("provider writes", Status.FAIL, f"cannot read the job queue: {e}")
+    detail = f"{counts['queued_writes']} queued, {counts['failed_writes']} failed, {counts['done_writes']} done"
+    if counts["failed_writes"]:
+        return Check(
+            "provider writes", Status.FAIL,
+            f"{detail}; last error: {counts['last_write_error'] or 'unknown'} — failed writes are not retried",
+        )  # fmt: skip
+    if counts["queued_writes"] and counts["last_write_error"]:
+        detail += f" (waiting to be retried; last error: {counts['last_write_error']})"
+    return Check("provider writes", Status.PASS, detail)
+
+
 NetworkCheck = Callable[[Settings, "aiohttp.ClientSession"], Awaitable[Check]]
 
 
@@ -301,12 +408,21 @@ async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> lis
     if settings.discord.bot_token is not None:
         network.append(("discord", check_discord))
     network.append(("web", check_web))
+    if settings.memory.provider:
+        row = await asyncio.to_thread(active_provider_row, settings)
+
+        async def provider_probe(s: Settings, http: aiohttp.ClientSession) -> Check:
+            return await check_provider(s, http, row)
+
+        network.append(("provider", provider_probe))
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as http:
             probes = await asyncio.gather(*(_guarded(name, fn, settings, http, timeout_s) for name, fn in network))
     finally:
         checks.append(await database)
+    if settings.memory.provider:  # after the database check, which creates and migrates it
+        probes.append(await check_provider_writes(settings))
     return checks + probes
 
 
@@ -326,7 +442,7 @@ def doctor(args: argparse.Namespace, settings: Settings) -> int:
         unicode = True
     except (UnicodeEncodeError, LookupError):
         unicode = False
-    secrets = settings.secret_values()
+    secrets = settings.secret_values() + provider_secrets(settings)
     for check in checks:
         print(render(check, secrets, unicode=unicode))
     failed = [c.name for c in checks if c.status is Status.FAIL]

@@ -34,7 +34,7 @@ KNOWN_PROVIDERS: dict[str, tuple[str | None, str | None]] = {
     "supermemory": ("supermemory", "SUPERMEMORY_API_KEY"),
     "retaindb": (None, "RETAINDB_API_KEY"),
     "byterover": (None, "BYTEROVER_API_KEY"),
-    "openviking": ("openviking", "OPENVIKING_API_KEY"),
+    "openviking": ("openviking_sdk", "OPENVIKING_API_KEY"),
 }
 BUILTIN_LOCAL = {"holographic"}  # needs no settings
 PROVIDER_WRITE = "provider_write"
@@ -77,7 +77,9 @@ def list_json(settings: Settings) -> int:
     return EXIT_OK
 
 
-async def _writes(settings: Settings, name: str) -> dict[str, Any]:
+async def write_counts(settings: Settings, name: str) -> dict[str, Any]:
+    """Queued/failed/done writes of provider ``name`` and the last write error (also
+    shown by ``mnemo doctor``)."""
     from mnemo.gateway.storage import open_backend
 
     backend = await open_backend(settings)
@@ -108,7 +110,7 @@ def status(args: argparse.Namespace, settings: Settings) -> int:
             reachable=recorded.get("reachable"),
             last_error=recorded.get("last_error") or "",
         )
-        body.update(asyncio.run(_writes(settings, name)))
+        body.update(asyncio.run(write_counts(settings, name)))
     if getattr(args, "json", False):
         print(json.dumps(body, indent=2))
     elif not name:
