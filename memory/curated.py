@@ -28,6 +28,7 @@ from typing import Any
 
 from mnemo.memory.atomic import ensure_folder, exclusive_lock, replace_file
 from mnemo.memory.errors import InvalidIdentifier, MemoryRefused, MemoryUnreadable
+from mnemo.memory.identity import Identities
 from mnemo.memory.scope import UserRef
 from mnemo.memory.threats import Threat, ThreatCategory, scan
 
@@ -206,6 +207,11 @@ class CuratedFile:
         return f"CuratedFile({self.target}, {str(self.path)!r}, limit={self.limit})"
 
     @property
+    def location(self) -> str:
+        """Where this file is kept, as shown to people (``mnemo memory show``)."""
+        return str(self.path)
+
+    @property
     def lock_path(self) -> Path:
         return self.path.with_name(self.path.name + ".lock")
 
@@ -381,6 +387,10 @@ class CuratedFile:
             return self._failure(action, f"{e.reason} Nothing was saved.")
         except OSError as e:
             return self._failure(action, f"Writing {self.path.name} failed ({e.strerror or e}).")
+        return self._saved(action, outcome)
+
+    def _saved(self, action: Action, outcome: _Change) -> WriteResult:
+        """The result of a write that is stored (files and rows alike)."""
         done = "Saved — the write is complete; do not repeat it."
         if action is not Action.REMOVE:
             done += " Your system prompt shows it from the next session on."
@@ -445,7 +455,11 @@ def _for_people(snap: Snapshot, what: str) -> str:
 
 class MemoryFiles:
     """Where the curated files of one profile live: ``<memories_dir>/MEMORY.md`` and
-    ``<memories_dir>/users/<platform>/<user_id>/USER.md``."""
+    ``<memories_dir>/users/<platform>/<user_id>/USER.md``.
+
+    With ``identities`` (linked accounts, ``memory/identity.py``) a person's accounts
+    share the USER.md of their canonical account: ``user`` resolves it, ``own`` is the
+    file of exactly that account (linking merges and unlinking copies with it)."""
 
     def __init__(
         self,
@@ -454,11 +468,13 @@ class MemoryFiles:
         user_limit: int = DEFAULT_USER_LIMIT,
         *,
         lock_timeout: float = 10.0,
+        identities: Identities | None = None,
     ) -> None:
         self.memories_dir = Path(memories_dir)
         self.memory_limit = memory_limit
         self.user_limit = user_limit
         self._lock_timeout = lock_timeout
+        self.identities = identities
 
     @property
     def users_dir(self) -> Path:
@@ -474,12 +490,40 @@ class MemoryFiles:
         )
 
     def user(self, ref: UserRef) -> CuratedFile:
-        """The USER.md of one chat user. Nothing is created until the first write."""
+        """The USER.md of one chat user (their canonical account's when linked).
+        Nothing is created until the first write."""
+        return self.own(self.identities.canonical(ref) if self.identities is not None else ref)
+
+    def own(self, ref: UserRef) -> CuratedFile:
+        """The USER.md of exactly this account, links ignored."""
         path = self.users_dir / ref.platform / ref.user_id / "USER.md"
         # UserRef already rejects separators and "..": this catches a symlink in the tree.
         if not path.resolve().is_relative_to(self.users_dir.resolve()):
             raise InvalidIdentifier(f"the USER.md of {ref} would resolve outside {self.users_dir}")
         return CuratedFile(Target.USER, path, self.user_limit, root=self.users_dir, lock_timeout=self._lock_timeout)
+
+    def copy_own(self, source: UserRef, dest: UserRef) -> None:
+        """``dest``'s own USER.md becomes a copy of ``source``'s own (removed if there is
+        none): unlinking an account leaves it a copy of the shared profile. Blocks."""
+        src, dst = self.own(source), self.own(dest)
+        ensure_folder(dst.path.parent, self.users_dir)
+        data = None
+        if src.path.is_file():
+            with exclusive_lock(src.lock_path, self._lock_timeout):
+                data = src.path.read_bytes() if src.path.is_file() else None
+        with exclusive_lock(dst.lock_path, self._lock_timeout):
+            if data is None:
+                dst.path.unlink(missing_ok=True)
+            else:
+                replace_file(dst.path, data)
+
+    def drop_own(self, ref: UserRef) -> None:
+        """Remove exactly this account's USER.md (its entries were merged into another's). Blocks."""
+        file = self.own(ref)
+        if not file.path.exists():
+            return
+        with exclusive_lock(file.lock_path, self._lock_timeout):
+            file.path.unlink(missing_ok=True)
 
     def blocks(self, speaker: UserRef | None) -> MemoryBlocks:
         """The one reader of the curated files for prompts and people: MEMORY.md and,

@@ -12,6 +12,12 @@ down, slow or rate limited, and a restart of mnemo. A provider that mixes in
   the turn: session, op and content), raises on failure; ``RetryLater`` carries the
   server's ``Retry-After``.
 
+Erasure (``mnemo users erase``, ``/forget me``) queues one more op, ``"forget_user"``:
+its payload (``forget_user``) names only the user's scope ``user_id``, built here and
+not by ``prepare_write`` (the person is gone from mnemo by the time it is sent), and
+``apply_write`` deletes everything the provider holds for that user with the API's own
+delete call. Like any write it waits in the job queue while the provider is down.
+
 ``MemoryManager`` hands prepared payloads to a write sink (the gateway's persisted job
 queue, kind ``provider_write``) and the queue calls ``MemoryManager.apply_write`` with
 backoff and bounded attempts. Without a sink (tools, tests) the manager applies the
@@ -35,9 +41,11 @@ from typing import Any
 
 from mnemo.memory.atomic import ensure_folder
 from mnemo.memory.provider import ProviderContext
+from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope, safe_id
 
 STATUS_FILE = "status.json"
-WRITE_OPS = ("turn", "memory", "session_end", "pre_compress")
+FORGET_USER = "forget_user"
+WRITE_OPS = ("turn", "memory", "session_end", "pre_compress", FORGET_USER)
 
 
 class RetryLater(Exception):
@@ -55,6 +63,24 @@ def write_key(op: str, ctx: ProviderContext, *parts: str) -> str:
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return f"{op}-{h.hexdigest()[:32]}"
+
+
+def forget_user(user_id: str) -> dict[str, Any]:
+    """The durable write that erases ``user_id`` (``PLATFORM:ID``) at an external provider:
+    ``{"op": "forget_user", "key": …, "scope": {"user_id": …, …}}``, the scope's
+    ``user_id`` in the form ``scope_for`` gives every provider call."""
+    scope = ProviderScope(safe_id(user_id), "forget", DEFAULT_AGENT_ID)
+    digest = hashlib.sha256(scope.user_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return {"op": FORGET_USER, "key": f"{FORGET_USER}-{digest}", "scope": scope.as_dict()}
+
+
+def forget_scope(payload: Mapping[str, Any]) -> ProviderScope:
+    """The scope a ``forget_user`` payload names (only its ``user_id`` matters)."""
+    scope = payload.get("scope")
+    user_id = scope.get("user_id") if isinstance(scope, Mapping) else payload.get("user_id")
+    if not isinstance(user_id, str) or not user_id:
+        raise ValueError("forget_user: the payload names no user_id")
+    return ProviderScope(user_id, "forget", DEFAULT_AGENT_ID)
 
 
 class DurableWrites(ABC):

@@ -32,7 +32,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ import structlog
 from mnemo.memory.durable import DurableWrites
 from mnemo.memory.errors import MemoryRefused, ProviderError
 from mnemo.memory.fence import fence, sanitize_recall, strip_fences
+from mnemo.memory.identity import Identities
 from mnemo.memory.provider import (
     Availability,
     Messages,
@@ -123,6 +124,15 @@ class MemoryManager:
         self._closed = False
         # Where durable providers' writes go (the persisted job queue); None: at once.
         self._write_sink: Callable[[str, dict[str, Any]], Coroutine[Any, Any, None]] | None = None
+        # Linked accounts (``memory/identity.py``): calls for any of a person's accounts
+        # use the person's provider scope. None: every account is its own person.
+        self.identities: Identities | None = None
+
+    def _scoped(self, ctx: ProviderContext) -> ProviderContext:
+        if self.identities is None or ctx.user is None:
+            return ctx
+        person = self.identities.canonical(ctx.user)
+        return replace(ctx, person=person) if person != ctx.user else ctx
 
     # --- registration and lifecycle ----------------------------------------------
     def add_provider(self, provider: MemoryProvider, config: Mapping[str, Any] | None = None) -> bool:
@@ -308,6 +318,7 @@ class MemoryManager:
     async def prefetch(self, query: str, ctx: ProviderContext) -> Recall | None:
         """Recall for this turn as one fenced block (``Recall.text``), or None when the
         prompt is trivial or nothing was recalled. Call once per turn."""
+        ctx = self._scoped(ctx)
         if is_trivial_prompt(query):
             self._remember_indicator(ctx.chat_key, None)
             return None
@@ -342,12 +353,14 @@ class MemoryManager:
         return recall
 
     def queue_prefetch(self, query: str, ctx: ProviderContext) -> None:
+        ctx = self._scoped(ctx)
         if is_trivial_prompt(query):
             return
         self._background("queue_prefetch", lambda s: s.provider.queue_prefetch, (query, ctx))
 
     def sync_turn(self, user_text: str, assistant_text: str, ctx: ProviderContext) -> None:
         """Hand a finished turn to the providers without waiting (PRIMARY only)."""
+        ctx = self._scoped(ctx)
         if not ctx.may_write:
             return
         args = (strip_fences(user_text), strip_fences(assistant_text), ctx)
@@ -357,6 +370,7 @@ class MemoryManager:
 
     async def handle_tool_call(self, name: str, args: Mapping[str, Any], ctx: ProviderContext) -> str:
         """Route a tool call; always returns a JSON string (errors as ``{"ok": false}``)."""
+        ctx = self._scoped(ctx)
         entry = self._tools.get(name)
         if entry is None or not entry[0].ready:
             return _error(f"no memory provider handles tool {name!r}")
@@ -379,12 +393,15 @@ class MemoryManager:
 
     # --- hooks -------------------------------------------------------------------------
     async def on_turn_start(self, turn: int, message: str, ctx: ProviderContext) -> None:
+        ctx = self._scoped(ctx)
         await self._each("on_turn_start", lambda s: s.provider.on_turn_start, (turn, message, ctx))
 
     async def on_session_switch(self, previous_session_id: str, ctx: ProviderContext) -> None:
+        ctx = self._scoped(ctx)
         await self._each("on_session_switch", lambda s: s.provider.on_session_switch, (previous_session_id, ctx))
 
     async def on_session_end(self, messages: Messages, ctx: ProviderContext) -> None:
+        ctx = self._scoped(ctx)
         if ctx.may_write:
             await asyncio.gather(*self._durable("session_end", {"messages": list(messages)}, ctx))
             t = self.limits.background_timeout_s
@@ -393,17 +410,20 @@ class MemoryManager:
     async def on_memory_write(self, write: MemoryWrite, ctx: ProviderContext) -> None:
         """Mirror a successful built-in write to the external provider (awaited, so a
         replace that follows an add is mirrored in the same order)."""
+        ctx = self._scoped(ctx)
         if ctx.may_write:
             await asyncio.gather(*self._durable("memory", {"write": write}, ctx))
             await self._each("on_memory_write", lambda s: s.provider.on_memory_write, (write, ctx), external_only=True)
 
     def on_delegation(self, task: str, result: str, ctx: ProviderContext) -> None:
+        ctx = self._scoped(ctx)
         if ctx.may_write:
             self._background("on_delegation", lambda s: s.provider.on_delegation, (task, result, ctx))
 
     async def pre_compress(self, messages: Messages, ctx: ProviderContext) -> bool:
         """Give providers the messages about to be compressed away. False means a
         fail-closed (checkpoint_version 2) provider failed: do not compress now."""
+        ctx = self._scoped(ctx)
         if not ctx.may_write:
             return True
         ok = True

@@ -79,10 +79,18 @@ class ProviderContext:
     user: UserRef | None  # the turn's author; None when nobody speaks (e.g. cron)
     agent_context: AgentContext
     home: Path
+    # The canonical account the author is linked to (``memory/identity.py``), set by the
+    # MemoryManager; None: not linked. Provider scopes are the person's, not the account's.
+    person: UserRef | None = None
 
     @property
     def may_write(self) -> bool:
         return self.agent_context is AgentContext.PRIMARY
+
+    @property
+    def owner(self) -> UserRef | None:
+        """Whose memory this call reads and writes: the person (linked accounts), else the author."""
+        return self.person or self.user
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """Identity and scope mapping for external providers — the one place it is decided.
 
 * mnemo's user (``platform:id``, ``ProviderContext.user``: the turn's speaker, also in
-  a shared-room group) → the provider's per-user scope (Honcho peer, Mem0 ``user_id``,
+  a shared-room group; ``ProviderContext.person`` when their accounts are linked) → the
+  provider's per-user scope (Honcho peer, Mem0 ``user_id``,
   Hindsight bank).
 * the chat's session → the provider's session/thread/run.
 * the bot → its own peer/agent id (a provider setting, default ``mnemo``).
@@ -24,9 +25,12 @@ DEFAULT_AGENT_ID = "mnemo"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:@-]")
 
 
-def _safe(value: str) -> str:
+def safe_id(value: str) -> str:
     """A form every provider accepts as an id (letters, digits, ``_.:@-``)."""
     return _UNSAFE.sub("_", value)[:128]
+
+
+_safe = safe_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +48,9 @@ class ProviderScope:
 
 
 def scope_for(ctx: ProviderContext, agent_id: str = DEFAULT_AGENT_ID) -> ProviderScope | None:
-    """The speaker's scope for this call; None when nobody speaks."""
-    if ctx.user is None:
+    """The speaker's scope for this call — the person's, when the speaker's accounts are
+    linked (``ctx.person``: one scope on every platform); None when nobody speaks."""
+    owner = ctx.owner
+    if owner is None:
         return None
-    return ProviderScope(_safe(str(ctx.user)), _safe(ctx.session_id), _safe(agent_id or DEFAULT_AGENT_ID))
+    return ProviderScope(_safe(str(owner)), _safe(ctx.session_id), _safe(agent_id or DEFAULT_AGENT_ID))

@@ -327,8 +327,10 @@ async def run_session_search_tool(
     default_limit: int,
     max_limit: int,
     digest: SearchDigest | None = None,
+    also_chat_keys: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Handle one ``session_search`` tool call; the result is JSON-serialisable.
+    ``also_chat_keys``: other chats the caller may see (their DMs on linked accounts).
 
     Never raises for bad input: an empty or missing query, or a malformed limit, comes
     back as ``{"error": ...}`` the model can read and correct.
@@ -345,7 +347,8 @@ async def run_session_search_tool(
         return {"error": f"'limit' must be a whole number between 1 and {max_limit}."}
     limit = max(1, min(limit, max_limit))
     excluded = (current_session_id,) if current_session_id else ()
-    result = await search.search(query, chat_keys=(chat_key,), limit=limit, exclude_session_ids=excluded)
+    keys = (chat_key, *also_chat_keys)
+    result = await search.search(query, chat_keys=keys, limit=limit, exclude_session_ids=excluded)
     payload: dict[str, Any] = {"query": query, "count": len(result.hits)}
     if not result.hits:
         payload["results"] = []

@@ -23,7 +23,7 @@ import os
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,6 +44,7 @@ from mnemo.cli.profile import (
 )
 from mnemo.gateway.config import Settings
 from mnemo.memory.atomic import ensure_folder
+from mnemo.memory.scope import UserRef
 
 log = structlog.get_logger(__name__)
 
@@ -229,3 +230,61 @@ class BackupScheduler:
                     exc_info=not isinstance(e, BackupRefused | OSError),
                 )
             due = self.next_run(max(now, due))
+
+
+def scrub_backups(settings: Settings, accounts: Sequence[UserRef], *, delete: bool) -> int:
+    """Erasure in the backups (``gateway/people/erasure.py`` calls it through the hook
+    the app gives it): every backup archive is restored into a scratch home, the people
+    ``accounts`` are erased there like in the live profile (rows, files, compaction),
+    and the archive is written again, verified and put in place of the old one. Returns
+    the number of archives (to be) rewritten; an archive that cannot be read is logged
+    and left as it is (it is not a backup mnemo can restore either)."""
+    from mnemo.gateway.budgets.ledger import SqliteBudgets
+    from mnemo.gateway.config import load_settings
+    from mnemo.gateway.people.erasure import Erasure
+    from mnemo.gateway.storage import state_database
+
+    folder = settings.backup.dir.expanduser() if settings.backup.dir is not None else settings.home / "backups"
+    archives = [b.path for b in list_backups(folder)]
+    if not delete:
+        return len(archives)
+    done = 0
+    for archive in archives:
+        with tempfile.TemporaryDirectory(prefix=".scrub-", dir=archive.parent) as scratch:
+            home = Path(scratch) / "home"
+            try:
+                import_profile(home, archive)
+            except (UnsafeArchive, OSError) as e:
+                log.warning("backup_not_scrubbed", path=str(archive), error=str(e))
+                continue
+            inner = load_settings(home, environ={})
+
+            async def erase() -> None:
+                db = state_database(inner.state_db)
+                await db.open()
+                try:
+                    erasure = Erasure(db, inner, SqliteBudgets(db))
+                    for user in accounts:
+                        await erasure.erase(user)
+                finally:
+                    await db.close()
+
+            if inner.state_db.exists():
+                asyncio.run(erase())
+            fresh = archive.with_name(f".{archive.name}.scrubbed")
+            export_profile(home, fresh, force=True)
+            os.chmod(fresh, 0o600)
+            verify_archive(fresh)
+            os.replace(fresh, archive)
+            done += 1
+    log.info("backups_scrubbed", archives=done, accounts=[str(a) for a in accounts])
+    return done
+
+
+def scrubber(settings: Settings) -> Callable[[tuple[UserRef, ...], bool], Awaitable[int]]:
+    """``scrub_backups`` as the erasure's hook (off the event loop)."""
+
+    async def scrub(accounts: tuple[UserRef, ...], delete: bool) -> int:
+        return await asyncio.to_thread(scrub_backups, settings, accounts, delete=delete)
+
+    return scrub

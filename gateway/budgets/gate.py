@@ -84,13 +84,13 @@ class BudgetGate:
         self.ledger = ledger
         self._locks: dict[str, asyncio.Lock] = {}
 
-    @staticmethod
-    def payer(user: UserRef) -> str:
-        return str(user)
+    async def payer(self, user: UserRef) -> str:
+        """The person whose budget it is: linked accounts share their canonical one's."""
+        return await self.ledger.payer(str(user))
 
     async def limits(self, user: UserRef, *, admin: bool) -> Limits:
         base = self.settings.per_user
-        own = await self.ledger.override(self.payer(user)) or Override()
+        own = await self.ledger.override(str(user)) or Override()
         return Limits(
             daily_usd=own.daily_usd if own.daily_usd is not None else base.daily_usd,
             monthly_usd=own.monthly_usd if own.monthly_usd is not None else base.monthly_usd,
@@ -105,7 +105,7 @@ class BudgetGate:
             yield await self._check(user, limits)
             return
         # One lock per capped person for the life of the process (a few bytes each).
-        async with self._locks.setdefault(self.payer(user), asyncio.Lock()):
+        async with self._locks.setdefault(await self.payer(user), asyncio.Lock()):
             yield await self._check(user, limits)
 
     async def _check(self, user: UserRef, limits: Limits) -> Refusal | None:
@@ -117,26 +117,26 @@ class BudgetGate:
             if spent >= glob:
                 found = ("global_daily_usd", glob, spent, next_day(now), EVERYONE)
         if found is None and limits.capped:
-            s = await self.ledger.spend(self.payer(user))
+            s = await self.ledger.spend(await self.payer(user))
             for cap, limit, spent, resets in (
                 ("monthly_usd", limits.monthly_usd, s.month_usd, next_month(now)),
                 ("daily_usd", limits.daily_usd, s.day_usd, next_day(now)),
                 ("daily_tokens", limits.daily_tokens, s.day_tokens, next_day(now)),
             ):
                 if limit is not None and spent >= limit:
-                    found = (cap, float(limit), float(spent), resets, self.payer(user))
+                    found = (cap, float(limit), float(spent), resets, await self.payer(user))
                     break
         if found is None:
             return None
         cap, limit, spent, resets, _ = found
         # One notice per person and reset, also for the global cap.
-        notify = await self.ledger.claim_notice(f"{self.payer(user)}|{cap}", resets)
+        notify = await self.ledger.claim_notice(f"{await self.payer(user)}|{cap}", resets)
         return Refusal(cap, limit, spent, resets, notify, now)
 
     async def report(self, user: UserRef, *, admin: bool) -> str:
         """``/usage``: today's and this month's spend against the caps."""
         limits = await self.limits(user, admin=admin)
-        s: Spend = await self.ledger.spend(self.payer(user))
+        s: Spend = await self.ledger.spend(str(user))
         now = self.ledger.local_now()
 
         def of(value: float | None, fmt: str) -> str:

@@ -9,6 +9,12 @@ request is also added to the ``*`` row (the whole bot, for ``budgets.global``).
 
 Days are those of ``gateway.timezone``; a month is the sum of its days. The clock is
 injected so a test can cross midnight without sleeping.
+
+Linked accounts (``gateway/people/links.py``) are one payer: spend is recorded under
+the canonical account, a person's spend is the sum of all their accounts' rows (what
+they spent before linking counts too), and their caps are the canonical account's.
+Each lookup reads the links in the same SQL snapshot as the counters, so a link made
+by another process applies at the next request.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
+from mnemo.gateway.people.links import canonical_within, members_within
 from mnemo.memory.db import Database
 from mnemo.memory.usage import Usage
 
@@ -122,6 +129,8 @@ class SqliteBudgets:
     def record_within(self, conn: sqlite3.Connection, payer: str | None, usage: Usage) -> None:
         day = self.local_now().date().isoformat()
         tokens = usage.prompt_tokens + usage.output_tokens
+        if payer is not None and payer != EVERYONE:
+            payer = canonical_within(conn, payer)
         for who in (EVERYONE,) if payer is None or payer == EVERYONE else (payer, EVERYONE):
             conn.execute(
                 "INSERT INTO usage_days (payer, day, cost_usd, tokens, requests) VALUES (?, ?, ?, ?, 1)"
@@ -134,13 +143,14 @@ class SqliteBudgets:
         today = self.local_now().date()
 
         def q(conn: sqlite3.Connection) -> Spend:
+            payers = [payer] if payer == EVERYONE else members_within(conn, payer)
             row = conn.execute(
                 "SELECT COALESCE(SUM(CASE WHEN day = ? THEN cost_usd END), 0),"
                 " COALESCE(SUM(CASE WHEN day = ? THEN tokens END), 0),"
                 " COALESCE(SUM(cost_usd), 0), COALESCE(SUM(tokens), 0),"
                 " COALESCE(SUM(CASE WHEN day = ? THEN requests END), 0)"
-                " FROM usage_days WHERE payer = ? AND day >= ? AND day <= ?",
-                (today.isoformat(), today.isoformat(), today.isoformat(), payer,
+                f" FROM usage_days WHERE payer IN ({','.join('?' * len(payers))}) AND day >= ? AND day <= ?",
+                (today.isoformat(), today.isoformat(), today.isoformat(), *payers,
                  today.replace(day=1).isoformat(), today.isoformat()),
             ).fetchone()
             return Spend(float(row[0]), int(row[1]), float(row[2]), int(row[3]), int(row[4]))
@@ -152,8 +162,9 @@ class SqliteBudgets:
         today = self.local_now().date()
 
         def q(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "SELECT DISTINCT payer FROM usage_days WHERE payer != ? AND day >= ?",
+            rows = conn.execute(  # a linked person once, under their canonical account
+                "SELECT DISTINCT COALESCE(l.canonical, u.payer) FROM usage_days u"
+                " LEFT JOIN identity_links l ON l.member = u.payer WHERE u.payer != ? AND u.day >= ?",
                 (EVERYONE, today.replace(day=1).isoformat()),
             )
             return [r[0] for r in rows]
@@ -165,7 +176,8 @@ class SqliteBudgets:
     async def override(self, payer: str) -> Override | None:
         def q(conn: sqlite3.Connection) -> Override | None:
             row = conn.execute(
-                "SELECT daily_usd, monthly_usd, daily_tokens FROM budget_overrides WHERE payer = ?", (payer,)
+                "SELECT daily_usd, monthly_usd, daily_tokens FROM budget_overrides WHERE payer = ?",
+                (canonical_within(conn, payer),),
             ).fetchone()
             return None if row is None else Override(row[0], row[1], row[2])
 
@@ -173,15 +185,16 @@ class SqliteBudgets:
 
     async def set_override(self, payer: str, override: Override | None) -> None:
         def tx(conn: sqlite3.Connection) -> None:
+            who = canonical_within(conn, payer)
             if override is None:
-                conn.execute("DELETE FROM budget_overrides WHERE payer = ?", (payer,))
+                conn.execute("DELETE FROM budget_overrides WHERE payer = ?", (who,))
                 return
             conn.execute(
                 "INSERT INTO budget_overrides (payer, daily_usd, monthly_usd, daily_tokens, updated_at)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT (payer) DO UPDATE SET daily_usd = excluded.daily_usd,"
                 " monthly_usd = excluded.monthly_usd, daily_tokens = excluded.daily_tokens,"
                 " updated_at = excluded.updated_at",
-                (payer, override.daily_usd, override.monthly_usd, override.daily_tokens, time.time()),
+                (who, override.daily_usd, override.monthly_usd, override.daily_tokens, time.time()),
             )
 
         await self._db.write(tx)
@@ -197,6 +210,10 @@ class SqliteBudgets:
             return cur.rowcount == 1
 
         return await self._db.write(tx)
+
+    async def payer(self, user: str) -> str:
+        """Whose budget ``user``'s requests count against: their canonical account."""
+        return await self._db.read(lambda conn: canonical_within(conn, user))
 
     def erase_within(self, conn: sqlite3.Connection, payer: str) -> int:
         n = 0

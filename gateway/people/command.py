@@ -31,9 +31,11 @@ class ForgetMe:
             code = secrets.token_hex(4).upper()
             self._codes[str(user)] = (code, now + CODE_TTL_S)
             receipt = await self.erasure.count(user)
+            linked = [str(a) for a in await self.erasure.accounts(user) if a != user]
+            also = f", on this account and your linked accounts ({', '.join(linked)})" if linked else ""
             return (
                 "This will erase everything I have of you: your profile, your conversations with me, "
-                f"what you wrote in group chats, your facts and usage ({receipt.total} items). "
+                f"what you wrote in group chats, your facts and usage ({receipt.total} items{also}). "
                 f"It cannot be undone. To confirm, send within 10 minutes: /forget me {code}"
             )
         pending = self._codes.get(str(user))

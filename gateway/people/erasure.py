@@ -10,28 +10,49 @@ What goes (``Receipt.counts`` names each layer):
 * ``shared_messages`` — what they wrote in shared-room sessions (the others' stay);
 * ``inbox`` / ``outbox`` — their inbound messages and what was sent to them or for them;
 * ``pairing``, ``cron_jobs`` (jobs that speak for them), ``usage`` (counters, caps);
-* ``facts`` — holographic facts owned by them (``facts.db``).
+* ``facts`` — holographic facts owned by them (``facts.db``);
+* ``links`` — their identity links and pending ``/link`` codes;
+* ``skills`` — their own skills (``skills/users/P/ID``) and those skills' history;
+* ``media`` — files they sent (``media/``, named in their messages' ``meta``) that no
+  remaining message still refers to;
+* ``copies`` — copies of their profile or skill folders anywhere else under the home
+  (``.replaced-*/`` left by ``mnemo import``, an unpacked archive): every
+  ``…/users/P/ID/`` and ``…/.history/users/P:ID/`` folder;
+* ``backups`` — the backup archives (``backup.dir``), each restored into a scratch
+  folder, erased there the same way and written again (``scrub`` from the app:
+  ``mnemo/backups.py``; the gateway cannot import it);
+* ``provider`` — for an external provider (``memory.provider``), one durable
+  ``forget_user`` write (``memory/durable.py``) per account, queued in the same
+  transaction as the deletions: the worker sends the provider's delete call, retried
+  while it is down, also when ``mnemo users erase`` ran in another process.
+
+A person whose accounts are linked (``links.py``) is erased whole: every linked
+account goes, since they share one profile, budget and provider scope.
 
 All state.db rows go in one transaction with ``secure_delete`` on; deleting through SQL
 fires the FTS triggers, but an FTS5 delete only records a tombstone, so each index is
 merged (``optimize``) for their words to leave it. Then ``VACUUM`` rebuilds the file and
 ``wal_checkpoint(TRUNCATE)`` empties the WAL, so no page of the file still holds their
-text. External providers (mem0, Hindsight) are not reached from here.
+text. External providers are never called from here: their delete waits in the job
+queue (``provider`` above) and the worker sends it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import shutil
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mnemo.gateway.budgets.ledger import SqliteBudgets
 from mnemo.gateway.config import Settings
 from mnemo.gateway.logs import get_logger
+from mnemo.gateway.people.links import members_within
 from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.db import Database
 from mnemo.memory.migrations import context_sql
@@ -42,7 +63,11 @@ log = get_logger(__name__)
 
 LAYERS = (
     "profile", "sessions", "messages", "shared_messages", "inbox", "outbox", "pairing", "cron_jobs", "usage", "facts",
+    "links", "skills", "media", "copies", "backups", "provider",
 )
+# (accounts, delete) → archives (to be) rewritten; ``mnemo/backups.py`` ``scrub_backups``.
+Scrub = Callable[[tuple[UserRef, ...], bool], Awaitable[int]]
+PROVIDER_WRITE = "provider_write"  # the job kind of durable provider writes (mnemo/app.py)
 _FTS_INDEXES = ("messages_fts", "messages_cjk", "messages_ctx")
 
 
@@ -58,21 +83,23 @@ class Receipt:
         return sum(self.counts.values())
 
 
-# Their own sessions: the DM (P:dm:ID) and per-member group sessions (…:ID as the last
-# part of a group key that has more parts than P:group:CHAT).
+# Their own sessions: their DMs (P:dm:CHAT — on Discord the chat is a DM channel, not
+# their id) and per-member group sessions (…:ID as the last part of a group key that
+# has more parts than P:group:CHAT).
 _OWN_SESSIONS = """
 SELECT id FROM sessions WHERE platform = :p AND user_id = :u AND (
-    chat_key = :p || ':dm:' || :u
+    substr(chat_key, 1, length(:p) + 4) = :p || ':dm:'
     OR (chat_key LIKE :p || ':group:%' AND substr(chat_key, -length(:u) - 1) = ':' || :u
         AND length(chat_key) - length(replace(chat_key, ':', '')) >= 3)
 )"""
 
 
 class Erasure:
-    def __init__(self, db: Database, settings: Settings, budgets: SqliteBudgets) -> None:
+    def __init__(self, db: Database, settings: Settings, budgets: SqliteBudgets, *, scrub: Scrub | None = None) -> None:
         self.db = db
         self.settings = settings
         self.budgets = budgets
+        self.scrub = scrub
 
     def _profile_dir(self, user: UserRef) -> Path:
         return MemoryFiles(self.settings.memories_dir).user(user).path.parent
@@ -80,34 +107,100 @@ class Erasure:
     def _facts_db(self) -> Path:
         return provider_dir(self.settings.home, "holographic") / "facts.db"
 
+    async def accounts(self, user: UserRef) -> tuple[UserRef, ...]:
+        """Who an erasure of ``user`` removes: ``user`` and every account linked with it."""
+        rows = await self.db.read(lambda conn: members_within(conn, str(user)))
+        return tuple(UserRef.parse(m) for m in rows)
+
     async def count(self, user: UserRef) -> Receipt:
         """The receipt of ``erase`` without deleting anything (``--dry-run``)."""
-        counts = await self.db.read(lambda conn: self._rows(conn, user, delete=False))
-        return Receipt(await self._files(user, counts, delete=False))
+        total: dict[str, int] = {}
+        for account in await self.accounts(user):
+            media: list[str] = []
+            counts = await self.db.read(lambda conn, a=account, m=media: self._rows(conn, a, delete=False, media=m))
+            _add(total, await self._files(account, counts, media, delete=False))
+        if self.scrub is not None:
+            total["backups"] = await self.scrub(await self.accounts(user), False)
+        return Receipt(total)
 
     async def erase(self, user: UserRef, *, keep: tuple[str, str] | None = None) -> Receipt:
         """``keep``: (chat id, message id) of the ``/forget me CODE`` being answered, whose
         inbox row the pipeline still marks done (it holds only the command)."""
-        counts = await self.db.write(lambda conn: self._rows(conn, user, delete=True, keep=keep))
-        counts = await self._files(user, counts, delete=True)
-        await asyncio.to_thread(_compact, self.db.path)
-        log.info("user_erased", user=str(user), **counts)
-        return Receipt(counts)
+        accounts = await self.accounts(user)
 
-    async def _files(self, user: UserRef, counts: dict[str, int], *, delete: bool) -> dict[str, int]:
+        media: list[list[str]] = [[] for _ in accounts]
+
+        def tx(conn: sqlite3.Connection) -> list[dict[str, int]]:
+            return [self._rows(conn, a, delete=True, keep=keep, media=m) for a, m in zip(accounts, media, strict=True)]
+
+        total: dict[str, int] = {}
+        for account, counts, files in zip(accounts, await self.db.write(tx), media, strict=True):
+            _add(total, await self._files(account, counts, files, delete=True))
+        await asyncio.to_thread(_compact, self.db.path)
+        if self.scrub is not None:
+            total["backups"] = await self.scrub(accounts, True)
+        log.info("user_erased", user=str(user), accounts=len(accounts), **total)
+        return Receipt(total)
+
+    def _skill_dirs(self, user: UserRef) -> list[Path]:
+        """Their own skills and those skills' history (``memory/skills/store.py``)."""
+        root = self.settings.skills_dir
+        return [root / "users" / user.platform / user.user_id, root / ".history" / "users" / str(user)]
+
+    async def _files(self, user: UserRef, counts: dict[str, int], media: list[str], *, delete: bool) -> dict[str, int]:
         from mnemo.providers.holographic.erasure import count_owner, erase_owner
 
         folder = self._profile_dir(user)
         counts["profile"] = sum(1 for p in folder.iterdir() if p.is_file()) if folder.is_dir() else 0
         facts = self._facts_db()
         counts["facts"] = await asyncio.to_thread(erase_owner if delete else count_owner, facts, str(user))
-        if delete and folder.is_dir():
-            await asyncio.to_thread(shutil.rmtree, folder)
+        skills = [d for d in self._skill_dirs(user) if d.is_dir()]
+        own = self._skill_dirs(user)[0]  # their skills now; their history goes with them
+        counts["skills"] = sum(1 for _ in own.glob("*/SKILL.md")) if own.is_dir() else 0
+        sent = [self.settings.home / "media" / name for name in media]
+        counts["media"] = sum(1 for p in sent if p.is_file())
+        live = {folder, *self._skill_dirs(user)}
+        copies = [d for d in await asyncio.to_thread(_copies, self.settings.home, user) if d not in live]
+        counts["copies"] = len(copies)
+        if delete:
+            def remove() -> None:
+                for d in [folder, *skills, *copies]:
+                    if d.is_dir():
+                        shutil.rmtree(d)
+                for p in sent:
+                    p.unlink(missing_ok=True)
+
+            await asyncio.to_thread(remove)
         return counts
 
+    def _forget_at_provider(self, conn: sqlite3.Connection, user: UserRef, *, delete: bool) -> int:
+        """Queue the external provider's delete for ``user`` (``forget_user``); 1 if queued."""
+        name = self.settings.memory.provider
+        if not name or name == "holographic":  # the built-in facts are erased above
+            return 0
+        if not delete:
+            return 1
+        from mnemo.memory.durable import forget_user
+
+        payload = forget_user(str(user))
+        key, now = f"{name}:{payload['key']}", time.time()
+        busy = conn.execute(
+            "SELECT 1 FROM jobs WHERE session_id = ? AND kind = ? AND state IN ('queued', 'running')",
+            (key, PROVIDER_WRITE),
+        ).fetchone()
+        if busy is None:
+            conn.execute(
+                "INSERT INTO jobs(kind, session_id, payload, not_before, created_at, updated_at) VALUES (?,?,?,?,?,?)",
+                (PROVIDER_WRITE, key, json.dumps({"provider": name, "payload": payload}), now, now, now),
+            )
+        return 1
+
     def _rows(
-        self, conn: sqlite3.Connection, user: UserRef, *, delete: bool, keep: tuple[str, str] | None = None
+        self, conn: sqlite3.Connection, user: UserRef, *, delete: bool, keep: tuple[str, str] | None = None,
+        media: list[str] | None = None,
     ) -> dict[str, int]:
+        """Count (and with ``delete`` remove) their rows; the media files only their
+        messages refer to are appended to ``media`` for ``_files``."""
         p, u = user.platform, user.user_id
         kc, km = keep or (None, None)
         who = {"p": p, "u": u, "kc": kc, "km": km}
@@ -136,7 +229,12 @@ class Erasure:
             "sessions": len(own), "messages": n(own_msgs), "shared_messages": n(shared_msgs),
             "inbox": n(inbox), "outbox": n(outbox), "pairing": n(pairing), "cron_jobs": n(cron),
             "usage": n("SELECT day FROM usage_days WHERE payer = :p || ':' || :u"),
+            "links": n("SELECT member FROM identity_links WHERE member = :p || ':' || :u")
+            + n("SELECT code_hash FROM link_codes WHERE user = :p || ':' || :u"),
+            "provider": self._forget_at_provider(conn, user, delete=delete),
         }
+        if media is not None:
+            media += _their_media(conn, [r[0] for r in conn.execute(f"{own_msgs} UNION {shared_msgs}", who)])
         if not delete:
             return counts
         conn.execute("PRAGMA secure_delete=ON")
@@ -166,12 +264,56 @@ class Erasure:
                     " WHERE m.chat_no = chat_speakers.chat_no AND m.author_name = ?)", (name, name))
             conn.execute(f"DELETE FROM pairings WHERE code IN ({pairing})", who)
             self.budgets.erase_within(conn, str(user))
+            conn.execute("DELETE FROM identity_links WHERE member = ?", (str(user),))
+            conn.execute("DELETE FROM link_codes WHERE user = ?", (str(user),))
+            conn.execute("UPDATE identity_generation SET n = n + 1 WHERE id = 1")
             present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             for index in (i for i in _FTS_INDEXES if i in present):  # merge the segments: the tombstoned terms leave the index
                 conn.execute(f"INSERT INTO {index}({index}) VALUES ('optimize')")
         finally:
             conn.execute("PRAGMA secure_delete=OFF")
         return counts
+
+
+def _copies(home: Path, user: UserRef) -> list[Path]:
+    """Every folder under ``home`` that holds a copy of ``user``'s profile or skills:
+    ``…/users/<platform>/<id>/`` and ``…/.history/users/<platform>:<id>/``."""
+    found: list[Path] = []
+    for d in home.rglob(glob.escape(user.user_id)):
+        if d.is_dir() and not d.is_symlink() and d.parent.name == user.platform and d.parent.parent.name == "users":
+            found.append(d)
+    for d in home.rglob(glob.escape(str(user))):
+        if d.is_dir() and not d.is_symlink() and d.parent.name == "users" and d.parent.parent.name == ".history":
+            found.append(d)
+    return sorted(set(found))
+
+
+def _their_media(conn: sqlite3.Connection, ids: list[int]) -> list[str]:
+    """The media files named by messages ``ids`` that no other message names (a file
+    is named by its content's hash, so two people may share one)."""
+    gone = json.dumps(ids)
+    names: set[str] = set()
+    for (meta,) in conn.execute("SELECT meta FROM messages WHERE id IN (SELECT value FROM json_each(?))", (gone,)):
+        try:
+            refs = json.loads(meta or "{}").get("media") or []
+        except (ValueError, AttributeError):
+            continue
+        for ref in refs if isinstance(refs, list) else ():
+            name = ref.get("file") if isinstance(ref, dict) else None
+            if isinstance(name, str) and name and "/" not in name and "\\" not in name and not name.startswith("."):
+                names.add(name)
+    return sorted(
+        name for name in names
+        if conn.execute(
+            "SELECT 1 FROM messages WHERE instr(meta, ?) > 0 AND id NOT IN (SELECT value FROM json_each(?)) LIMIT 1",
+            (json.dumps(name), gone),
+        ).fetchone() is None
+    )
+
+
+def _add(total: dict[str, int], counts: dict[str, int]) -> None:
+    for layer, n in counts.items():
+        total[layer] = total.get(layer, 0) + n
 
 
 def _delete_messages(conn: sqlite3.Connection, ids: list[int]) -> None:

@@ -9,16 +9,19 @@ the turn context, which the gateway built from the platform event.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from mnemo.gateway.config import Settings
 from mnemo.gateway.turns.tools import Tool, ToolRegistry, ToolResult, TurnContext
 from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.memory_tool import MEMORY_TOOL_SCHEMA, MemoryCallContext, MemoryWrite, run_memory_tool
+from mnemo.memory.scope import UserRef
 from mnemo.memory.search import SESSION_SEARCH_TOOL_SCHEMA, SearchDigest, SessionSearch, run_session_search_tool
 
 OnWrite = Callable[[MemoryWrite, TurnContext], Awaitable[None]]
+# The DM chats of the speaker's other linked accounts (``IdentityLinks.linked_dm_keys``).
+LinkedDms = Callable[[UserRef], Awaitable[Sequence[str]]]
 
 
 def memory_tool(files: MemoryFiles, settings: Settings, on_write: OnWrite | None = None) -> Tool:
@@ -41,12 +44,20 @@ def memory_tool(files: MemoryFiles, settings: Settings, on_write: OnWrite | None
     return Tool("memory", MEMORY_TOOL_SCHEMA, handler)
 
 
-def session_search_tool(search: SessionSearch, settings: Settings, digest: SearchDigest | None = None) -> Tool:
+def session_search_tool(
+    search: SessionSearch, settings: Settings, digest: SearchDigest | None = None, linked_dms: LinkedDms | None = None
+) -> Tool:
     async def handler(args: Mapping[str, Any], ctx: TurnContext) -> dict[str, Any]:
+        # ``search.linked_dms``: in a DM, the person's own DMs on their linked accounts
+        # too; never from a group, whose members must not reach anyone's DMs.
+        also: Sequence[str] = ()
+        if settings.search.linked_dms and linked_dms is not None and ctx.is_dm and ctx.speaker is not None:
+            also = await linked_dms(ctx.speaker)
         return await run_session_search_tool(
             search,
             args,
             chat_key=ctx.chat_key,
+            also_chat_keys=also,
             current_session_id=ctx.session_id,
             default_limit=settings.search.default_limit,
             max_limit=settings.search.max_limit,
@@ -64,7 +75,8 @@ def register_builtin_tools(
     settings: Settings,
     on_memory_write: OnWrite | None = None,
     digest: SearchDigest | None = None,
+    linked_dms: LinkedDms | None = None,
 ) -> None:
     registry.register(memory_tool(files, settings, on_memory_write))
-    registry.register(session_search_tool(search, settings, digest))
+    registry.register(session_search_tool(search, settings, digest, linked_dms))
 

@@ -46,6 +46,14 @@ class JobSink(Protocol):
     async def status_line(self) -> str: ...
 
 
+class LinksSource(Protocol):
+    """Linked identities (``IdentityLinks``): ``refresh`` brings this process's map up to
+    date, so a session starts with the person's USER.md even when another process linked
+    the accounts."""
+
+    async def refresh(self) -> None: ...
+
+
 class PromptBlockSource(Protocol):
     """The memory providers' static system-prompt block (``MemoryManager``)."""
 
@@ -69,8 +77,10 @@ class SessionResolver:
         jobs: JobSink | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         shared_lock: Callable[[str], AbstractAsyncContextManager[None]] | None = None,
+        links: LinksSource | None = None,
     ) -> None:
         self.settings = settings
+        self.links = links
         # Several replicas on one database: a lock every process sees (PostgreSQL's
         # advisory lock), taken after this process's own, so a session's turns never
         # run in two replicas at once. None: this process's locks are enough (SQLite).
@@ -162,6 +172,8 @@ class SessionResolver:
             await self.jobs.enqueue("session_end", session.id, {"reason": reason})
 
     async def resolve(self, msg: InboundMessage, key: str) -> SessionRow:
+        if self.links is not None:
+            await self.links.refresh()
         session = await self.store.active_session(key)
         cfg = self.settings.sessions
         if session is not None and (cfg.idle_reset_minutes is not None or cfg.daily_reset_hour is not None):

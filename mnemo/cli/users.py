@@ -5,6 +5,8 @@
     mnemo users usage [--json]                 everyone, highest spend this month first
     mnemo users budget PLATFORM:ID [--daily-usd X] [--monthly-usd X] [--daily-tokens N] [--clear] [--json]
     mnemo users erase PLATFORM:ID [--yes] [--dry-run] [--json]
+    mnemo users link PLATFORM:ID PLATFORM:ID [--json]   one person (the first one's profile is kept)
+    mnemo users unlink PLATFORM:ID [--json]             split off; it keeps a copy of the profile
 
 Budgets and erasure work on ``$MNEMO_HOME/state.db`` (the SQLite backend). Exit codes:
 0 done, 1 refused (nothing to show, erase not confirmed), 2 usage error.
@@ -42,7 +44,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     erase.add_argument("user", metavar="PLATFORM:ID")
     erase.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     erase.add_argument("--dry-run", action="store_true", help="print the receipt, delete nothing")
-    for a in (ls, show, usage, budget, erase):
+    link = actions.add_parser("link", help="link two accounts of one person (shared profile, budget, provider scope)")
+    link.add_argument("user", metavar="PLATFORM:ID")
+    link.add_argument("other", metavar="PLATFORM:ID")
+    unlink = actions.add_parser("unlink", help="split an account off its linked person (it keeps a copy of the profile)")
+    unlink.add_argument("user", metavar="PLATFORM:ID")
+    for a in (ls, show, usage, budget, erase, link, unlink):
         a.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=run)
 
@@ -92,7 +99,9 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             from mnemo.gateway.people.erasure import Erasure
 
             user = _user(args.user)
-            erasure = Erasure(db, settings, ledger)
+            from mnemo.backups import scrubber
+
+            erasure = Erasure(db, settings, ledger, scrub=scrubber(settings))
             receipt = await erasure.count(user)
             if not args.dry_run and not args.yes:
                 if not sys.stdin.isatty():
@@ -106,6 +115,8 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             _out(args, {"user": str(user), "dry_run": args.dry_run, "removed": receipt.counts},
                  [f"{'would remove' if args.dry_run else 'removed'} for {user}:", *receipt.lines()])
             return EXIT_OK
+        if action in ("link", "unlink"):
+            return await _link(args, settings, db)
         user = _user(args.user)
         admin = access.is_admin(user.platform, user.user_id)
         if action == "budget":
@@ -139,15 +150,64 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         if action == "show":
             facts = await _facts(db, user)
             data.update(facts)
+            linked = await _links(settings, db).rows(user)
+            data["linked"] = [
+                {"user": str(r.member), "canonical": r.member == r.canonical, "linked_at": r.linked_at.isoformat(),
+                 "linked_by": r.linked_by} for r in linked
+            ]
+            # Linked accounts share the canonical account's profile.
+            profile = _profile(settings, linked[0].canonical if linked else user).exists()
             lines.append(f"sessions: {facts['sessions']}, messages written: {facts['messages']}, "
-                         f"profile: {'yes' if _profile(settings, user).exists() else 'no'}")
-            if not facts["sessions"] and not spend.month_usd and not _profile(settings, user).exists():
+                         f"profile: {'yes' if profile else 'no'}")
+            if linked:
+                lines.append("linked: " + ", ".join(
+                    f"{r.member}{' (profile)' if r.member == r.canonical else ''}" for r in linked))
+            if not facts["sessions"] and not spend.month_usd and not profile and not linked:
                 _out(args, data, [*lines, "(mnemo knows nothing of this person)"])
                 return EXIT_REFUSED
         _out(args, data, lines)
         return EXIT_OK
     finally:
         await db.close()
+
+
+def _links(settings: Settings, db: Any) -> Any:
+    from mnemo.gateway.people.links import IdentityLinks
+    from mnemo.memory.curated import MemoryFiles
+    from mnemo.memory.identity import Identities
+
+    files = MemoryFiles(settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit)
+    return IdentityLinks(db, files, Identities())
+
+
+async def _link(args: argparse.Namespace, settings: Settings, db: Any) -> int:
+    links = _links(settings, db)
+    user = _user(args.user)
+    if args.users_action == "unlink":
+        done = await links.unlink(user)
+        if not done.was_linked:
+            _out(args, {"user": str(user), "unlinked": False}, [f"{user} is not linked"])
+            return EXIT_REFUSED
+        _out(args, {"user": str(user), "unlinked": True, "remaining": [str(m) for m in done.remaining]},
+             [f"unlinked {user}: it keeps a copy of the profile; {', '.join(map(str, done.remaining))} stay linked"
+              if len(done.remaining) > 1 else f"unlinked {user} from {done.remaining[0]}: each keeps a copy of the profile"])
+        return EXIT_OK
+    other = _user(args.other)
+    if other == user:
+        raise CommandError(f"{user} cannot be linked with itself", EXIT_USAGE)
+    result = await links.link(user, other)
+    data = {
+        "user": str(user), "other": str(other), "linked": result.status.value == "linked",
+        "already": result.status.value == "already", "canonical": str(result.canonical),
+        "members": [str(m) for m in result.members], "merged": result.merged, "left_out": result.left_out,
+    }
+    if data["already"]:
+        _out(args, data, [f"{user} and {other} are already linked"])
+        return EXIT_OK
+    lines = [f"linked {', '.join(data['members'])}: one profile ({result.canonical}), budget and provider scope",
+             f"profile entries merged: {result.merged}" + (f", left out: {result.left_out}" if result.left_out else "")]
+    _out(args, data, lines)
+    return EXIT_OK
 
 
 def _cap(value: float | None) -> str:

@@ -27,7 +27,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mnemo.memory.durable import DurableWrites, ProviderHealth, RetryLater, write_key
+from mnemo.memory.durable import FORGET_USER, DurableWrites, ProviderHealth, RetryLater, forget_scope, write_key
 from mnemo.memory.provider import (
     message_text,
     Availability,
@@ -187,6 +187,16 @@ class HindsightProvider(DurableWrites, MemoryProvider):
         )
         return [r.text for r in response.results]
 
+    def forget(self, scope: ProviderScope) -> None:
+        """Delete the user's bank (``DELETE /v1/default/banks/{bank}``); a bank that does
+        not exist (never written, or deleted by an earlier attempt) is already forgotten."""
+        try:
+            self._run("delete_bank", lambda c: c.adelete_bank(self.bank_id(scope)))
+        except Exception as e:
+            if getattr(e, "status", None) != 404:
+                raise
+            self.health.ok()
+
     def reflect(self, query: str, scope: ProviderScope) -> str:
         return self._run("reflect", lambda c: c.areflect(bank_id=self.bank_id(scope), query=query[:MAX_TEXT])).text
 
@@ -231,6 +241,9 @@ class HindsightProvider(DurableWrites, MemoryProvider):
         return {"op": op, "key": key, "scope": scope.as_dict(), "content": content[:MAX_TEXT], "context": context}
 
     def apply_write(self, payload: Mapping[str, Any]) -> None:
+        if payload["op"] == FORGET_USER:  # erasure: the user's whole bank
+            self.forget(forget_scope(payload))
+            return
         scope = ProviderScope.from_dict(payload["scope"])
         self.retain(str(payload["content"]), scope, key=str(payload["key"]), context=str(payload["context"]))
 

@@ -96,7 +96,7 @@ def owner_of(user: UserRef | None) -> str:
 
 
 def _owners(ctx: ProviderContext) -> tuple[str, ...]:
-    return (owner_of(ctx.user), SHARED) if ctx.user is not None else (SHARED,)
+    return (owner_of(ctx.owner), SHARED) if ctx.owner is not None else (SHARED,)
 
 
 def _fact_json(hit: Hit) -> dict[str, Any]:
@@ -254,7 +254,7 @@ class HolographicProvider(MemoryProvider):
             if len(content) > MAX_CONTENT:
                 raise _BadArgs(f"content is longer than {MAX_CONTENT} characters; store one fact at a time")
             category = _text(args, "category", "general")[:64] or "general"
-            added = store.add(NewFact(owner_of(ctx.user), content, category, _text(args, "tags", "")[:200]))
+            added = store.add(NewFact(owner_of(ctx.owner), content, category, _text(args, "tags", "")[:200]))
             f = added.fact
             return {"ok": True, "fact_id": f.id, "duplicate": not added.created, "entities": list(f.entities),
                     "message": "Already stored." if not added.created else "Stored."}  # fmt: skip

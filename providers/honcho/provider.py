@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from mnemo.memory.durable import DurableWrites, ProviderHealth, RetryLater, write_key
+from mnemo.memory.durable import FORGET_USER, DurableWrites, ProviderHealth, RetryLater, forget_scope, write_key
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import (
     Availability,
@@ -233,6 +233,44 @@ class HonchoProvider(DurableWrites, MemoryProvider):
         item = {"observer_id": scope.agent_id, "observed_id": scope.user_id, "content": text[:MAX_TEXT], "session_id": scope.session_id}
         return self._call("conclude", "POST", routes.conclusions(ws), body={"conclusions": [item]})
 
+    def _pages(self, what: str, method: str, path: str, body: Any = None) -> list[Mapping[str, Any]]:
+        """Every item of a paginated list (``{"items": […], "pages": n}``)."""
+        items: list[Mapping[str, Any]] = []
+        page = 1
+        while True:
+            data = self._call(what, method, path, body=body, query={"page": page, "size": 100})
+            if not isinstance(data, Mapping) or not isinstance(data.get("items"), list):
+                raise ProviderError(f"honcho answered an unexpected {what} page: {str(data)[:200]}")
+            items += [i for i in data["items"] if isinstance(i, Mapping)]
+            if page >= int(data.get("pages") or 1):
+                return items
+            page += 1
+
+    def forget(self, scope: ProviderScope) -> None:
+        """Delete what the workspace holds of the user: the sessions only they (and the
+        bot) take part in, with their messages; every conclusion about them; their peer
+        card. A peer the workspace never saw is already forgotten."""
+        from honcho.http import routes
+        from honcho.http.exceptions import NotFoundError
+
+        ws, peer = self._workspace, scope.user_id
+        bot = str(self._config.get("agent_id") or DEFAULT_AGENT_ID)
+        try:
+            sessions = self._pages("sessions", "POST", routes.peer_sessions_list(ws, peer))
+        except NotFoundError:
+            self.health.ok()
+            return
+        for session in sessions:
+            sid = str(session.get("id"))
+            members = {str(p.get("id")) for p in self._pages("session peers", "GET", routes.session_peers(ws, sid))}
+            if members <= {peer, bot}:
+                self._call("delete session", "DELETE", routes.session(ws, sid))
+        about = self._pages("conclusions", "POST", routes.conclusions_list(ws), body={"filters": {"observed_id": peer}})
+        for conclusion in about:
+            self._call("delete conclusion", "DELETE", routes.conclusion(ws, str(conclusion.get("id"))))
+        self._call("card", "PUT", routes.peer_card(ws, peer), body={"peer_card": []})
+        self._known = {k for k in self._known if peer not in k}
+
     def dream(self, scope: ProviderScope) -> Any:
         from honcho.http import routes
 
@@ -282,6 +320,9 @@ class HonchoProvider(DurableWrites, MemoryProvider):
         return None
 
     def apply_write(self, payload: Mapping[str, Any]) -> None:
+        if payload["op"] == FORGET_USER:  # erasure: the user's sessions, conclusions and card
+            self.forget(forget_scope(payload))
+            return
         scope = ProviderScope.from_dict(payload["scope"])
         op = payload["op"]
         if op == "turn":

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from mnemo.memory.durable import DurableWrites, ProviderHealth, RetryLater, write_key
+from mnemo.memory.durable import FORGET_USER, DurableWrites, ProviderHealth, RetryLater, forget_scope, write_key
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import (
     message_text,
@@ -218,6 +218,15 @@ class Mem0Provider(DurableWrites, MemoryProvider):
         client = self._platform() if self._client is not None else self._call("connect", self._platform)
         return _memories(self._call("search", lambda: client.search(query, filters=filters, top_k=limit)))
 
+    def forget(self, scope: ProviderScope) -> None:
+        """Delete all of the user's memories (platform ``DELETE /v1/memories/?user_id=``,
+        server ``DELETE /memories?user_id=``)."""
+        if self._server:
+            self._call("delete", lambda: self._rest("DELETE", "/memories", params={"user_id": scope.user_id}))
+            return
+        client = self._platform() if self._client is not None else self._call("connect", self._platform)
+        self._call("delete", lambda: client.delete_all(user_id=scope.user_id))
+
     def profile(self, scope: ProviderScope) -> list[str]:
         if self._server:
             return _memories(self._call("list", lambda: self._rest("GET", "/memories", params={"user_id": scope.user_id})))
@@ -268,6 +277,9 @@ class Mem0Provider(DurableWrites, MemoryProvider):
         return {"op": op, "key": key, "scope": scope.as_dict(), "messages": messages, "infer": infer}
 
     def apply_write(self, payload: Mapping[str, Any]) -> None:
+        if payload["op"] == FORGET_USER:  # erasure: every memory of the user
+            self.forget(forget_scope(payload))
+            return
         scope = ProviderScope.from_dict(payload["scope"])
         self.add(list(payload["messages"]), scope, metadata={"mnemo_key": payload["key"], "mnemo_op": payload["op"]}, infer=bool(payload.get("infer", True)))
 

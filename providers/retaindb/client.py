@@ -8,7 +8,8 @@ From RetainDB's public API reference (API v1, ``Authorization: Bearer <key>``):
   include_pending}`` → ``{"results": [{"memory": {"content": …}, "score": …}], …}``;
 * ``POST /v1/memory/ingest/session`` — a transcript ``{project, user_id, session_id,
   messages}``;
-* ``GET /v1/memory/profile/{user_id}?project=…`` → ``{"memories": [{"content": …}]}``.
+* ``GET /v1/memory/profile/{user_id}?project=…`` → ``{"memories": [{"id": …, "content": …}]}``;
+* ``DELETE /v1/memory/{id}`` — one memory (erasure deletes a user's memories one by one).
 
 Every call takes a ``ProviderScope``; there is no default user. The methods are
 synchronous (the provider hooks run in worker threads): each runs one request on a
@@ -79,6 +80,22 @@ def memory_texts(body: Any) -> list[str]:
     return out
 
 
+FORGET_ROUNDS = 20
+
+
+def memory_ids(body: Any) -> list[str]:
+    """The memory ids of a profile answer; anything else is an error."""
+    if not isinstance(body, Mapping) or not isinstance(body.get("memories"), list):
+        raise ProviderError(f"retaindb answered an unexpected profile: {str(body)[:200]}")
+    out = []
+    for item in body["memories"]:
+        memory_id = item.get("id") if isinstance(item, Mapping) else None
+        if not isinstance(memory_id, str) or not memory_id:
+            raise ProviderError(f"retaindb answered a memory without an id: {str(item)[:200]}")
+        out.append(memory_id)
+    return out
+
+
 class RetainDBClient:
     def __init__(self, base_url: str, api_key: str, project: str, timeout_s: float) -> None:
         self.base_url = (base_url or DEFAULT_URL).rstrip("/")
@@ -133,3 +150,18 @@ class RetainDBClient:
     def profile(self, scope: ProviderScope) -> list[str]:
         path = "/v1/memory/profile/" + quote(scope.user_id, safe="")
         return memory_texts(self.call("GET", path, params={"project": self.project}))
+
+    def forget(self, scope: ProviderScope, *, rounds: int = FORGET_ROUNDS) -> int:
+        """Delete every memory of the user: read their profile, ``DELETE /v1/memory/:id``
+        each one, until the profile is empty. Returns how many were deleted; raises when
+        memories remain after ``rounds`` reads (the job is retried)."""
+        path = "/v1/memory/profile/" + quote(scope.user_id, safe="")
+        deleted = 0
+        for _ in range(rounds):
+            ids = memory_ids(self.call("GET", path, params={"project": self.project}))
+            if not ids:
+                return deleted
+            for memory_id in ids:
+                self.call("DELETE", "/v1/memory/" + quote(memory_id, safe=""), params={"project": self.project})
+                deleted += 1
+        raise ProviderError(f"retaindb: memories of {scope.user_id} remain after {rounds} rounds of deletes")

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mnemo.memory.durable import DurableWrites, ProviderHealth, RetryLater, write_key
+from mnemo.memory.durable import FORGET_USER, DurableWrites, ProviderHealth, RetryLater, forget_scope, write_key
 from mnemo.memory.provider import (
     message_text,
     Availability,
@@ -169,6 +169,10 @@ class RetainDBProvider(DurableWrites, MemoryProvider):
         return {"op": op, "key": key, "scope": scope.as_dict(), **body}
 
     def apply_write(self, payload: Mapping[str, Any]) -> None:
+        if payload["op"] == FORGET_USER:  # erasure: every memory of the user
+            forget = forget_scope(payload)
+            self._call(lambda c: c.forget(forget))
+            return
         scope = ProviderScope.from_dict(payload["scope"])
         metadata = {"mnemo_key": payload["key"], "mnemo_op": payload["op"]}
         if "content" in payload:

@@ -2,8 +2,9 @@
 ``hindsight-client`` SDK's generated routes: retain ``POST
 /v1/default/banks/{bank}/memories`` (``{"items": [{content, context, metadata,
 document_id, tags, update_mode}], "async": false}``), recall ``POST
-…/memories/recall`` and reflect ``POST …/reflect``. Banks are created on first
-retain, as the server does. A memory with the same ``document_id`` and
+…/memories/recall``, reflect ``POST …/reflect`` and delete bank ``DELETE
+/v1/default/banks/{bank}`` (404 for a bank that does not exist). Banks are created on
+first retain, as the server does. A memory with the same ``document_id`` and
 ``update_mode="replace"`` replaces the earlier one.
 
 Records every request; ``down`` answers 503, ``fail_with(status, retry_after=…)``
@@ -52,6 +53,7 @@ class FakeHindsight:
         app.router.add_post("/v1/default/banks/{bank}/memories", self._retain)
         app.router.add_post("/v1/default/banks/{bank}/memories/recall", self._recall)
         app.router.add_post("/v1/default/banks/{bank}/reflect", self._reflect)
+        app.router.add_delete("/v1/default/banks/{bank}", self._delete_bank)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -98,6 +100,16 @@ class FakeHindsight:
             for doc, item in self.banks.get(bank, {}).items()
         ]
         return web.json_response({"results": results})
+
+    def deletes(self) -> list[Request]:
+        return [r for r in self.requests if r.method == "DELETE"]
+
+    async def _delete_bank(self, request: web.Request) -> web.Response:
+        bank = request.match_info["bank"]
+        if bank not in self.banks:
+            return web.json_response({"detail": f"bank {bank} not found"}, status=404)
+        count = len(self.banks.pop(bank))
+        return web.json_response({"success": True, "message": f"bank {bank} deleted", "deleted_count": count})
 
     async def _reflect(self, request: web.Request) -> web.Response:
         bank = request.match_info["bank"]

@@ -2,7 +2,10 @@
 table (``honcho.http.routes``) and request bodies: get-or-create ``POST
 /v3/workspaces``, ``…/peers``, ``…/sessions``; ``POST …/sessions/{s}/messages``;
 ``GET …/peers/{p}/context``, ``GET …/peers/{p}/card``, ``POST …/peers/{p}/search``;
-``POST …/conclusions``; ``POST …/schedule_dream``.
+``POST …/conclusions``; ``POST …/schedule_dream``; and what erasure uses: ``POST
+…/peers/{p}/sessions`` and ``GET …/sessions/{s}/peers`` (pages), ``DELETE
+…/sessions/{s}`` (with its messages), ``POST …/conclusions/list`` (page, filter
+``observed_id``), ``DELETE …/conclusions/{c}``, ``PUT …/peers/{p}/card``.
 
 Records every request (method, path, headers, JSON body, query). ``fail_with(status,
 retry_after=…, times=…)`` answers errors, ``down = True`` answers 503 to everything,
@@ -44,6 +47,7 @@ class FakeHoncho:
         self.messages: list[dict[str, Any]] = []  # each with workspace_id, session_id, peer_id
         self.conclusions: list[dict[str, Any]] = []
         self.dreams: list[dict[str, Any]] = []
+        self.cards: dict[tuple[str, str], list[str]] = {}  # set with PUT …/card
         self.down = False
         self.malformed = False
         self._failures: list[tuple[int, str | None]] = []
@@ -68,6 +72,12 @@ class FakeHoncho:
         app.router.add_post(w + "/{w}/peers/{p}/search", self._search)
         app.router.add_post(w + "/{w}/conclusions", self._conclude)
         app.router.add_post(w + "/{w}/schedule_dream", self._dream)
+        app.router.add_post(w + "/{w}/peers/{p}/sessions", self._peer_sessions)
+        app.router.add_get(w + "/{w}/sessions/{s}/peers", self._session_peers)
+        app.router.add_delete(w + "/{w}/sessions/{s}", self._delete_session)
+        app.router.add_post(w + "/{w}/conclusions/list", self._list_conclusions)
+        app.router.add_delete(w + "/{w}/conclusions/{c}", self._delete_conclusion)
+        app.router.add_put(w + "/{w}/peers/{p}/card", self._set_card)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -154,7 +164,8 @@ class FakeHoncho:
         return web.json_response({"peer_id": peer, "target_id": request.query.get("target", peer), "representation": representation, "peer_card": self._about(ws, peer)})
 
     async def _card(self, request: web.Request) -> web.Response:
-        return web.json_response({"peer_card": self._about(request.match_info["w"], request.match_info["p"])})
+        ws, peer = request.match_info["w"], request.match_info["p"]
+        return web.json_response({"peer_card": self.cards.get((ws, peer)) or self._about(ws, peer)})
 
     async def _search(self, request: web.Request) -> web.Response:
         ws, peer, body = request.match_info["w"], request.match_info["p"], request[BODY]
@@ -169,6 +180,57 @@ class FakeHoncho:
             self.conclusions.append(item)
             out.append(item)
         return web.json_response(out)
+
+    def deletes(self) -> list[Request]:
+        return [r for r in self.requests if r.method == "DELETE"]
+
+    @staticmethod
+    def _page(items: list[dict[str, Any]]) -> web.Response:
+        return web.json_response({"items": items, "total": len(items), "page": 1, "size": max(1, len(items)), "pages": 1})
+
+    async def _peer_sessions(self, request: web.Request) -> web.Response:
+        ws, peer = request.match_info["w"], request.match_info["p"]
+        return self._page([
+            {"id": sid, "workspace_id": ws, "is_active": True, "metadata": {}, "configuration": {}, "created_at": NOW}
+            for (w, sid), session in self.sessions.items() if w == ws and peer in session["peers"]
+        ])
+
+    async def _session_peers(self, request: web.Request) -> web.Response:
+        ws, sid = request.match_info["w"], request.match_info["s"]
+        session = self.sessions.get((ws, sid))
+        if session is None:
+            return web.json_response({"detail": "session not found"}, status=404)
+        return self._page([
+            {"id": p, "workspace_id": ws, "metadata": {}, "configuration": {}, "created_at": NOW} for p in session["peers"]
+        ])
+
+    async def _delete_session(self, request: web.Request) -> web.Response:
+        ws, sid = request.match_info["w"], request.match_info["s"]
+        if self.sessions.pop((ws, sid), None) is None:
+            return web.json_response({"detail": "session not found"}, status=404)
+        self.messages = [m for m in self.messages if not (m["workspace_id"] == ws and m["session_id"] == sid)]
+        return web.Response(status=204)
+
+    async def _list_conclusions(self, request: web.Request) -> web.Response:
+        ws = request.match_info["w"]
+        filters = (request[BODY] or {}).get("filters") or {}
+        return self._page([
+            c for c in self.conclusions
+            if c["workspace_id"] == ws and all(c.get(k) == v for k, v in filters.items())
+        ])
+
+    async def _delete_conclusion(self, request: web.Request) -> web.Response:
+        ws, cid = request.match_info["w"], request.match_info["c"]
+        before = len(self.conclusions)
+        self.conclusions = [c for c in self.conclusions if not (c["workspace_id"] == ws and c["id"] == cid)]
+        if len(self.conclusions) == before:
+            return web.json_response({"detail": "conclusion not found"}, status=404)
+        return web.Response(status=204)
+
+    async def _set_card(self, request: web.Request) -> web.Response:
+        card = list((request[BODY] or {}).get("peer_card") or [])
+        self.cards[(request.match_info["w"], request.match_info["p"])] = card
+        return web.json_response({"peer_card": card})
 
     async def _dream(self, request: web.Request) -> web.Response:
         self.dreams.append({"workspace_id": request.match_info["w"], **request[BODY]})

@@ -1,8 +1,9 @@
 """A fake Mem0 REST API on 127.0.0.1 (aiohttp), from Mem0's public API reference and
 the ``mem0ai`` SDK's source: the platform routes the official ``MemoryClient`` calls
 (``GET /v1/ping/``, ``POST /v3/memories/add/``, ``POST /v3/memories/search/``,
-``POST /v3/memories/``) and the self-hosted server's (no ``/v1``: ``POST /memories``,
-``POST /search``, ``GET /memories``).
+``POST /v3/memories/``, ``DELETE /v1/memories/?user_id=`` — ``delete_all``) and the
+self-hosted server's (no ``/v1``: ``POST /memories``, ``POST /search``, ``GET
+/memories``, ``DELETE /memories?user_id=``).
 
 Records every request (method, path, headers, JSON body). ``fail_with(status,
 retry_after=…, times=…)`` answers errors, ``down = True`` answers 503 to everything,
@@ -68,6 +69,8 @@ class FakeMem0:
         app.router.add_post("/memories", self._add)
         app.router.add_post("/search", self._search)
         app.router.add_get("/memories", self._list)
+        app.router.add_delete("/v1/memories/", self._delete_all)
+        app.router.add_delete("/memories", self._delete_all)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -131,6 +134,16 @@ class FakeMem0:
         if not user:
             return web.json_response({"detail": "filters.user_id required"}, status=400)
         return web.json_response({"results": self.memories.get(user, [])})
+
+    def deletes(self) -> list[Request]:
+        return [r for r in self.requests if r.method == "DELETE"]
+
+    async def _delete_all(self, request: web.Request) -> web.Response:
+        user = request.query.get("user_id")
+        if not user:
+            return web.json_response({"detail": "at least one filter is required"}, status=400)
+        self.memories.pop(user, None)
+        return web.json_response({"message": "Memories deleted successfully!"})
 
     async def _list(self, request: web.Request) -> web.Response:
         user = self._user_filter(request.get(BODY), request.query)

@@ -1,6 +1,7 @@
 """A fake RetainDB API v1 on 127.0.0.1 (aiohttp), from RetainDB's public API reference:
 ``POST /v1/memory``, ``POST /v1/memory/search``, ``POST /v1/memory/ingest/session``,
-``GET /v1/memory/profile/{user_id}``; ``Authorization: Bearer <key>``.
+``GET /v1/memory/profile/{user_id}``, ``DELETE /v1/memory/{id}``; ``Authorization:
+Bearer <key>``.
 
 Records every request (method, path, headers, JSON body, query). ``fail_with(status,
 retry_after=…, times=…)`` answers errors, ``down = True`` answers 503 to everything,
@@ -66,6 +67,7 @@ class FakeRetainDB:
         app.router.add_post("/v1/memory/ingest/session", self._ingest)
         app.router.add_post("/v1/memory/search", self._search)
         app.router.add_get("/v1/memory/profile/{user_id}", self._profile)
+        app.router.add_delete("/v1/memory/{memory_id}", self._delete)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -145,6 +147,18 @@ class FakeRetainDB:
         hits = hits[: int(body.get("top_k", 10))]
         results = [{"memory": {"id": m["id"], "content": m["content"], "memory_type": m["memory_type"]}, "score": 0.8} for m in hits]
         return web.json_response({"results": results, "count": len(results), "trace_id": "trc_3"})
+
+    def deletes(self) -> list[Request]:
+        return [r for r in self.requests if r.method == "DELETE"]
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        memory_id = request.match_info["memory_id"]
+        for key, items in self.memories.items():
+            for item in items:
+                if item["id"] == memory_id:
+                    items.remove(item)
+                    return web.json_response({"success": True, "id": memory_id})
+        return web.json_response({"error": f"memory {memory_id} not found"}, status=404)
 
     async def _profile(self, request: web.Request) -> web.Response:
         project = request.query.get("project")
