@@ -38,9 +38,9 @@ def test_list_marks_the_active_provider_and_explains_an_unavailable_one(home: Pa
 
 
 def test_list_refuses_when_the_configured_provider_is_missing(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (home / "config.yaml").write_text("memory:\n  provider: byterover\n")
+    (home / "config.yaml").write_text("memory:\n  provider: nonesuch\n")
     assert run(home, "providers", "list") == 1
-    assert "'byterover', which is not installed" in capsys.readouterr().out
+    assert "'nonesuch', which is not installed" in capsys.readouterr().out
 
 
 def test_setup_with_set_writes_the_providers_own_config(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
