@@ -13,6 +13,9 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from mnemo.memory.curated import MemoryBlocks, Snapshot, Target, WriteResult
+from mnemo.memory.identity import Identities
+from mnemo.memory.scope import UserRef
 from mnemo.memory.search import SearchResult
 from mnemo.memory.sessions import MessageRow, NewMessage, SessionRow
 
@@ -72,3 +75,47 @@ class SearchRepository(Protocol):
     async def search(
         self, query: str, *, chat_keys: Sequence[str], limit: int, exclude_session_ids: Collection[str] = ()
     ) -> SearchResult: ...
+
+
+class CuratedDocument(Protocol):
+    """One curated file (MEMORY.md or a USER.md), wherever it is kept: a file
+    (``CuratedFile``) or a row (``memory/pg/curated.py``). Every method blocks; ``load``
+    returns a frozen ``Snapshot`` that later writes never change; a write returns a
+    ``WriteResult`` and never raises for bad input, a limit, the threat scan, an
+    unreadable store or a conflict (the result says why nothing was saved)."""
+
+    target: Target
+    limit: int
+
+    @property
+    def location(self) -> str: ...
+
+    def load(self) -> Snapshot: ...
+
+    def add(self, content: str) -> WriteResult: ...
+
+    def replace(self, old_text: str, content: str) -> WriteResult: ...
+
+    def remove(self, old_text: str) -> WriteResult: ...
+
+
+class CuratedRepository(Protocol):
+    """The curated memory of one profile: ``MemoryFiles`` (files) or ``PgCuratedFiles``
+    (rows). ``user`` is a person's USER.md (their canonical account's when
+    ``identities`` links accounts), ``own`` exactly one account's."""
+
+    memory_limit: int
+    user_limit: int
+    identities: Identities | None
+
+    def shared(self) -> CuratedDocument: ...
+
+    def user(self, ref: UserRef) -> CuratedDocument: ...
+
+    def own(self, ref: UserRef) -> CuratedDocument: ...
+
+    def copy_own(self, source: UserRef, dest: UserRef) -> None: ...
+
+    def drop_own(self, ref: UserRef) -> None: ...
+
+    def blocks(self, speaker: UserRef | None) -> MemoryBlocks: ...

@@ -9,7 +9,7 @@ an identity column, so they increase in insertion order like SQLite's rowids.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +26,9 @@ from mnemo.memory.sessions import (
     utc_now,
 )
 from mnemo.memory.usage import Usage
+
+# ``(conn, payer, usage)``, awaited inside the usage transaction (the budget ledger).
+PgUsageRecorder = Callable[[Connection, "str | None", Usage], Awaitable[None]]
 
 SESSION_COLUMNS = (
     "id, chat_key, platform, chat_id, thread_id, user_id, agent_context, source, model, system_prompt, "
@@ -68,6 +71,12 @@ class PgSessionStore:
     def __init__(self, db: PgDatabase, *, clock: Clock = utc_now) -> None:
         self._db = db
         self._clock = clock
+        self._usage_recorder: PgUsageRecorder | None = None
+
+    def record_usage_in(self, recorder: PgUsageRecorder) -> None:
+        """Bind the spending ledger (``gateway/storage_pg/budgets.py``) once, before the
+        first turn: ``add_usage`` calls it inside its own transaction."""
+        self._usage_recorder = recorder
 
     # --- sessions -----------------------------------------------------------------
     async def create_session(
@@ -207,7 +216,10 @@ class PgSessionStore:
         return await self._db.read(q)
 
     async def add_usage(self, session_id: str, usage: Usage, *, payer: str | None = None) -> None:
-        # Budgets (gateway/budgets) keep their ledger in state.db: ``payer`` is unused here.
+        """Add one request's usage to its session and, in the same transaction, to the
+        ledger bound with ``record_usage_in`` (billed to ``payer``)."""
+        recorder = self._usage_recorder
+
         async def tx(conn: Connection) -> None:
             await conn.execute(
                 "UPDATE sessions SET input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
@@ -218,6 +230,8 @@ class PgSessionStore:
                     usage.cost_usd, session_id,
                 ),
             )
+            if recorder is not None:
+                await recorder(conn, payer, usage)
 
         await self._db.write(tx)
 

@@ -2,8 +2,9 @@
 
 Every action goes through ``gateway.cron.CronJobs`` — the object behind the ``cronjob``
 tool, ``/cron`` and ``cron.jobs`` in config.yaml — as the operator (who sees every
-job). The CLI writes state.db; a running gateway re-reads ``cron_jobs`` every
-``cron.poll_s`` seconds (2 by default) and picks the change up without a restart.
+job). The CLI writes the configured backend (state.db, or database.url's PostgreSQL); a
+running gateway re-reads ``cron_jobs`` every ``cron.poll_s`` seconds (2 by default) and
+picks the change up without a restart.
 
 ``run-now`` asks for a run in the database. A running gateway takes the request at its
 next poll and runs the job; the command waits for the outcome. If no process takes it
@@ -31,11 +32,9 @@ from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.cli.terminal import spinner
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.service import Caller, CronJobs, job_line, job_summary, parse_chat
-from mnemo.gateway.cron.store import Claimed, CronRun, CronStore, RunState
-from mnemo.gateway.delivery.outbox import Outbox
+from mnemo.gateway.cron.store import Claimed, CronRepository, CronRun, RunState
 from mnemo.gateway.errors import InvalidJob, JobNotAllowed, JobNotFound
-from mnemo.memory.db import Database
-from mnemo.gateway.storage import state_database
+from mnemo.gateway.storage import open_backend
 from mnemo.memory.errors import StoreError
 from mnemo.memory.sessions import utc_now
 
@@ -53,8 +52,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "cron",
         help="scheduled jobs: add, list, pause, resume, remove, run-now",
-        description="Manage scheduled jobs ($MNEMO_HOME/state.db). A running gateway picks changes up "
-        "within cron.poll_s seconds.",
+        description="Manage scheduled jobs ($MNEMO_HOME/state.db, or database.url's PostgreSQL). "
+        "A running gateway picks changes up within cron.poll_s seconds.",
     )
     sub = parser.add_subparsers(dest="cron_command", metavar="ACTION", required=True)
 
@@ -88,18 +87,23 @@ def register(subparsers: Any) -> None:
     run.set_defaults(handler=_run_now)
 
 
-def _jobs(settings: Settings, db: Database) -> CronJobs:
-    return CronJobs(CronStore(db, Outbox(db)), settings.cron,
+def _jobs(settings: Settings, store: CronRepository) -> CronJobs:
+    return CronJobs(store, settings.cron,
                     default_timezone=settings.cron.timezone or settings.gateway.timezone,
                     platforms=settings.known_platforms)
 
 
 def _with_jobs(settings: Settings, body: Callable[[CronJobs], Awaitable[T]]) -> T:
+    """``body`` on the jobs of the configured backend (state.db, or database.url's
+    PostgreSQL, where every replica's scheduler sees the change)."""
+
     async def main() -> T:
-        db = state_database(settings.state_db)
         try:
-            await db.open()
-            jobs = _jobs(settings, db)
+            backend = await open_backend(settings)
+        except StoreError as e:
+            raise CommandError(str(e), EXIT_REFUSED) from e
+        try:
+            jobs = _jobs(settings, backend.cron)
             await jobs.sync_declared(settings.cron.jobs)
             return await body(jobs)
         except InvalidJob as e:
@@ -107,7 +111,7 @@ def _with_jobs(settings: Settings, body: Callable[[CronJobs], Awaitable[T]]) -> 
         except (JobNotFound, JobNotAllowed, StoreError) as e:
             raise CommandError(str(e), EXIT_REFUSED) from e
         finally:
-            await db.close()
+            await backend.close()
 
     return asyncio.run(main())
 
@@ -152,7 +156,7 @@ def _change(args: argparse.Namespace, settings: Settings) -> int:
 # --- run-now ---------------------------------------------------------------------------
 
 
-async def _poll_run(store: CronStore, run_id: int, until: Callable[[CronRun], bool], timeout: float) -> CronRun:
+async def _poll_run(store: CronRepository, run_id: int, until: Callable[[CronRun], bool], timeout: float) -> CronRun:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:

@@ -3,6 +3,10 @@
 The edits go through the same ``memory`` tool the model uses, acting as an admin in a
 primary context, so the same limits, threat scan and result texts apply; the tool's JSON
 result is printed. Exit codes: 0 success, 1 refused, 2 usage error.
+
+The configured backend is used: files under ``memories/`` on SQLite, rows when
+``database.url`` is PostgreSQL (``memory/pg/curated.py``; the server is checked and its
+schema migrated first, as ``mnemo run`` does).
 """
 
 from __future__ import annotations
@@ -11,14 +15,17 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
-from mnemo.memory.curated import CuratedFile, MemoryFiles
+from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.memory_tool import MemoryCallContext, WriteAttempts, run_memory_tool
 from mnemo.memory.scope import AgentContext, UserRef
+
+if TYPE_CHECKING:
+    from mnemo.memory.ports import CuratedDocument, CuratedRepository
 
 
 def register(subparsers: Any) -> None:
@@ -55,8 +62,26 @@ def _target_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--user", metavar="PLATFORM:ID", help="whose USER.md (required with --target user)")
 
 
-def _files(settings: Settings) -> MemoryFiles:
-    return MemoryFiles(settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit)
+def _files(settings: Settings) -> CuratedRepository:
+    """The curated memory of the configured backend; ``_close`` it when done."""
+    if not settings.database.is_postgresql:
+        return MemoryFiles(settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit)
+    from mnemo.gateway.storage import open_backend
+
+    async def rows() -> CuratedRepository:
+        backend = await open_backend(settings)  # one clear line if unreachable or too new
+        try:
+            return backend.curated(None)  # blocking rows on their own small pool
+        finally:
+            await backend.close()
+
+    return asyncio.run(rows())
+
+
+def _close(files: CuratedRepository) -> None:
+    close = getattr(files, "close", None)
+    if close is not None:
+        close()
 
 
 def _user_ref(text: str | None) -> UserRef | None:
@@ -68,14 +93,14 @@ def _user_ref(text: str | None) -> UserRef | None:
         raise CommandError(f"--user: {e}", EXIT_USAGE) from None
 
 
-def _print_file(file: CuratedFile) -> bool:
+def _print_file(file: CuratedDocument) -> bool:
     """Print one file's prompt block; False if it cannot be read."""
     from mnemo.adapters.terminal import printable
 
     snap = file.load()
     for warning in snap.warnings:
         print(printable(f"warning: {warning}"), file=sys.stderr)
-    print(printable(str(file.path)))
+    print(printable(file.location))
     print(printable(snap.render_block() or ("(empty)" if snap.readable else "(cannot be read)")))
     return snap.readable
 
@@ -83,13 +108,16 @@ def _print_file(file: CuratedFile) -> bool:
 def _show(args: argparse.Namespace, settings: Settings) -> int:
     ref = _user_ref(args.user)
     files = _files(settings)
-    ok = _print_file(files.shared())
-    if ref is not None:
-        print()
-        try:
-            ok = _print_file(files.user(ref)) and ok
-        except InvalidIdentifier as e:
-            raise CommandError(f"--user: {e}", EXIT_USAGE) from None
+    try:
+        ok = _print_file(files.shared())
+        if ref is not None:
+            print()
+            try:
+                ok = _print_file(files.user(ref)) and ok
+            except InvalidIdentifier as e:
+                raise CommandError(f"--user: {e}", EXIT_USAGE) from None
+    finally:
+        _close(files)
     return EXIT_OK if ok else EXIT_REFUSED
 
 
@@ -109,6 +137,10 @@ def _edit(args: argparse.Namespace, settings: Settings) -> int:
     )
     from mnemo.adapters.terminal import printable_json
 
-    result = asyncio.run(run_memory_tool(_files(settings), tool_args, ctx, WriteAttempts()))
+    files = _files(settings)
+    try:
+        result = asyncio.run(run_memory_tool(files, tool_args, ctx, WriteAttempts()))  # type: ignore[arg-type]
+    finally:
+        _close(files)
     print(printable_json(json.dumps(result, ensure_ascii=False, indent=2)))
     return EXIT_OK if result["success"] else EXIT_REFUSED

@@ -3,6 +3,9 @@
 ``import`` goes through the same write path as the gateway (``SessionStore``), one
 transaction per session. ``search`` without ``--chat`` searches every chat: this is the
 operator's own database; the bot's tool is always scoped to the caller's chat.
+
+Every action opens the configured backend (``open_backend``): ``state.db``, or the
+PostgreSQL server of ``database.url``.
 """
 
 from __future__ import annotations
@@ -18,11 +21,10 @@ from typing import Any, TypeVar
 from mnemo.cli.main import EXIT_OK, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
 from mnemo.memory.dataset import import_dataset, load_dataset
-from mnemo.memory.db import Database
-from mnemo.gateway.storage import state_database
+from mnemo.gateway.storage import StorageBackend, open_backend
 from mnemo.memory.errors import InvalidDataset, StoreError
-from mnemo.memory.search import SessionSearch, result_to_json
-from mnemo.memory.sessions import SessionRow, SessionStore
+from mnemo.memory.search import result_to_json
+from mnemo.memory.sessions import SessionRow
 
 T = TypeVar("T")
 LARGE_IMPORT = 2000  # messages; above this, progress goes to stderr
@@ -32,7 +34,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "sessions",
         help="list, show, search and import stored conversations",
-        description="Work with the session store ($MNEMO_HOME/state.db).",
+        description="Work with the session store ($MNEMO_HOME/state.db, or database.url's PostgreSQL).",
     )
     sub = parser.add_subparsers(dest="sessions_command", metavar="ACTION", required=True)
 
@@ -59,18 +61,31 @@ def register(subparsers: Any) -> None:
     imp.set_defaults(handler=_import)
 
 
-def _run(settings: Settings, body: Callable[[Database], Awaitable[T]]) -> T:
+def _run(settings: Settings, body: Callable[[StorageBackend], Awaitable[T]]) -> T:
     async def main() -> T:
-        db = state_database(settings.state_db)
         try:
-            await db.open()
-            return await body(db)
+            backend = await open_backend(settings)
+        except StoreError as e:
+            raise CommandError(str(e)) from e
+        try:
+            return await body(backend)
         except StoreError as e:
             raise CommandError(str(e)) from e
         finally:
-            await db.close()
+            await backend.close()
 
     return asyncio.run(main())
+
+
+async def _all_chat_keys(backend: StorageBackend) -> list[str]:
+    """Every chat the store knows (both backends keep them in a ``chats`` table)."""
+    if backend.name == "sqlite":
+        return await backend.db.read(lambda c: [r[0] for r in c.execute("SELECT chat_key FROM chats")])
+
+    async def q(conn: Any) -> list[str]:
+        return [r["chat_key"] for r in await (await conn.execute("SELECT chat_key FROM chats")).fetchall()]
+
+    return await backend.db.read(q)
 
 
 def _session_line(s: SessionRow) -> str:
@@ -87,7 +102,7 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
         raise CommandError("--limit must be at least 1", EXIT_USAGE)
     from mnemo.adapters.terminal import printable
 
-    rows = _run(settings, lambda db: SessionStore(db).list_sessions(args.chat, limit=args.limit))
+    rows = _run(settings, lambda b: b.sessions.list_sessions(args.chat, limit=args.limit))
     for s in rows:
         if args.json:
             print(json.dumps({"id": s.id, "chat_key": s.chat_key, "source": s.source,
@@ -103,8 +118,8 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
 def _show(args: argparse.Namespace, settings: Settings) -> int:
     from mnemo.adapters.terminal import printable
 
-    async def body(db: Database) -> int:
-        store = SessionStore(db)
+    async def body(backend: StorageBackend) -> int:
+        store = backend.sessions
         session = await store.get_session(args.session_id)
         if session is None:
             raise CommandError(f"no session {args.session_id!r}")
@@ -125,12 +140,15 @@ def _search(args: argparse.Namespace, settings: Settings) -> int:
         raise CommandError("the search query is empty", EXIT_USAGE)
     from mnemo.adapters.terminal import printable, printable_json
 
-    async def body(db: Database) -> int:
-        if args.chat:
-            keys = list(args.chat)
+    async def body(backend: StorageBackend) -> int:
+        keys = list(args.chat) if args.chat else await _all_chat_keys(backend)
+        if backend.name == "sqlite":  # the contextual retriever: no numpy for a shell search
+            from mnemo.memory.search import SessionSearch
+
+            searcher: Any = SessionSearch(backend.db)
         else:
-            keys = await db.read(lambda c: [r[0] for r in c.execute("SELECT chat_key FROM chats")])
-        result = await SessionSearch(db).search(args.query, chat_keys=keys, limit=args.limit)
+            searcher = backend.search
+        result = await searcher.search(args.query, chat_keys=keys, limit=args.limit)
         if args.json:
             print(printable_json(json.dumps(
                 {"query": args.query, "count": len(result.hits), "results": result_to_json(result)}, ensure_ascii=False
@@ -174,8 +192,8 @@ def _import(args: argparse.Namespace, settings: Settings) -> int:
     chat_key = args.chat or f"import:{dataset.name}"
     progress = Progress(f"importing {args.file.name}") if dataset.message_count >= LARGE_IMPORT else None
 
-    async def body(db: Database) -> int:
-        report = await import_dataset(SessionStore(db), dataset, chat_key, progress=progress)
+    async def body(backend: StorageBackend) -> int:
+        report = await import_dataset(backend.sessions, dataset, chat_key, progress=progress)
         print(f"imported {report.sessions} sessions, {report.messages} messages into chat {chat_key}")
         return EXIT_OK
 

@@ -1,6 +1,6 @@
 """BudgetRepository: spend counted in the session store's usage write, exact under
 concurrency; days and months in the configured timezone; overrides; one notice per
-reset; erase. (The ledger lives in state.db only: PostgreSQL has no budgets yet.)"""
+reset; erase. Run on both backends (``SqliteBudgets``, ``PgBudgets``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from mnemo.gateway.budgets.ledger import BudgetRepository, Override, SqliteBudge
 from mnemo.gateway.storage import state_database
 from mnemo.memory.sessions import SessionStore
 from mnemo.memory.usage import Usage
+from tests.contract.conftest import BACKENDS
 
 
 @dataclass
@@ -32,16 +33,31 @@ class Ledger:
     clock: Clock
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=BACKENDS)
 async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Ledger]:
     clock = Clock(datetime(2026, 1, 31, 22, 30, tzinfo=UTC))  # 23:30 in Paris, last day of January
-    db = state_database(tmp_path / "state.db")
-    await db.open()
-    budgets = SqliteBudgets(db, timezone="Europe/Paris", clock=clock)
-    sessions = SessionStore(db)
-    sessions.record_usage_in(budgets.record_within)
-    yield Ledger(budgets, sessions, clock)
-    await db.close()
+    if request.param == "sqlite":
+        db = state_database(tmp_path / "state.db")
+        await db.open()
+        budgets = SqliteBudgets(db, timezone="Europe/Paris", clock=clock)
+        sessions = SessionStore(db)
+        sessions.record_usage_in(budgets.record_within)
+        yield Ledger(budgets, sessions, clock)
+        await db.close()
+        return
+    from mnemo.gateway.storage_pg.budgets import PgBudgets
+    from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
+    from mnemo.memory.pg.db import PgDatabase
+    from mnemo.memory.pg.sessions import PgSessionStore
+
+    cluster = request.getfixturevalue("pg_cluster")
+    pg = PgDatabase(cluster.fresh_database(), migrations=PG_MIGRATIONS, max_size=8)
+    await pg.open()
+    pg_budgets = PgBudgets(pg, timezone="Europe/Paris", clock=clock)
+    pg_sessions = PgSessionStore(pg)
+    pg_sessions.record_usage_in(pg_budgets.record_within)
+    yield Ledger(pg_budgets, pg_sessions, clock)
+    await pg.close()
 
 
 async def new_session(sessions: SessionStore, user: str) -> str:

@@ -1,0 +1,181 @@
+"""``BudgetRepository`` on PostgreSQL: the same ledger as ``gateway/budgets/ledger.py``
+(one row per payer and local day, a month the sum of its days, every request also on
+the ``*`` row), shared by every replica.
+
+Exact under concurrency the same way: ``record_within`` runs inside the session
+store's usage transaction (``PgSessionStore.add_usage``) and adds with
+``INSERT … ON CONFLICT DO UPDATE SET x = x + excluded.x``, which PostgreSQL applies
+atomically per row (a concurrent insert of the same key waits and then updates), so
+however many replicas spend at once nothing is counted twice or lost.
+
+Linked accounts are one payer, as on SQLite: spend is recorded under the canonical
+account, a person's spend is the sum of all their accounts' rows, their caps are the
+canonical account's; each lookup reads ``identity_links`` in the same transaction as the
+counters (``gateway/storage_pg/links.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+from mnemo.gateway.budgets.ledger import EVERYONE, Clock, Override, PayerSpend, Spend, utc_now
+from mnemo.gateway.storage_pg.links import _canonical, _members
+from mnemo.memory.pg.db import Connection, PgDatabase, PgMigration
+from mnemo.memory.usage import Usage
+
+BUDGETS = PgMigration(
+    "0010_budgets",
+    """
+CREATE TABLE usage_days (
+    payer text NOT NULL,
+    day text NOT NULL,
+    cost_usd double precision NOT NULL DEFAULT 0,
+    tokens bigint NOT NULL DEFAULT 0,
+    requests bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (payer, day)
+);
+CREATE TABLE budget_overrides (
+    payer text PRIMARY KEY,
+    daily_usd double precision,
+    monthly_usd double precision,
+    daily_tokens bigint,
+    updated_at double precision NOT NULL
+);
+CREATE TABLE budget_notices (
+    payer text NOT NULL,
+    resets_at text NOT NULL,
+    PRIMARY KEY (payer, resets_at)
+);
+""",
+)
+
+
+class PgBudgets:
+    """The spending ledger and per-person overrides on PostgreSQL."""
+
+    def __init__(self, db: PgDatabase, *, timezone: str = "UTC", clock: Clock = utc_now) -> None:
+        self._db = db
+        self.tz = ZoneInfo(timezone)
+        self.clock = clock
+
+    def local_now(self) -> datetime:
+        return self.clock().astimezone(self.tz)
+
+    async def record_within(self, conn: Connection, payer: str | None, usage: Usage) -> None:
+        day = self.local_now().date().isoformat()
+        tokens = usage.prompt_tokens + usage.output_tokens
+        if payer is not None and payer != EVERYONE:
+            payer = await _canonical(conn, payer)
+        for who in (EVERYONE,) if payer is None or payer == EVERYONE else (payer, EVERYONE):
+            await conn.execute(
+                "INSERT INTO usage_days (payer, day, cost_usd, tokens, requests) VALUES (%s, %s, %s, %s, 1)"
+                " ON CONFLICT (payer, day) DO UPDATE SET cost_usd = usage_days.cost_usd + excluded.cost_usd,"
+                " tokens = usage_days.tokens + excluded.tokens, requests = usage_days.requests + 1",
+                (who, day, usage.cost_usd, tokens),
+            )
+
+    async def spend(self, payer: str) -> Spend:
+        date = self.local_now().date()
+        today, first = date.isoformat(), date.replace(day=1).isoformat()
+
+        async def q(conn: Connection) -> Spend:
+            payers = [payer] if payer == EVERYONE else await _members(conn, payer)
+            row = await (
+                await conn.execute(
+                    "SELECT COALESCE(SUM(CASE WHEN day = %s THEN cost_usd END), 0) AS day_usd,"
+                    " COALESCE(SUM(CASE WHEN day = %s THEN tokens END), 0) AS day_tokens,"
+                    " COALESCE(SUM(cost_usd), 0) AS month_usd, COALESCE(SUM(tokens), 0) AS month_tokens,"
+                    " COALESCE(SUM(CASE WHEN day = %s THEN requests END), 0) AS requests"
+                    " FROM usage_days WHERE payer = ANY(%s) AND day >= %s AND day <= %s",
+                    (today, today, today, payers, first, today),
+                )
+            ).fetchone()
+            assert row is not None
+            return Spend(
+                float(row["day_usd"]), int(row["day_tokens"]), float(row["month_usd"]), int(row["month_tokens"]),
+                int(row["requests"]),
+            )
+
+        return await self._db.read(q)
+
+    async def everyone(self) -> list[PayerSpend]:
+        """Every person with spend this month, highest monthly spend first (``*`` left out)."""
+        first = self.local_now().date().replace(day=1).isoformat()
+
+        async def q(conn: Connection) -> list[str]:
+            rows = await (
+                await conn.execute(
+                    "SELECT DISTINCT COALESCE(l.canonical, u.payer) AS payer FROM usage_days u"
+                    " LEFT JOIN identity_links l ON l.member = u.payer WHERE u.payer != %s AND u.day >= %s",
+                    (EVERYONE, first),
+                )
+            ).fetchall()
+            return [r["payer"] for r in rows]
+
+        out = [PayerSpend(p, await self.spend(p)) for p in await self._db.read(q)]
+        out.sort(key=lambda p: (-p.spend.month_usd, -p.spend.day_usd, p.payer))
+        return out
+
+    async def override(self, payer: str) -> Override | None:
+        async def q(conn: Connection) -> Override | None:
+            row = await (
+                await conn.execute(
+                    "SELECT daily_usd, monthly_usd, daily_tokens FROM budget_overrides WHERE payer = %s",
+                    (await _canonical(conn, payer),),
+                )
+            ).fetchone()
+            if row is None:
+                return None
+            tokens = row["daily_tokens"]
+            return Override(row["daily_usd"], row["monthly_usd"], None if tokens is None else int(tokens))
+
+        return await self._db.read(q)
+
+    async def set_override(self, payer: str, override: Override | None) -> None:
+        async def tx(conn: Connection) -> None:
+            who = await _canonical(conn, payer)
+            if override is None:
+                await conn.execute("DELETE FROM budget_overrides WHERE payer = %s", (who,))
+                return
+            await conn.execute(
+                "INSERT INTO budget_overrides (payer, daily_usd, monthly_usd, daily_tokens, updated_at)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (payer) DO UPDATE SET daily_usd = excluded.daily_usd,"
+                " monthly_usd = excluded.monthly_usd, daily_tokens = excluded.daily_tokens,"
+                " updated_at = excluded.updated_at",
+                (who, override.daily_usd, override.monthly_usd, override.daily_tokens, time.time()),
+            )
+
+        await self._db.write(tx)
+
+    async def claim_notice(self, payer: str, resets_at: datetime) -> bool:
+        """True exactly once per payer and reset time, across every replica."""
+
+        async def tx(conn: Connection) -> bool:
+            cur = await conn.execute(
+                "INSERT INTO budget_notices (payer, resets_at) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                (payer, resets_at.astimezone(UTC).isoformat()),
+            )
+            return cur.rowcount == 1
+
+        return await self._db.write(tx)
+
+    async def payer(self, user: str) -> str:
+        """Whose budget ``user``'s requests count against: their canonical account."""
+        return await self._db.read(lambda conn: _canonical(conn, user))
+
+    async def erase_within(self, conn: Connection, payer: str) -> int:
+        n = 0
+        for table in ("usage_days", "budget_overrides"):
+            n += (await conn.execute(f"DELETE FROM {table} WHERE payer = %s", (payer,))).rowcount
+        n += (
+            await conn.execute(  # notices are keyed "PAYER|cap"
+                "DELETE FROM budget_notices WHERE left(payer, length(%s) + 1) = %s || '|'", (payer, payer)
+            )
+        ).rowcount
+        return n
+
+    async def erase(self, payer: str) -> int:
+        """Forget a person's counters, overrides and notices (their spend stays in ``*``)."""
+        return await self._db.write(lambda conn: self.erase_within(conn, payer))
