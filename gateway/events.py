@@ -106,6 +106,10 @@ class OutboundMessage:
     # The outbox row: a stable key adapters may use to make re-sends idempotent
     # (e.g. a Discord nonce).
     outbox_id: int | None = None
+    # The platform message that showed this reply while it was generated
+    # (``ports.StreamsReplies``): the adapter edits it into the reply's first part and
+    # sends the remaining parts as usual.
+    stream_message_id: str | None = None
 
 
 # A scheduled run whose reply is exactly this delivers nothing.

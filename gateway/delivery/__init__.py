@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from mnemo.gateway.delivery.inbox import InboxRepository
 from mnemo.gateway.delivery.outbox import OutboxRepository
+from mnemo.gateway.delivery.streams import StreamLedger
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,3 +15,5 @@ class Ledgers:
 
     inbox: InboxRepository
     outbox: OutboxRepository
+    # The messages showing replies while they are generated; None: no streaming.
+    streams: StreamLedger | None = None

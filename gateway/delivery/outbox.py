@@ -16,6 +16,12 @@ Every reply, command answer and cron result is written here before anything is s
 
 The loop is woken on every enqueue and polls every ``poll_s`` for retries.
 
+A reply that was shown while it was generated (``streams.py``) has its platform
+message in the stream ledger, keyed by the inbox row it answers: delivery hands that id
+to the adapter (``OutboundMessage.stream_message_id``), which edits the message into
+the reply's first part and sends the rest, and forgets it once the row is sent or
+failed. Everything else about the row — states, retries, labels — is as above.
+
 Storage is behind two small ports: ``OutboxQueue`` (whoever queues a delivery) and
 ``OutboxDelivery`` (the delivery loop); ``OutboxRepository`` is both, and ``Outbox`` is
 its SQLite implementation (table ``outbox``, schema in ``schema.py``). Every backend
@@ -25,6 +31,7 @@ passes ``tests/contract/test_outbox.py``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sqlite3
 import time
@@ -33,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited
+from mnemo.gateway.delivery.streams import StreamLedger
 from mnemo.gateway.events import ChatRef, OutboundMessage
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.ports import Adapter
@@ -309,14 +317,20 @@ class DeliveryLoop:
         *,
         poll_s: float = 1.0,
         on_sent: Callable[[OutboxRow], None] | None = None,
+        streams: StreamLedger | None = None,
     ) -> None:
         self.outbox = outbox
+        self.streams = streams
         self.adapters = adapters
         self.poll_s = poll_s
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._on_sent = on_sent
+        # One round at a time: a caller's deliver_due() waits for the loop's round in
+        # progress, so when it returns everything due at the call has been attempted
+        # (a row the loop had claimed is no longer "sending" behind the caller's back).
+        self._round = asyncio.Lock()
 
     def wake(self) -> None:
         self._wake.set()
@@ -329,6 +343,8 @@ class DeliveryLoop:
     async def start(self) -> None:
         if self._task is None:
             await self.outbox.recover_in_flight()
+            if self.streams is not None:
+                await self.streams.purge_delivered()
             self._task = asyncio.create_task(self._run(), name="outbox-delivery")
 
     async def stop(self, grace_s: float = 30.0) -> None:
@@ -374,6 +390,10 @@ class DeliveryLoop:
     async def deliver_due(self) -> int:
         """Send what is due: in order within a chat, chats side by side (bounded), so a
         slow platform or a busy chat never holds up the others."""
+        async with self._round:
+            return await self._deliver_round()
+
+    async def _deliver_round(self) -> int:
         ready = {name for name, a in self.adapters.items() if a.connected}
         by_chat: dict[ChatRef, list[OutboxRow]] = {}
         for row in await self.outbox.due(ready, limit=DUE_BATCH):
@@ -398,14 +418,22 @@ class DeliveryLoop:
             return False
         if not await self.outbox.claim(row.id):
             return False  # another delivery took it
+        message = row.to_message()
+        stream = None
+        if self.streams is not None and row.inbox_id is not None:
+            stream = await self.streams.get(row.inbox_id)
+            if stream is not None and stream.chat == row.chat:
+                message = dataclasses.replace(message, stream_message_id=stream.message_id)
         try:
-            ids = await adapter.send(row.to_message())
+            ids = await adapter.send(message)
         except PlatformRateLimited as e:
             await self.outbox.mark_retry(row.id, e.retry_after, f"rate limited: {e}")
             return False
         except Forbidden as e:
             log.warning("outbox_forbidden", outbox_id=row.id, platform=row.chat.platform, error=str(e))
             await self.outbox.mark_failed(row.id, f"forbidden: {e}")
+            if stream is not None:
+                await self.streams.forget(stream.inbox_id)  # type: ignore[union-attr]
             return False
         except PlatformError as e:
             # The platform is down or flaky: the reply waits, however long that takes.
@@ -422,6 +450,8 @@ class DeliveryLoop:
                 await self.outbox.mark_retry(row.id, min(MAX_BACKOFF_S, 0.5 * 2**attempts), f"{type(e).__name__}: {e}")
             return False
         await self.outbox.mark_sent(row.id, ids)
+        if stream is not None:
+            await self.streams.forget(stream.inbox_id)  # type: ignore[union-attr]
         if self._on_sent is not None:
             self._on_sent(row)
         return True

@@ -61,3 +61,18 @@ CREATE INDEX outbox_pending ON outbox(state, not_before);
 CREATE UNIQUE INDEX outbox_inbox ON outbox(inbox_id) WHERE inbox_id IS NOT NULL;
 """,
 )
+
+# The platform message showing a reply while it is generated (``streams.py``).
+STREAMS = Migration(
+    "0012_streams",
+    """
+CREATE TABLE streams (
+    inbox_id INTEGER PRIMARY KEY,
+    platform TEXT NOT NULL,
+    chat_id TEXT NOT NULL,
+    thread_id TEXT,
+    message_id TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+""",
+)

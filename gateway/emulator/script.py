@@ -80,6 +80,8 @@ class Reply:
     # / ``stop_sequence`` when the request's limits cut the reply).
     stop_reason: str | None = None
     delay: float = 0.0  # seconds before the response starts (real time: for client timeouts)
+    # Streaming only: seconds between two text deltas (real time: a reply being written).
+    chunk_delay: float = 0.0
 
     def __post_init__(self) -> None:
         if self.stop_reason is not None and self.stop_reason not in STOP_REASONS:

@@ -303,11 +303,13 @@ class Emulator:
         if not await self._sleep(reply.delay):
             raise web.HTTPServiceUnavailable()
         if rec.stream:
-            return await self._stream(request, rec, list(_frames(message)))
+            return await self._stream(request, rec, list(_frames(message)), pause=reply.chunk_delay)
         rec.response_status = 200
         return web.json_response(message, headers={"request-id": new_id("req_")})
 
-    async def _stream(self, request: web.Request, rec: RecordedRequest, frames: list[bytes]) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, rec: RecordedRequest, frames: list[bytes], *, pause: float = 0.0
+    ) -> web.StreamResponse:
         response = web.StreamResponse(
             status=200,
             headers={"content-type": "text/event-stream; charset=utf-8", "request-id": new_id("req_")},
@@ -316,6 +318,9 @@ class Emulator:
         try:
             await response.prepare(request)
             for frame in frames:
+                if pause > 0 and frame.startswith(b"event: content_block_delta") and b'"text_delta"' in frame:
+                    if not await self._sleep(pause):
+                        break
                 await response.write(frame)
             await response.write_eof()
         except ConnectionResetError:

@@ -14,6 +14,14 @@ It owns three things the rest of mnemo must not think about:
   cache write) and ``cost_usd`` from the configurable price table.
 
 A global semaphore bounds concurrent requests (``llm.max_concurrency``).
+
+**Streaming.** ``create(on_text=…)`` asks for an SSE stream (``messages.stream``) and
+reports every text delta to ``on_text`` as it arrives; the result is the same
+``LLMResponse`` as without. Retries before the first delta are as above. A failure
+after deltas were reported is retried the same way when it is retryable — ``on_reset``
+is called first, so whoever shows the text starts over — and otherwise raised like any
+other failure; a partial answer is never returned, so the stored history only ever
+holds complete responses.
 """
 
 from __future__ import annotations
@@ -181,6 +189,19 @@ def _is_retryable(err: Exception) -> bool:
 
 def _map_error(err: Exception) -> LLMError:
     """The one place anthropic's exceptions become mnemo's."""
+    if isinstance(err, anthropic.APIStatusError) and err.status_code == 200:
+        # An ``event: error`` inside a streamed answer: the body says what it was.
+        body = err.body if isinstance(err.body, dict) else {}
+        error = body.get("error") if isinstance(body.get("error"), dict) else {}
+        etype, message = error.get("type"), str(error.get("message") or "")
+        if etype in ("rate_limit_error", "overloaded_error"):
+            return RateLimited(f"LLM rate limited or overloaded (mid-stream {etype})", None)
+        if etype in ("authentication_error", "permission_error"):
+            return ProviderAuthError(f"LLM endpoint refused the credentials (mid-stream {etype})")
+        if etype == "invalid_request_error":
+            if "prompt is too long" in message or "too many tokens" in message:
+                return ContextTooLong(message)
+            return InvalidLLMRequest(message or "LLM endpoint rejected the request mid-stream")
     if isinstance(err, anthropic.RateLimitError) or (
         isinstance(err, anthropic.APIStatusError) and err.status_code == 529
     ):
@@ -257,8 +278,14 @@ class LLMClient:
         model: str | None = None,
         max_tokens: int | None = None,
         cache: bool = True,
+        on_text: Callable[[str], None] | None = None,
+        on_reset: Callable[[], None] | None = None,
     ) -> LLMResponse:
-        """One Messages API call (with retries). Raises a ``gateway.errors.LLMError``."""
+        """One Messages API call (with retries). Raises a ``gateway.errors.LLMError``.
+
+        With ``on_text`` the response is streamed and each text delta reported to it
+        (see the module docstring); ``on_reset`` is called before a retry that follows
+        reported deltas."""
         model = model or self.settings.model
         if cache:
             system_blocks, msgs = apply_cache_breakpoints(system, messages, system_ttl=self.settings.cache_ttl)
@@ -279,9 +306,17 @@ class LLMClient:
         started = time.monotonic()
         async with self._semaphore:
             for attempt in range(attempts):
+                streamed = _Deltas(on_text)
                 try:
-                    response = await self._client.messages.create(**kwargs)
+                    if on_text is None:
+                        response = await self._client.messages.create(**kwargs)
+                    else:
+                        response = await self._stream(kwargs, streamed)
                 except Exception as err:  # noqa: BLE001 - mapped below, never swallowed
+                    if streamed.count and on_reset is not None:
+                        on_reset()  # the text shown so far is not the answer
+                    if streamed.count:
+                        log.info("llm_stream_broken", model=model, attempt=attempt + 1, deltas=streamed.count)
                     if not _is_retryable(err) or attempt == attempts - 1:
                         mapped = _map_error(err)
                         if self._metrics is not None:
@@ -300,6 +335,14 @@ class LLMClient:
                     )
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _stream(self, kwargs: Mapping[str, Any], deltas: _Deltas) -> Any:
+        """One streamed request: text deltas to ``deltas``, the final message returned."""
+        async with self._client.messages.stream(**kwargs) as stream:
+            async for event in stream:
+                if event.type == "text" and event.text:
+                    deltas.report(event.text)
+            return await stream.get_final_message()
 
     def _convert(self, response: Any, model: str, attempts: int, latency: float) -> LLMResponse:
         blocks: list[dict[str, Any]] = []
@@ -324,6 +367,22 @@ class LLMClient:
             attempts=attempts,
             latency_s=latency,
         )
+
+
+class _Deltas:
+    """The text deltas of one streamed attempt: passed on, and counted."""
+
+    def __init__(self, on_text: Callable[[str], None] | None) -> None:
+        self._on_text = on_text
+        self.count = 0
+
+    def report(self, text: str) -> None:
+        self.count += 1
+        if self._on_text is not None:
+            try:
+                self._on_text(text)
+            except Exception:  # a display problem must never fail the request
+                log.exception("llm_stream_callback_failed")
 
 
 @dataclass

@@ -13,7 +13,9 @@ failure closes the turn with a short apology stored as the assistant's reply.
 
 Preflight: before each request the agent estimates its size. When it would not fit the
 context window (minus ``max_tokens`` for the answer, with a 10% margin: the estimate is
-~4 characters per token, the real tokenizer differs), the oldest middle turns are left
+~4 characters per token, the real tokenizer differs; the images and PDFs the request
+re-sends count as the API counts them, width × height / 750 and ~1,500 per page —
+``MediaStore.shown_tokens``), the oldest middle turns are left
 out *of that request only* (``ContextCompressor.trim``: head, the last summary, a note,
 as much tail as fits) and the turn reports ``context_trimmed``, so the gateway enqueues
 a real compression after the reply. If the API still answers "prompt is too long", the
@@ -21,6 +23,10 @@ request is trimmed to half the budget and sent once more. Compressing synchronou
 here is not possible: the turn holds the chat's session lock, which the rollover needs,
 and a tool loop may be half-way (an open ``tool_use``) when a big tool result makes the
 next request too long.
+
+Streaming: a turn given a ``stream`` (``gateway.delivery.live.StreamSink``) has its
+requests streamed; the text deltas and a status line per tool call go to the sink as
+they happen. What is stored is unchanged: complete responses only.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 
 from mnemo.gateway.budgets.ledger import Billing, billed_to
 from mnemo.gateway.config import MemorySettings, SessionSettings
+from mnemo.gateway.delivery.live import StreamSink, tool_status
 from mnemo.gateway.errors import ContextTooLong, LLMError, ProviderAuthError, RateLimited
 from mnemo.gateway.turns.history import Counters, missing_tool_results, rebuild_counters
 from mnemo.gateway.media import MediaStore
@@ -102,6 +109,7 @@ class Agent:
         self.history = list(history)
         self.ctx = ctx
         self.label_authors = False
+        self.stream: StreamSink | None = None  # shows the reply while it is generated
         self._llm_seconds = 0.0
         self._trimmed = False  # the preflight left old turns out of a request
         self._fallback_trim = False  # the API said "too long" despite the preflight
@@ -155,6 +163,7 @@ class Agent:
             estimate_tokens(self.session.system_prompt)
             + (estimate_json_tokens(list(schemas)) if schemas else 0)
             + estimate_tokens(extra_context)
+            + (self.deps.media.shown_tokens(self.history) if self.deps.media is not None else 0)
         )
         needed = overhead + rows_tokens(self.history)
         if needed <= budget:
@@ -216,8 +225,13 @@ class Agent:
         for _ in range(self.deps.sessions.max_tool_iterations):
             try:
                 request = self._model_input(turn.request_context, schemas)
+                stream = self.stream
                 response = await self.deps.llm.create(
-                    system=request.system, messages=request.messages, tools=request.tools
+                    system=request.system,
+                    messages=request.messages,
+                    tools=request.tools,
+                    on_text=stream.delta if stream is not None else None,
+                    on_reset=stream.reset if stream is not None else None,
                 )
             except ContextTooLong as e:
                 if self._fallback_trim:
@@ -243,6 +257,8 @@ class Agent:
                 )
             results: list[NewMessage] = []
             for call in response.tool_uses:
+                if self.stream is not None:
+                    self.stream.status(tool_status(call["name"]))
                 with billed_to(Billing(self.session.id, self._payer)):
                     result = await self.deps.tools.call(call["name"], call.get("input") or {}, self.ctx)
                 memory_written = memory_written or result.memory_write

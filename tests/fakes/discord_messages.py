@@ -15,8 +15,9 @@ Discord still remembers the nonce ("a few minutes"; the fake never forgets).
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -46,6 +47,7 @@ class SentMessage:
     body: Mapping[str, Any]  # the request JSON exactly as discord.py sent it
     pings: Pings  # who is notified once allowed_mentions is applied
     files: tuple[str, ...] = ()
+    at: float = field(default_factory=time.monotonic)  # when the fake created it
 
     @property
     def content(self) -> str:
@@ -69,6 +71,7 @@ class EditedMessage:
     message_id: int
     channel_id: int
     body: Mapping[str, Any]
+    at: float = field(default_factory=time.monotonic)  # when the fake applied it
 
 
 def _too_long() -> ApiError:

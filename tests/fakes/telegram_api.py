@@ -45,7 +45,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import ip_address
 from typing import Any
 from urllib.parse import urlsplit
@@ -94,6 +94,7 @@ class ApiCall:
     method: str
     params: Mapping[str, Any]
     status: int
+    at: float = field(default_factory=time.monotonic)  # when the fake finished handling it
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class SentMessage:
     reply_to_message_id: int | None
     message_thread_id: int | None
     params: Mapping[str, Any]
+    at: float = field(default_factory=time.monotonic)  # when the fake stored it
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class EditedText:
     text: str
     parse_mode: str | None
     plain_text: str
+    at: float = field(default_factory=time.monotonic)  # when the fake applied it
 
 
 @dataclass
