@@ -8,15 +8,21 @@ the server's own):
     GET /chat.js, /chat.css   its script and style — no external assets, no CDN: the
                           machine may be offline
     GET /ws?user=<id>     the websocket
+    POST /upload?user=<id>   a file to attach to the next message (``web_uploads.py``)
 
 Frames are JSON text:
 
-    page → server   {"type": "message", "id": "<client id>", "text": "..."}
+    page → server   {"type": "message", "id": "<client id>", "text": "...",
+                     "attachments": ["<upload id>", ...]}   (optional; see web_uploads.py)
     server → page   {"type": "hello", "user": ..., "typing": bool}
                     {"type": "ack", "id": ...}       the gateway has the message durably
                     {"type": "reply", "id": "o<outbox id>", "text": ..., "scheduled": bool,
                      "possible_duplicate": bool}
                     {"type": "typing", "active": bool}
+                    {"type": "token", "id": "s…", "delta": ...} or {..., "text": ...}
+                    a reply while it is generated: ``delta`` appends to the live
+                    bubble ``id``, ``text`` replaces its text; the final "reply" frame
+                    carries ``"replaces": "s…"`` and takes the bubble's place
                     {"type": "error", "text": ..., "id": ... | null, "retry": bool}
                     retry false: the message was refused (too long, invalid text, ...)
                     and resending it can never work, so the page drops it; retry true:
@@ -61,8 +67,11 @@ import hmac
 import html
 import json
 import re
+import secrets
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -70,10 +79,15 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from mnemo.gateway.config import TRIAL_BANNER
 from mnemo.gateway.errors import PlatformUnavailable
-from mnemo.gateway.events import ChatRef, ChatType, InboundMessage, OutboundMessage
+from mnemo.gateway.events import Attachment, ChatRef, ChatType, InboundMessage, OutboundMessage
+from mnemo.gateway.media import MAX_ATTACHMENTS_PER_TURN
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.ports import CommandInfo, ChatReachable, InboundSink
 from mnemo.gateway.webserver import WebServer, is_loopback
+
+from mnemo.adapters.web_uploads import UploadRefused, UploadStore, file_name, read_body
+
+MAX_LIVE_REPLIES = 256  # live replies whose text is remembered for delta frames
 
 log = get_logger(__name__)
 
@@ -109,10 +123,16 @@ class WebAdapter:
     max_message_len = 1_000_000  # one frame carries a whole reply: no splitting
     supports_typing = True
     debounce_s: float | None = None
+    # Streaming (gateway.ports.StreamsReplies): token frames, no edit pacing.
+    stream_interval_s = 0.0
+    stream_tokens = True
 
-    def __init__(self, server: WebServer, *, trial: bool = False) -> None:
+    def __init__(self, server: WebServer, *, trial: bool = False, uploads_dir: Path | None = None) -> None:
         self.server = server
         self.trial = trial
+        # Files sent from the page (adapters/web_uploads.py); without a folder, a private
+        # temporary one (uploads then do not outlive the process).
+        self.uploads = UploadStore(uploads_dir or Path(tempfile.mkdtemp(prefix="mnemo-web-uploads-")))
         token = server.settings.access_token
         self._token = token.get_secret_value().encode() if token is not None else None
         self._loopback_only = self._token is None and is_loopback(server.settings.host)
@@ -124,6 +144,7 @@ class WebAdapter:
         self._page = _asset("index.html").replace("<!--TRIAL_BANNER-->", banner)
         self._assets = {path: _asset(path.lstrip("/")) for path in _STATIC}
         self._sockets: dict[str, set[web.WebSocketResponse]] = {}
+        self._live: dict[str, str] = {}  # live reply id → text the pages have (insertion order)
         self._typing: dict[str, int] = {}
         self._sink: InboundSink | None = None
         self._reachable: ChatReachable | None = None
@@ -131,6 +152,7 @@ class WebAdapter:
         for path in _STATIC:
             server.add_get(path, self._serve_asset)
         server.add_get("/ws", self._serve_socket)
+        server.add_post("/upload", self._serve_upload)
 
     # --- the port ---------------------------------------------------------------------
     @property
@@ -161,9 +183,32 @@ class WebAdapter:
             "scheduled": message.scheduled,
             "possible_duplicate": message.possible_duplicate,
         }
+        if message.stream_message_id is not None:
+            frame["replaces"] = message.stream_message_id  # the page swaps its live bubble for this
         if await self._broadcast(message.chat.chat_id, frame) == 0:
             raise PlatformUnavailable("no web chat page is open for this chat")
+        if message.stream_message_id is not None:
+            self._live.pop(message.stream_message_id, None)
         return [reply_id]
+
+    async def stream_open(self, chat: ChatRef, text: str, *, reply_to: str | None) -> str:
+        stream_id = f"s{secrets.token_hex(8)}"
+        await self.stream_edit(chat, stream_id, text)
+        return stream_id
+
+    async def stream_edit(self, chat: ChatRef, message_id: str, text: str) -> None:
+        """A token frame: ``delta`` appends to the live bubble, ``text`` replaces it."""
+        before = self._live.get(message_id)
+        frame: dict[str, Any] = {"type": "token", "id": message_id}
+        if before is not None and text.startswith(before):
+            frame["delta"] = text[len(before) :]
+        else:
+            frame["text"] = text
+        if await self._broadcast(chat.chat_id, frame) == 0:
+            raise PlatformUnavailable("no web chat page is open for this chat")
+        self._live[message_id] = text
+        while len(self._live) > MAX_LIVE_REPLIES:
+            self._live.pop(next(iter(self._live)))
 
     @contextlib.asynccontextmanager
     async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
@@ -213,6 +258,38 @@ class WebAdapter:
         self._check_access(request)
         path = request.path
         return web.Response(text=self._assets[path], content_type=_STATIC[path], headers=_SECURITY_HEADERS)
+
+    # --- uploads (adapters/web_uploads.py) ---------------------------------------------
+    async def _serve_upload(self, request: web.Request) -> web.Response:
+        self._check_access(request)
+        self._check_origin(request)
+        user = request.query.get("user", "")
+        if not USER_ID.fullmatch(user):
+            raise web.HTTPBadRequest(text="invalid user id: 8-64 characters of A-Z a-z 0-9 _ -\n")
+        name = file_name(request.headers.get("X-File-Name", ""))
+        try:
+            data = await read_body(request.content, request.content_length)
+            upload = await asyncio.to_thread(self.uploads.save, user, name, request.content_type, data)
+        except UploadRefused as e:
+            log.info("web_upload_refused", user=user, status=e.status, reason=str(e))
+            return web.json_response({"error": str(e)}, status=e.status, headers=_SECURITY_HEADERS)
+        log.info("web_upload", user=user, kind=upload.kind, size=upload.size)
+        return web.json_response(upload.as_dict(), headers=_SECURITY_HEADERS)
+
+    async def fetch_media(self, attachment: Attachment) -> bytes:
+        """``gateway.ports.FetchesMedia``: an upload's bytes."""
+        return await asyncio.to_thread(self.uploads.read, attachment.ref)
+
+    def _frame_attachments(self, user: str, frame: dict[str, Any]) -> tuple[Attachment, ...] | str:
+        """The uploads a message frame names (``"attachments": [<upload id>, …]``), or
+        what is wrong with them."""
+        ids = frame.get("attachments", [])
+        if not isinstance(ids, list) or len(ids) > MAX_ATTACHMENTS_PER_TURN or not all(isinstance(i, str) for i in ids):
+            return f"attachments must be a list of at most {MAX_ATTACHMENTS_PER_TURN} upload ids"
+        found = [self.uploads.get(user, i) for i in ids]
+        if any(u is None for u in found):
+            return "an attached file is no longer there; attach it again"
+        return tuple(u.attachment(user) for u in found if u is not None)
 
     def _check_origin(self, request: web.Request) -> None:
         origin = request.headers.get("Origin")
@@ -273,7 +350,11 @@ class WebAdapter:
         if not isinstance(message_id, str) or not MESSAGE_ID.fullmatch(message_id):
             await self._send_error(ws, "invalid message id")
             return
-        if not isinstance(text, str) or not text.strip():
+        attachments = await asyncio.to_thread(self._frame_attachments, user, frame)
+        if isinstance(attachments, str):
+            await self._send_error(ws, attachments, message_id)
+            return
+        if not isinstance(text, str) or (not text.strip() and not attachments):
             await self._send_error(ws, "empty message", message_id)
             return
         if len(text) > MAX_TEXT_CHARS:
@@ -295,6 +376,7 @@ class WebAdapter:
             message_id=message_id,
             text=text,
             chat_type=ChatType.DM,
+            attachments=attachments,
         )
         try:
             await sink(msg)

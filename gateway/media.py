@@ -24,7 +24,7 @@ import base64
 import hashlib
 import io
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,8 @@ MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
 MAX_PDF_BYTES = 32 * 1024 * 1024  # the Messages API's request size limit for a PDF
 MAX_INLINE_CHARS = 50_000
 MAX_ATTACHMENTS_PER_TURN = 10
+IMAGE_TOKENS_UNKNOWN = 1600  # an image of about 1.2 megapixels, the API's usual ceiling
+PDF_PAGE_TOKENS = 1500  # text and page image of one PDF page
 
 IMAGE_TYPES = {"image/jpeg": "jpg", "image/png": "png", "image/gif": "gif", "image/webp": "webp"}
 _PIL_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
@@ -43,6 +45,19 @@ TEXT_SUFFIXES = frozenset(
 OLD_IMAGE = "[an image was shared here earlier; it is no longer shown]"
 OLD_DOCUMENT = "[a PDF was shared here earlier; it is no longer shown]"
 CANNOT_READ = "I can't read this kind of file"
+
+
+def ref_tokens(ref: Mapping[str, Any]) -> int:
+    """Roughly what the API counts for a stored attachment: an image width × height / 750
+    after scaling its long side to ``MAX_IMAGE_SIDE`` (``IMAGE_TOKENS_UNKNOWN`` for a
+    reference stored without its size), a PDF ``PDF_PAGE_TOKENS`` per page."""
+    if ref.get("kind") != "image":
+        return PDF_PAGE_TOKENS * max(1, int(ref.get("pages") or 1))
+    width, height = int(ref.get("width") or 0), int(ref.get("height") or 0)
+    if width <= 0 or height <= 0:
+        return IMAGE_TOKENS_UNKNOWN
+    scale = min(1.0, MAX_IMAGE_SIDE / max(width, height))
+    return max(1, int(width * scale * height * scale / 750))
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +93,9 @@ class MediaStore:
                 return note(name, "the PDF is encrypted; I can't read it")
             if len(data) > MAX_PDF_BYTES:
                 return note(name, "the PDF is too large for me to read")
-            return Prepared(refs=[self._store(data, "pdf", "document", "application/pdf", name)])
+            ref = self._store(data, "pdf", "document", "application/pdf", name)
+            ref["pages"] = max(1, data.count(b"/Type /Page") - data.count(b"/Type /Pages"))
+            return Prepared(refs=[ref])
         if media_type.startswith("text/") or suffix in TEXT_SUFFIXES or media_type == "application/json":
             try:
                 text = data.decode("utf-8")
@@ -102,8 +119,10 @@ class MediaStore:
                 media_type = _PIL_FORMATS.get(img.format or "")
                 if media_type is None:
                     return note(name, "an image format I can't read (JPEG, PNG, GIF and WebP are)")
+                size = img.size
                 if max(img.size) > MAX_IMAGE_SIDE and not getattr(img, "is_animated", False):
                     img.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE))
+                    size = img.size
                     out = io.BytesIO()
                     if media_type == "image/jpeg":
                         img.convert("RGB").save(out, "JPEG", quality=85)
@@ -112,7 +131,9 @@ class MediaStore:
                     data = out.getvalue()
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
             return note(name, "the image is damaged or not an image")
-        return Prepared(refs=[self._store(data, IMAGE_TYPES[media_type], "image", media_type, name)])
+        ref = self._store(data, IMAGE_TYPES[media_type], "image", media_type, name)
+        ref["width"], ref["height"] = size  # for the preflight's token estimate
+        return Prepared(refs=[ref])
 
     def _store(self, data: bytes, ext: str, kind: str, media_type: str, name: str) -> dict[str, Any]:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -126,6 +147,14 @@ class MediaStore:
                 f.write(data)
             os.replace(tmp, path)
         return {"kind": kind, "file": path.name, "media_type": media_type, "name": name, "bytes": len(data)}
+
+    # --- what they cost -----------------------------------------------------------------
+    def shown_tokens(self, rows: Sequence[Any]) -> int:
+        """The estimated tokens of the images and PDFs a request built from ``rows`` sends
+        (the last ``history_images`` user turns with media, as ``model_input`` picks
+        them): text estimates do not see them, and one image costs as much as pages of text."""
+        with_media = [r for r in rows if r.role == "user" and r.meta.get("media")]
+        return sum(ref_tokens(ref) for r in with_media[-max(1, self.history_images) :] for ref in r.meta["media"])
 
     # --- back to content blocks ---------------------------------------------------------
     def blocks(self, refs: list[Mapping[str, Any]], *, show: bool) -> list[dict[str, Any]]:

@@ -9,6 +9,9 @@
 //   code points like the server does) is refused here with a note: nothing is sent, the
 //   text stays in the box. An error frame naming a message with retry false means the
 //   server refused it for good: it leaves the pending store (and localStorage) at once.
+// * Files (images, PDFs, text) are posted to /upload when picked, one request each (at
+//   most 10 MB: larger ones are refused here); the next message names their upload ids
+//   and may then be empty. A refused file gets the server's one-line reason as a note.
 // * Replies are rendered from Markdown by building DOM nodes with textContent only:
 //   the bot's text is never parsed as HTML, so it cannot inject markup.
 "use strict";
@@ -27,6 +30,10 @@
   const form = $("composer");
   const input = $("input");
   const noteEl = $("note");
+  const fileEl = $("file");
+  const attachedEl = $("attached");
+  const MAX_UPLOAD_BYTES = 10 * 1024 * 1024; // the server's MAX_UPLOAD_BYTES
+  let attached = []; // uploads for the next message: {id, name}
 
   // --- storage (a private window may refuse localStorage: keep working in memory) ---
   const memoryStore = {};
@@ -171,6 +178,33 @@
     return li;
   }
 
+  // --- live replies: token frames while a reply is generated -------------------------
+  // Shown line by line (inline formatting only) in a bubble of their own, never
+  // stored; the final "reply" frame names the bubble it replaces.
+  const live = new Map(); // stream id -> { li, text }
+
+  function onToken(frame) {
+    typingEl.hidden = true;
+    let item = live.get(frame.id);
+    if (!item) {
+      const li = show({ role: "bot", text: "" });
+      li.classList.add("live");
+      li.dataset.stream = frame.id;
+      item = { li: li, text: "" };
+      live.set(frame.id, item);
+    }
+    item.text = typeof frame.text === "string" ? frame.text : item.text + String(frame.delta || "");
+    const body = item.li.querySelector(".body");
+    body.textContent = "";
+    lines(item.text, body);
+    item.li.scrollIntoView({ block: "end" });
+  }
+
+  function endLive(id) {
+    const item = live.get(id);
+    if (item) { item.li.remove(); live.delete(id); }
+  }
+
   function markPending(id, isPending) {
     const li = logEl.querySelector('li[data-id="' + id + '"]');
     if (li) li.classList.toggle("pending", isPending);
@@ -182,7 +216,9 @@
   }
 
   function frameFor(item) {
-    return JSON.stringify({ type: "message", id: item.id, text: item.text });
+    const frame = { type: "message", id: item.id, text: item.text };
+    if (item.attachments && item.attachments.length) frame.attachments = item.attachments;
+    return JSON.stringify(frame);
   }
 
   // Why the server could never take this text, or "" if it can.
@@ -216,7 +252,8 @@
       if (li) { li.classList.add("error"); li.title = entry.error; }
     }
     if (entry.role === "user" && entry.pending) {
-      pending.set(entry.id, { id: entry.id, text: entry.text });
+      const sent = typeof entry.sent === "string" ? entry.sent : entry.text; // without the "[attached: …]" line
+      pending.set(entry.id, { id: entry.id, text: sent, attachments: entry.attachments || [] });
       markPending(entry.id, true);
     }
   }
@@ -254,8 +291,11 @@
       if (entry) { delete entry.pending; persist(); }
     } else if (frame.type === "typing") {
       typingEl.hidden = !frame.active;
+    } else if (frame.type === "token") {
+      onToken(frame);
     } else if (frame.type === "reply") {
       typingEl.hidden = true;
+      if (typeof frame.replaces === "string") endLive(frame.replaces);
       if (shownReplies.has(frame.id)) return; // resent after a crash; already shown
       shownReplies.add(frame.id);
       const entry = { role: "bot", id: frame.id, text: frame.text,
@@ -288,15 +328,50 @@
     });
   }
 
+  // --- attachments ---------------------------------------------------------------------
+  function showAttached() {
+    attachedEl.textContent = attached.length ? "Attached: " + attached.map((a) => a.name).join(", ") : "";
+    attachedEl.hidden = !attached.length;
+  }
+
+  async function uploadFile(file) {
+    if (file.size > MAX_UPLOAD_BYTES) {
+      note(file.name + " is too large (" + (file.size / 1048576).toFixed(1) + " MB; at most 10 MB); not attached.");
+      return;
+    }
+    const url = "/upload?user=" + encodeURIComponent(userId);
+    const headers = { "Content-Type": file.type || "application/octet-stream", "X-File-Name": encodeURIComponent(file.name) };
+    try {
+      const resp = await fetch(url, { method: "POST", body: file, headers: headers, credentials: "same-origin" });
+      const body = await resp.json();
+      if (!resp.ok) { note(file.name + ": " + (body.error || "not attached")); return; }
+      attached.push({ id: body.id, name: body.name });
+      showAttached();
+    } catch (e) {
+      note(file.name + ": the upload failed; try again.");
+    }
+  }
+
+  fileEl.addEventListener("change", async () => {
+    note("");
+    for (const file of Array.from(fileEl.files || [])) await uploadFile(file);
+    fileEl.value = "";
+  });
+
   function submit() {
     const text = input.value.trim();
-    if (!text) return;
+    if (!text && !attached.length) return;
     const why = tooLong(text);
     if (why) { note(why); return; } // the text stays in the box
     note("");
-    const item = { id: randomId(12), text: text };
+    const files = attached;
+    attached = [];
+    showAttached();
+    const shown = files.length ? (text ? text + "\n\n" : "") + "[attached: " + files.map((a) => a.name).join(", ") + "]" : text;
+    const item = { id: randomId(12), text: text, attachments: files.map((a) => a.id) };
     pending.set(item.id, item);
-    const entry = { role: "user", id: item.id, text: text, pending: true };
+    const entry = { role: "user", id: item.id, text: shown, pending: true };
+    if (files.length) { entry.sent = text; entry.attachments = item.attachments; }
     history.push(entry);
     persist();
     show(entry);

@@ -79,7 +79,7 @@ def open_web_app(settings: Settings, llm_base_url: str, *, extra_adapters: tuple
     from mnemo.adapters.web import WebAdapter
 
     server = WebServer(settings.web, Metrics())
-    adapter = WebAdapter(server)
+    adapter = WebAdapter(server, uploads_dir=settings.home / "media" / "uploads")
     return open_app(
         settings,
         adapters=[adapter, *extra_adapters],
