@@ -46,6 +46,7 @@ class JobSource(StrEnum):
     COMMAND = "command"
     CLI = "cli"
     CONFIG = "config"
+    ADMIN = "admin"  # the admin dashboard (/admin)
 
 
 class RunState(StrEnum):

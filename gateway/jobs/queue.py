@@ -184,6 +184,20 @@ class JobQueue:
             log.debug("job_merged", kind=kind, session=session_id, job=job.id, state=str(job.state))
         return job
 
+    async def retry(self, job_id: int) -> Job:
+        """Queue a failed job again, due now (the operator asked: no failure cooldown).
+        The failed row keeps its error; the new row runs with the same kind, session
+        and payload. Raises ``ValueError`` for a job that is not failed."""
+        job = await self.store.get(job_id)
+        if job is None:
+            raise ValueError(f"no job {job_id}")
+        if job.state is not JobState.FAILED:
+            raise ValueError(f"job {job_id} is {job.state.value}, not failed: only a failed job can be retried")
+        again, created = await self.store.add(job.kind, job.session_id, job.payload, cooldown_s=0.0, now=self._clock())
+        log.info("job_retried", kind=job.kind, job=job_id, new_job=again.id, created=created)
+        self._wake.set()
+        return again
+
     async def depth(self) -> int:
         """Jobs waiting or running."""
         counts = await self.store.counts()
