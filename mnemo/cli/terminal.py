@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
@@ -106,3 +107,44 @@ def progress(count: int, every: int, what: str, stream: TextIO | None = None) ->
     if every > 0 and count > 0 and count % every == 0 and is_terminal(stream):
         stream.write(f"{_ERASE}mnemo: {count:,} {what}\n")
         stream.flush()
+
+
+class ProgressBar:
+    """``[######..................]  25%  messages 6,750/27,000`` on one line of
+    ``stream``, redrawn at most every ``INTERVAL_S`` (and at 100 %), erased by ``close``.
+    Like the spinner it draws nothing at all when ``stream`` is not a terminal."""
+
+    WIDTH = 24
+
+    def __init__(self, stream: TextIO | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.active = is_terminal(self.stream)
+        self._clock = clock
+        self._last = -INTERVAL_S
+        self._drawn = False
+
+    def update(self, label: str, done: int, total: int) -> None:
+        if not self.active:
+            return
+        now = self._clock()
+        if done < total and now - self._last < INTERVAL_S:
+            return
+        self._last = now
+        frac = 1.0 if total <= 0 else min(done / total, 1.0)
+        full = int(frac * self.WIDTH)
+        bar = "#" * full + "." * (self.WIDTH - full)
+        try:
+            self.stream.write(f"{_ERASE}[{bar}] {frac:4.0%}  {label} {done:,}/{total:,}")
+            self.stream.flush()
+            self._drawn = True
+        except (OSError, ValueError):
+            self.active = False  # the terminal went away
+
+    def close(self) -> None:
+        if self._drawn:
+            try:
+                self.stream.write(_ERASE)
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass  # the terminal went away: nothing left to erase
+            self._drawn = False
