@@ -27,6 +27,13 @@ ephemeral followup, so ``/memory`` is seen by the caller only. The interaction t
 lives 15 minutes and only in this process: when it is gone, the answer goes to the
 caller's DMs — never to the channel, where everyone would read it.
 
+Streaming (``gateway.ports.StreamsReplies``, DMs by default): ``stream_open`` posts one
+message that pings nobody and ``stream_edit`` edits it, at most once per
+``stream_interval_s`` (Discord allows about five edits per five seconds in a channel).
+The final reply edits that message into its first chunk — after the same gap — and
+posts the other chunks as usual; a streamed message that is gone is replaced by a new
+one. Interaction answers are never streamed (they go out as ephemeral followups).
+
 Errors. discord.py retries 429s (honouring ``retry_after``) and 500/502/504 itself;
 whatever still fails is mapped to ``gateway.errors`` in ``platform_errors`` — the one
 place — so the outbox retries later (rate limit, outage) or gives up (forbidden).
@@ -48,6 +55,7 @@ from discord import app_commands
 
 from mnemo.adapters.discord_routing import route_discord
 from mnemo.gateway.config import DiscordSettings
+from mnemo.gateway.delivery.live import fit_utf16
 from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited, PlatformUnavailable, StartupError
 from mnemo.gateway.events import (
     Attachment,
@@ -122,6 +130,11 @@ def _retry_after(e: discord.HTTPException) -> float:
         return 1.0
 
 
+def _live_text(text: str) -> str:
+    """A live reply's text: mass mentions broken (which lengthens it), then cut to fit."""
+    return fit_utf16(neutralise_mass_mentions(text), MAX_LEN)
+
+
 def neutralise_mass_mentions(text: str) -> str:
     """``@everyone``/``@here`` → ``@\u200deveryone``: shown the same, pings nobody."""
     return _MASS_MENTION.sub(lambda m: "@" + _ZWJ + m.group(1), text)
@@ -173,11 +186,17 @@ class _Client(discord.Client):
         await self.adapter._on_message(message)
 
 
+class _ShardedClient(_Client, discord.AutoShardedClient):
+    """The same client on the shards ``discord.shard_ids`` of ``discord.shard_count``
+    (one gateway connection per shard; Discord routes each guild to one shard)."""
+
+
 class DiscordAdapter:
     name = "discord"
     max_message_len = MAX_LEN
     supports_typing = True
     debounce_s: float | None = None
+    stream_tokens = False
 
     def __init__(
         self,
@@ -186,8 +205,11 @@ class DiscordAdapter:
         ready_timeout_s: float = 60.0,
         guild_ready_timeout_s: float = 2.0,
         max_ratelimit_timeout_s: float = 30.0,
+        stream_interval_s: float = 1.0,
     ) -> None:
         self.settings = settings
+        self.stream_interval_s = stream_interval_s
+        self._stream_edited: dict[str, float] = {}  # message id → monotonic time before which no edit
         self.menu: list[CommandInfo] = []  # the gateway's commands, given to start()
         self.ready_timeout_s = ready_timeout_s
         self.guild_ready_timeout_s = guild_ready_timeout_s
@@ -226,12 +248,7 @@ class DiscordAdapter:
             raise StartupError("DISCORD_BOT_TOKEN is not set")
         route_discord(self.settings.api_base_url, self.settings.gateway_url)
         self._sink = sink
-        client = _Client(
-            self,
-            intents=intents(),
-            guild_ready_timeout=self.guild_ready_timeout_s,
-            max_ratelimit_timeout=self.max_ratelimit_timeout_s,
-        )
+        client = self._new_client()
         self._register_commands(client.tree)
         self._client = client
         try:
@@ -241,7 +258,21 @@ class DiscordAdapter:
             raise
         await self._sync_commands(client.tree)
         assert client.user is not None
-        log.info("discord_ready", bot_id=client.user.id, guilds=len(client.guilds))
+        log.info("discord_ready", bot_id=client.user.id, guilds=len(client.guilds),
+                 shards=list(self.settings.shard_ids) or self.settings.shard_count)
+
+    def _new_client(self) -> _Client:
+        options: dict[str, object] = {
+            "intents": intents(),
+            "guild_ready_timeout": self.guild_ready_timeout_s,
+            "max_ratelimit_timeout": self.max_ratelimit_timeout_s,
+        }
+        if self.settings.shard_count is None:
+            return _Client(self, **options)
+        options["shard_count"] = self.settings.shard_count
+        if self.settings.shard_ids:  # none listed: this process connects every shard
+            options["shard_ids"] = list(self.settings.shard_ids)
+        return _ShardedClient(self, **options)
 
     async def _connect(self, client: _Client, token: str) -> None:
         try:
@@ -545,7 +576,11 @@ class DiscordAdapter:
                 message_id=int(reply_to), channel_id=target.id, fail_if_not_exists=False
             )
         ids = []
+        if message.stream_message_id is not None:
+            ids.append(await self._finish_stream(target, message, chunks[0]))
         for index, chunk in enumerate(chunks):
+            if index < len(ids):
+                continue
             nonce = None
             if message.outbox_id is not None:
                 nonce = chunk_nonce(message.outbox_id, index, f"{target.id}:{reply_to}")
@@ -557,6 +592,53 @@ class DiscordAdapter:
             )
             ids.append(str(sent.id))
         return ids
+
+    # --- streaming (ports.StreamsReplies) -----------------------------------------------
+
+    async def stream_open(self, chat: ChatRef, text: str, *, reply_to: str | None) -> str:
+        client = self._client
+        if client is None or client.is_closed():
+            raise PlatformUnavailable("the Discord client is not running")
+        if reply_to is not None and reply_to.startswith("i"):
+            raise Forbidden("an interaction's answer is not streamed")
+        with platform_errors("showing a reply"):
+            sent = await self._target(client, chat).channel.send(
+                _live_text(text), allowed_mentions=discord.AllowedMentions.none()
+            )
+        self._hold_edits(str(sent.id))
+        return str(sent.id)
+
+    async def stream_edit(self, chat: ChatRef, message_id: str, text: str) -> None:
+        client = self._client
+        if client is None or client.is_closed():
+            raise PlatformUnavailable("the Discord client is not running")
+        with platform_errors("updating a reply"):
+            await self._target(client, chat).channel.get_partial_message(int(message_id)).edit(
+                content=_live_text(text), allowed_mentions=discord.AllowedMentions.none()
+            )
+        self._hold_edits(message_id)
+
+    def _hold_edits(self, message_id: str) -> None:
+        self._stream_edited[message_id] = time.monotonic() + self.stream_interval_s
+        while len(self._stream_edited) > 1024:
+            self._stream_edited.pop(next(iter(self._stream_edited)))
+
+    async def _finish_stream(self, target: _Target, message: OutboundMessage, chunk: str) -> str:
+        """The streamed message becomes the first chunk; a new message when it is gone."""
+        stream_id = message.stream_message_id
+        assert stream_id is not None
+        wait = self._stream_edited.pop(stream_id, 0.0) - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        try:
+            await target.channel.get_partial_message(int(stream_id)).edit(
+                content=chunk, allowed_mentions=allowed_mentions(message.mention_user_id)
+            )
+        except discord.NotFound:
+            log.info("discord_streamed_message_gone", chat=message.chat.chat_id)
+            sent = await target.channel.send(chunk, allowed_mentions=allowed_mentions(message.mention_user_id))
+            return str(sent.id)
+        return stream_id
 
     def _target(self, client: _Client, chat: ChatRef) -> _Target:
         target = int(chat.thread_id or chat.chat_id)

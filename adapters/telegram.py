@@ -10,6 +10,9 @@ by ``gateway.supervisor``); a rejected token is a ``StartupError`` (``startup_er
 
 * Long polling (default): ``deleteWebhook``, then ``getUpdates`` in a loop that
   reconnects with backoff after network errors, flood waits or a conflicting instance.
+  With several replicas (``gateway.ports.Leadership``, given by ``use_leadership``) only
+  the leader of ``POLLING_LEADER`` polls; the others send replies and wait for the lock,
+  and take over when the leader dies. A leader that loses its lock stops polling.
 * Webhook (``TELEGRAM_WEBHOOK_URL``): a POST route on mnemo's local web server at the
   URL's path — put a TLS reverse proxy in front of it — and ``setWebhook`` with the
   secret at start. A request without the right ``X-Telegram-Bot-Api-Secret-Token``
@@ -34,6 +37,14 @@ after chunk 2 of 3 failed sends chunks 2 and 3 only. After a restart that memory
 gone; the outbox then re-sends the whole reply, labelled as a possible duplicate only
 when the send was in flight at the crash. Telegram has no idempotency key, so a send
 whose answer was lost on the network can be repeated.
+
+Streaming (``gateway.ports.StreamsReplies``): ``stream_open`` posts one plain-text
+message and ``stream_edit`` edits it (``editMessageText``); a flood wait is raised as
+``PlatformRateLimited`` at once — the live reply skips edits, nothing sleeps. The
+final reply (``send`` with ``stream_message_id``) edits that message into the first
+formatted chunk, at least ``stream_interval_s`` after the last live edit (a wait of
+at most that long inside ``send``), and sends the other chunks as usual; a streamed
+message that is gone (deleted by the user) is replaced by a new one.
 
 Errors: PTB's exceptions are mapped onto ``gateway.errors`` in ``platform_errors``, the
 one place.
@@ -76,12 +87,14 @@ from mnemo.gateway.config import TelegramSettings
 from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited, PlatformUnavailable, StartupError
 from mnemo.gateway.events import Attachment, ChatRef, OutboundMessage, delivery_label
 from mnemo.gateway.logs import get_logger
-from mnemo.gateway.ports import CommandInfo, InboundSink
+from mnemo.gateway.ports import CommandInfo, InboundSink, Leadership
 from mnemo.gateway.webserver import WebServer
 
 log = get_logger(__name__)
 
 MAX_LEN = 4096
+# The leader lock of long polling: one getUpdates per bot across replicas.
+POLLING_LEADER = "telegram-polling"
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ("message", "edited_message")
@@ -105,6 +118,15 @@ def retry_after_seconds(error: RetryAfter) -> float:
 def is_entity_error(error: BadRequest) -> bool:
     # PTB strips "Bad Request: " and capitalises the rest.
     return "can't parse entities" in error.message.lower()
+
+
+def _not_modified(error: BadRequest) -> bool:
+    return "message is not modified" in error.message.lower()
+
+
+def _edit_target_gone(error: BadRequest) -> bool:
+    text = error.message.lower()
+    return "message to edit not found" in text or "message can't be edited" in text
 
 
 @contextlib.contextmanager
@@ -181,6 +203,7 @@ class TelegramAdapter:
     max_message_len = MAX_LEN
     supports_typing = True
     debounce_s: float | None = None
+    stream_tokens = False
 
     def __init__(
         self,
@@ -191,9 +214,14 @@ class TelegramAdapter:
         reconnect_backoff_s: tuple[float, float] = (1.0, 30.0),
         typing_interval_s: float = 4.0,
         max_inline_wait_s: float = 3.0,
+        stream_interval_s: float = 1.0,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.settings = settings
+        # Telegram allows about one message per second in a chat; edits count.
+        self.stream_interval_s = stream_interval_s
+        # (chat, message) → monotonic time before which it must not be edited again
+        self._stream_edited: OrderedDict[tuple[int, int], float] = OrderedDict()
         self.web = web
         self.menu: list[CommandInfo] = []  # the gateway's commands, given to start()
         self.poll_timeout_s = poll_timeout_s
@@ -205,6 +233,8 @@ class TelegramAdapter:
         self._identity: BotIdentity | None = None
         self._sink: InboundSink | None = None
         self._poller: UpdatePoller | None = None
+        self._leadership: Leadership | None = None
+        self._leading: asyncio.Task[None] | None = None
         self._typing: set[asyncio.Task[None]] = set()
         self._progress: OrderedDict[int, list[str]] = OrderedDict()
         self._noted: OrderedDict[int, float] = OrderedDict()  # chat → when it got the media note
@@ -222,7 +252,12 @@ class TelegramAdapter:
             return False
         if self.settings.webhook_url is not None:
             return True
+        if self._leading is not None and self._poller is None:
+            return not self._leading.done()  # a follower: sends replies, waits to lead
         return self._poller is not None and self._poller.running and self._poller.healthy
+
+    def use_leadership(self, leadership: Leadership) -> None:
+        self._leadership = leadership
 
     async def start(self, sink: InboundSink, commands: Sequence[CommandInfo] = ()) -> None:
         """Connect (``getMe``), set the menu, then poll or register the webhook.
@@ -258,16 +293,42 @@ class TelegramAdapter:
             else:
                 with startup_errors("removing the webhook before polling"):
                     await bot.delete_webhook()
-                low, high = self.reconnect_backoff_s
-                self._poller = UpdatePoller(
-                    self._fetch, self._receive, timeout_s=self.poll_timeout_s, min_backoff_s=low, max_backoff_s=high
-                )
-                self._poller.start()
+                if self._leadership is None:
+                    self._start_polling()
+                else:
+                    self._leading = asyncio.create_task(self._lead(self._leadership), name="telegram-leader")
         except BaseException:
             await self.stop()
             raise
         mode = "webhook" if self.settings.webhook_url is not None else "polling"
         log.info("telegram_ready", bot=bot.username, mode=mode, groups=self.settings.groups_enabled)
+
+    def _start_polling(self) -> None:
+        low, high = self.reconnect_backoff_s
+        self._poller = UpdatePoller(
+            self._fetch, self._receive, timeout_s=self.poll_timeout_s, min_backoff_s=low, max_backoff_s=high
+        )
+        self._poller.start()
+
+    async def _lead(self, leadership: Leadership) -> None:
+        """Poll while this replica leads ``POLLING_LEADER``; wait for the lock otherwise."""
+        while True:
+            try:
+                lease = await leadership.acquire(POLLING_LEADER)
+            except Exception:  # loop boundary: the database is away; try again
+                log.exception("telegram_leadership_failed")
+                await self._sleep(self.reconnect_backoff_s[0])
+                continue
+            log.info("telegram_polling_leader")
+            self._start_polling()
+            try:
+                await lease.lost()
+                log.warning("telegram_polling_leadership_lost")
+            finally:
+                poller, self._poller = self._poller, None
+                if poller is not None:
+                    await poller.stop()
+                await lease.release()
 
     def _check_settings(self) -> None:
         if self.settings.bot_token is None:
@@ -300,6 +361,10 @@ class TelegramAdapter:
             log.warning("telegram_commands_not_set", error=str(e))
 
     async def stop(self) -> None:
+        leading, self._leading = self._leading, None
+        if leading is not None:
+            leading.cancel()  # stops its poller and releases the lease
+            await asyncio.gather(leading, return_exceptions=True)
         poller, self._poller = self._poller, None
         if poller is not None:
             await poller.stop()  # confirms handled updates: needs the bot still open
@@ -420,8 +485,11 @@ class TelegramAdapter:
         ids = list(self._progress.get(row, ())) if row is not None else []
         try:
             for index in range(len(ids), len(chunks)):
-                sent = await self._send_chunk(bot, target, chunks[index], first=index == 0)
-                ids.append(str(sent.message_id))
+                if index == 0 and message.stream_message_id is not None:
+                    ids.append(await self._finish_stream(bot, target, chunks[0], message.stream_message_id))
+                else:
+                    sent = await self._send_chunk(bot, target, chunks[index], first=index == 0)
+                    ids.append(str(sent.message_id))
                 if row is not None:
                     self._remember(row, ids)
         except Forbidden:
@@ -431,6 +499,81 @@ class TelegramAdapter:
         if row is not None:
             self._progress.pop(row, None)
         return ids
+
+    # --- streaming (ports.StreamsReplies) -----------------------------------------------
+
+    async def stream_open(self, chat: ChatRef, text: str, *, reply_to: str | None) -> str:
+        target = _Target.of(OutboundMessage(chat, text, reply_to_message_id=reply_to))
+        reply = ReplyParameters(target.reply_to, allow_sending_without_reply=True) if target.reply_to else None
+        with platform_errors("showing a reply"):
+            sent = await self._bot().send_message(
+                target.chat_id, text, message_thread_id=target.thread_id, reply_parameters=reply
+            )
+        self._hold_edits(target.chat_id, sent.message_id, self.stream_interval_s)
+        return str(sent.message_id)
+
+    async def stream_edit(self, chat: ChatRef, message_id: str, text: str) -> None:
+        target = _Target.of(OutboundMessage(chat, text))
+        try:
+            with platform_errors("updating a reply"):
+                try:
+                    await self._bot().edit_message_text(text, chat_id=target.chat_id, message_id=int(message_id))
+                except BadRequest as e:
+                    if not _not_modified(e):
+                        raise
+        except PlatformRateLimited as e:
+            self._hold_edits(target.chat_id, int(message_id), e.retry_after)
+            raise
+        self._hold_edits(target.chat_id, int(message_id), self.stream_interval_s)
+
+    def _hold_edits(self, chat_id: int, message_id: int, seconds: float) -> None:
+        """No edit of this message for ``seconds`` (the pace, or a flood wait)."""
+        self._stream_edited[(chat_id, message_id)] = time.monotonic() + seconds
+        self._stream_edited.move_to_end((chat_id, message_id))
+        while len(self._stream_edited) > PROGRESS_ROWS:
+            self._stream_edited.popitem(last=False)
+
+    async def _finish_stream(self, bot: Bot, target: _Target, chunk: TelegramChunk, stream_id: str) -> str:
+        """The streamed message becomes the reply's first chunk; a new message when it is gone."""
+        message_id = int(stream_id)
+        not_before = self._stream_edited.get((target.chat_id, message_id))
+        if not_before is not None:
+            wait = not_before - time.monotonic()
+            if wait > self.max_inline_wait_s:
+                raise PlatformRateLimited("Telegram flood control on editing a streamed reply", wait)
+            if wait > 0:
+                await self._sleep(wait)
+            self._stream_edited.pop((target.chat_id, message_id), None)
+        waits = 0
+        while True:
+            try:
+                with platform_errors("completing a streamed reply"):
+                    try:
+                        await self._edit_html(bot, target.chat_id, message_id, chunk)
+                    except BadRequest as e:
+                        if _not_modified(e):
+                            return stream_id
+                        if not _edit_target_gone(e):
+                            raise
+                        log.info("telegram_streamed_message_gone", chat=target.chat_id, error=e.message)
+                        sent = await self._post(bot, target.chat_id, chunk, target, first=True)
+                        return str(sent.message_id)
+                    return stream_id
+            except PlatformRateLimited as e:
+                waits += 1
+                if e.retry_after > self.max_inline_wait_s or waits > MAX_INLINE_WAITS:
+                    raise
+                log.info("telegram_flood_wait", chat=target.chat_id, retry_after=e.retry_after)
+                await self._sleep(e.retry_after)
+
+    async def _edit_html(self, bot: Bot, chat_id: int, message_id: int, chunk: TelegramChunk) -> None:
+        try:
+            await bot.edit_message_text(chunk.html, chat_id=chat_id, message_id=message_id, parse_mode=ParseMode.HTML)
+        except BadRequest as e:
+            if not is_entity_error(e):
+                raise
+            log.warning("telegram_html_refused", chat=chat_id, error=e.message)
+            await bot.edit_message_text(chunk.plain, chat_id=chat_id, message_id=message_id)
 
     def _remember(self, row: int, ids: list[str]) -> None:
         self._progress[row] = list(ids)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
 from mnemo.gateway.errors import ConfigError
 
@@ -95,6 +95,8 @@ class SearchSettings(Section):
     max_limit: int = Field(20, ge=1, le=100)
     digest: bool = False  # summarise hits with the auxiliary model
     semantic: bool = False  # fuse sentence embeddings in (needs pip install 'mnemo[semantic]')
+    # A person's own DMs on their linked accounts (/link) are searched together.
+    linked_dms: bool = False
 
 
 class CompressionSettings(Section):
@@ -127,6 +129,26 @@ class TranscriptionSettings(Section):
     api_key: SecretStr | None = None
     model: str = "whisper-1"
     timeout_s: float = Field(60.0, gt=0)
+
+
+class StreamingSettings(Section):
+    """Replies shown while they are generated (``gateway/delivery/streaming.py``).
+
+    ``streaming: true`` / ``streaming: false`` in config.yaml is shorthand for
+    ``streaming: {enabled: …}``. ``enabled`` covers DMs of every platform;
+    ``platforms`` overrides it per platform (``{discord: false}``); shared rooms and
+    groups stream only with ``groups: true``. Edits of one message are at most one per
+    ``min_interval_s`` (and never faster than the platform allows)."""
+
+    enabled: bool = True
+    min_interval_s: float = Field(1.0, ge=0.05, le=60.0)
+    groups: bool = False
+    platforms: dict[str, bool] = Field(default_factory=dict)
+
+    def applies(self, platform: str, *, dm: bool) -> bool:
+        if not dm and not self.groups:
+            return False
+        return self.platforms.get(platform, self.enabled)
 
 
 class GatewaySettings(Section):
@@ -182,6 +204,27 @@ class DiscordSettings(Section):
     allowed_channels: tuple[str, ...] = ()
     thread_reply_channels: tuple[str, ...] = ()
     shared_room_channels: tuple[str, ...] = ()
+    # Sharding across replicas: the bot's number of gateway shards, and the ones this
+    # replica connects (env DISCORD_SHARD_IDS per replica). None: one unsharded
+    # connection; a count without ids: this process connects every shard.
+    shard_count: int | None = Field(None, ge=1)
+    shard_ids: tuple[int, ...] = ()
+
+    @field_validator("shard_ids")
+    @classmethod
+    def _shards_within_count(cls, v: tuple[int, ...], info: ValidationInfo) -> tuple[int, ...]:
+        if not v:
+            return v
+        count = info.data.get("shard_count")
+        if count is None:
+            raise ValueError("needs discord.shard_count (DISCORD_SHARD_COUNT), the bot's total number of shards")
+        outside = sorted({i for i in v if not 0 <= i < count})
+        if outside:
+            raise ValueError(f"shard ids run from 0 to {count - 1} (discord.shard_count is {count}); "
+                             f"outside that: {', '.join(map(str, outside))}")
+        if len(set(v)) != len(v):
+            raise ValueError("lists a shard twice")
+        return tuple(sorted(v))
 
 
 class WebSettings(Section):
@@ -189,6 +232,9 @@ class WebSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)  # 0 picks a free port
     access_token: SecretStr | None = None
+    # The admin dashboard's sign-in token (/admin). Unset: `mnemo run` generates one
+    # the first time, stores it 0600 in $MNEMO_HOME/admin_token and prints it once.
+    admin_token: SecretStr | None = None
 
 
 class AccessSettings(Section):
@@ -218,8 +264,9 @@ class DatabaseSettings(Section):
     url: SecretStr | None = None  # secret: it may carry a password
     pool_size: int = Field(10, ge=1, le=200)  # connections per process
     connect_timeout_s: float = Field(10.0, gt=0)
-    # Who this process is among replicas (claims of jobs and sends carry it); stable
-    # across restarts of the same replica. None: the host name.
+    # Who this process is among replicas (claims of inbox rows, jobs and sends carry it;
+    # `mnemo status` lists it; env MNEMO_REPLICA_ID). Unique per running process: a
+    # second one with the same id is refused. None: host:pid.
     replica_id: str | None = None
 
     @field_validator("url")
@@ -288,6 +335,12 @@ class Settings(Section):
     backup: BackupSettings = BackupSettings()
     media: MediaSettings = MediaSettings()
     transcription: TranscriptionSettings = TranscriptionSettings()
+    streaming: StreamingSettings = StreamingSettings()
+
+    @field_validator("streaming", mode="before")
+    @classmethod
+    def _streaming_shorthand(cls, v: Any) -> Any:
+        return {"enabled": v} if isinstance(v, bool) else v
 
     @field_validator("home")
     @classmethod
@@ -376,11 +429,14 @@ ENV_KEYS: dict[str, str] = {
     "DISCORD_ALLOWED_CHANNELS": "discord.allowed_channels",
     "DISCORD_API_BASE_URL": "discord.api_base_url",
     "DISCORD_GATEWAY_URL": "discord.gateway_url",
+    "DISCORD_SHARD_COUNT": "discord.shard_count",
+    "DISCORD_SHARD_IDS": "discord.shard_ids",
     "MNEMO_ADMINS": "access.admins",
     "MNEMO_WEB_HOST": "web.host",
     "MNEMO_WEB_PORT": "web.port",
     "MNEMO_WEB_TOKEN": "web.access_token",
     "MNEMO_DATABASE_URL": "database.url",
+    "MNEMO_REPLICA_ID": "database.replica_id",
     "MNEMO_LOG_LEVEL": "logging.level",
     "MNEMO_LOG_FORMAT": "logging.format",
 }
@@ -390,6 +446,7 @@ _LIST_KEYS = {
     "telegram.allowed_users",
     "discord.allowed_users",
     "discord.allowed_channels",
+    "discord.shard_ids",
     "access.admins",
 }
 

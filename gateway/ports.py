@@ -29,10 +29,19 @@ outbox backs off; when the chat comes back (the page reconnects) the adapter cal
 hook the gateway registered in ``Gateway.add_adapter``, which makes that chat's waiting
 replies due at once and wakes delivery — otherwise a reply could sit out a backoff of
 minutes after the page is open again.
+
+``Leadership`` is how an adapter does something on one replica only (Telegram's long
+polling: one ``getUpdates`` per bot). ``acquire(name)`` waits until this process leads
+``name`` and returns a ``LeaderLease``; ``lost()`` returns when the lease is gone (the
+database connection that held it broke), then the adapter stops leading and acquires
+again. On PostgreSQL it is an advisory lock (``storage_pg/heartbeats.py``); on SQLite one
+process owns the profile and ``SoleLeadership`` grants every name at once. An adapter that
+needs it implements ``UsesLeadership``; ``open_app`` hands it the backend's before ``start``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -83,8 +92,69 @@ class ReportsReachability(Protocol):
 
 
 @runtime_checkable
+class StreamsReplies(Protocol):
+    """Optional port: show a reply while it is generated (``gateway/delivery/live.py``).
+
+    ``stream_open`` posts a new message showing ``text`` as plain text and returns its
+    platform id; ``stream_edit`` replaces that message's text. Both raise
+    ``PlatformRateLimited`` on a rate limit — never sleeping — and other
+    ``PlatformError``s as ``send`` does. The final reply still goes through ``send``
+    with ``OutboundMessage.stream_message_id`` set. ``stream_interval_s`` is the
+    shortest gap between two edits of one message the platform tolerates."""
+
+    stream_interval_s: float
+
+    async def stream_open(self, chat: ChatRef, text: str, *, reply_to: str | None) -> str: ...
+
+    async def stream_edit(self, chat: ChatRef, message_id: str, text: str) -> None: ...
+
+
+@runtime_checkable
 class FetchesMedia(Protocol):
     async def fetch_media(self, attachment: Attachment) -> bytes:
         """The attachment's bytes, downloaded through the platform's API (at most
         ``media.MAX_DOWNLOAD_BYTES``); raises on a failed or timed-out download."""
         ...
+
+
+class LeaderLease(Protocol):
+    name: str
+
+    async def lost(self) -> None:
+        """Returns when this process no longer leads ``name``."""
+        ...
+
+    async def release(self) -> None: ...
+
+
+@runtime_checkable
+class Leadership(Protocol):
+    async def acquire(self, name: str) -> LeaderLease:
+        """Wait until this process leads ``name``."""
+        ...
+
+
+@runtime_checkable
+class UsesLeadership(Protocol):
+    def use_leadership(self, leadership: Leadership) -> None:
+        """Called once by ``open_app``, before ``start``."""
+        ...
+
+
+class _SoleLease:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._released = asyncio.Event()
+
+    async def lost(self) -> None:
+        await self._released.wait()
+
+    async def release(self) -> None:
+        self._released.set()
+
+
+class SoleLeadership:
+    """``Leadership`` of a process that is the only one on its store (SQLite)."""
+
+    async def acquire(self, name: str) -> LeaderLease:
+        return _SoleLease(name)

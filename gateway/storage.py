@@ -16,6 +16,8 @@ rename (``tests/memory/test_db_migrations.py`` pins the historical names)::
     0008_contextual_index        memory/migrations.py
     0009_message_vectors         memory/migrations.py
     0010_budgets                 gateway/budgets/schema.py
+    0011_identity_links          gateway/people/schema.py
+    0012_streams                 gateway/delivery/schema.py
 
 Every process that opens ``state.db`` (the gateway, each CLI command, a benchmark)
 goes through ``state_database``.
@@ -34,7 +36,7 @@ same step names where the tables correspond) plus a lock shared by every replica
 
 from __future__ import annotations
 
-import socket
+import asyncio
 import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -46,9 +48,10 @@ from mnemo.gateway.budgets.schema import BUDGETS
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.schema import CRON_JOBS
 from mnemo.gateway.errors import StartupError
-from mnemo.gateway.delivery.schema import INBOX, OUTBOX
+from mnemo.gateway.delivery.schema import INBOX, OUTBOX, STREAMS
 from mnemo.gateway.inbound.schema import PAIRINGS
 from mnemo.gateway.jobs.schema import JOBS
+from mnemo.gateway.people.schema import IDENTITY_LINKS
 from mnemo.memory.db import Database
 from mnemo.memory.migrations import CJK_VIEW, CONTEXTUAL_INDEX, MESSAGE_VECTORS, SESSIONS_AND_MESSAGES, Migration
 
@@ -65,6 +68,8 @@ STATE_MIGRATIONS: tuple[Migration, ...] = (
     CONTEXTUAL_INDEX,
     MESSAGE_VECTORS,
     BUDGETS,
+    IDENTITY_LINKS,
+    STREAMS,
 )
 
 
@@ -96,6 +101,17 @@ class StorageBackend:
     # A lock on a key held across every process of the database (PostgreSQL's advisory
     # locks); None when one process owns the store (SQLite).
     shared_lock: Callable[[str], AbstractAsyncContextManager[None]] | None = None
+    # StreamLedger (gateway/delivery/streams.py): the messages showing replies while
+    # they are generated; None: this backend does not stream replies.
+    streams: Any = None
+    # The curated memory (CuratedRepository, ``memory/ports.py``) for a map of linked
+    # identities: ``MemoryFiles`` on SQLite, ``PgCuratedFiles`` (rows) on PostgreSQL.
+    curated: Callable[[Any], Any] | None = None
+    # Called by ``close`` before the database closes (the curated rows' own pool).
+    closers: list[Callable[[], Any]] = field(default_factory=list)
+    # This process among replicas (``PgReplica``, ``storage_pg/heartbeats.py``: liveness,
+    # heartbeats, leader locks); None on SQLite, where one process owns the store.
+    replica: Any = None
     _search: Any = field(default=None, init=False, repr=False)
 
     @property
@@ -105,18 +121,26 @@ class StorageBackend:
         return self._search
 
     async def close(self) -> None:
-        await self.db.close()
+        for close in self.closers:
+            await asyncio.to_thread(close)
+        try:
+            if self.replica is not None:
+                await self.replica.stop()
+        finally:
+            await self.db.close()
 
 
-async def open_backend(settings: Settings) -> StorageBackend:
+async def open_backend(settings: Settings, *, serve: bool = False) -> StorageBackend:
     """Open the configured backend: ``database.url`` unset = ``$MNEMO_HOME/state.db``,
     ``postgresql://…`` = that server. Raises ``StartupError`` (one line, exit 2) when the
     ``postgres`` extra is missing, the server is unreachable or its schema is newer than
-    this mnemo."""
+    this mnemo. ``serve``: this process serves the bot (``open_app``); on PostgreSQL it
+    joins the replicas (``StorageBackend.replica``), a CLI command does not."""
     if not settings.database.is_postgresql:
         from mnemo.gateway.cron.store import CronStore
         from mnemo.gateway.delivery.inbox import Inbox
         from mnemo.gateway.delivery.outbox import Outbox
+        from mnemo.gateway.delivery.streams import StreamRecords
         from mnemo.gateway.inbound.access import PairingStore
         from mnemo.gateway.jobs.store import JobStore
         from mnemo.memory.sessions import SessionStore
@@ -127,17 +151,24 @@ async def open_backend(settings: Settings) -> StorageBackend:
 
             return SessionSearch(db, retriever=configured_retriever(settings.search.semantic))
 
+        def memory_files(identities: Any = None) -> Any:
+            from mnemo.memory.curated import MemoryFiles
+
+            mem = settings.memory
+            return MemoryFiles(settings.memories_dir, mem.memory_char_limit, mem.user_char_limit, identities=identities)
+
         db = state_database(settings.state_db)
         await db.open()
         outbox = Outbox(db)
         return StorageBackend(
             "sqlite", db, SessionStore(db), sqlite_search,
-            Inbox(db), outbox, JobStore(db), CronStore(db, outbox), PairingStore(db),
+            Inbox(db), outbox, JobStore(db), CronStore(db, outbox), PairingStore(db), streams=StreamRecords(db),
+            curated=memory_files,
         )
-    return await _open_postgresql(settings)
+    return await _open_postgresql(settings, serve=serve)
 
 
-async def _open_postgresql(settings: Settings) -> StorageBackend:
+async def _open_postgresql(settings: Settings, *, serve: bool) -> StorageBackend:
     try:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
@@ -151,6 +182,7 @@ async def _open_postgresql(settings: Settings) -> StorageBackend:
     from mnemo.gateway.storage_pg.jobs import PgJobStore
     from mnemo.gateway.storage_pg.outbox import PgOutbox
     from mnemo.gateway.storage_pg.pairings import PgPairingStore
+    from mnemo.gateway.storage_pg.streams import PgStreamRecords
     from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
     from mnemo.memory.errors import StoreError
     from mnemo.memory.pg.db import PgDatabase
@@ -169,9 +201,33 @@ async def _open_postgresql(settings: Settings) -> StorageBackend:
         await db.open()
     except StoreError as e:  # unreachable, schema too new, reordered migrations
         raise StartupError(str(e)) from e
-    owner = cfg.replica_id or socket.gethostname()
+    from mnemo.gateway.storage_pg.heartbeats import PgReplica, default_replica_id
+
+    replica = None
+    if serve:
+        replica = PgReplica(db, cfg.replica_id)
+        try:
+            await replica.start()  # the liveness lock: from here on other replicas see this one alive
+        except StoreError as e:  # a configured replica id held by a running replica
+            await db.close()
+            raise StartupError(str(e)) from e
+    owner = replica.id if replica is not None else cfg.replica_id or default_replica_id()
     outbox = PgOutbox(db, owner=owner)
+    closers: list[Callable[[], Any]] = []
+
+    def curated_rows(identities: Any = None) -> Any:
+        from mnemo.memory.pg.curated import PgCuratedFiles
+
+        mem = settings.memory
+        rows = PgCuratedFiles(
+            db.url, mem.memory_char_limit, mem.user_char_limit, identities=identities,
+            connect_timeout_s=cfg.connect_timeout_s,
+        )
+        closers.append(rows.close)
+        return rows
+
     return StorageBackend(
-        "postgresql", db, PgSessionStore(db), lambda: PgSessionSearch(db), PgInbox(db), outbox,
+        "postgresql", db, PgSessionStore(db), lambda: PgSessionSearch(db), PgInbox(db, owner=owner), outbox,
         PgJobStore(db, owner=owner), PgCronStore(db, outbox), PgPairingStore(db), shared_lock=db.advisory_lock,
+        streams=PgStreamRecords(db), curated=curated_rows, closers=closers, replica=replica,
     )

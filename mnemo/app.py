@@ -15,6 +15,8 @@ never answers with the scripted model.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -28,6 +30,9 @@ from mnemo.gateway.budgets.ledger import Clock, SqliteBudgets, utc_now
 from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.people.command import ForgetMe
 from mnemo.gateway.people.erasure import Erasure
+from mnemo.gateway.people.link_command import link_command
+from mnemo.gateway.people.links import IdentityLinks
+from mnemo.memory.identity import Identities
 from mnemo.gateway.turns.builtin_tools import register_builtin_tools
 from mnemo.gateway.turns.skill_tools import SkillsCommand, skill_tools
 from mnemo.memory.skills import SkillStore
@@ -49,7 +54,7 @@ from mnemo.gateway.logs import get_logger
 from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.delivery.outbox import Outbox
 from mnemo.gateway.jobs.provider_hooks import ProviderSessionHooks
-from mnemo.gateway.ports import Adapter
+from mnemo.gateway.ports import Adapter, Leadership, SoleLeadership, UsesLeadership
 from mnemo.gateway.supervisor import AdapterSupervisor
 from mnemo.gateway.turns.tools import Tool, ToolRegistry, ToolResult, TurnContext
 from mnemo.gateway.webserver import WebServer
@@ -95,7 +100,9 @@ class App:
     cron_runner: CronRunner | None = None
     scheduler: CronScheduler | None = None  # None when open_app(..., scheduler=False)
     adapter_supervisor: AdapterSupervisor | None = None  # retries adapters unreachable at start
-    budgets: BudgetGate | None = None  # None on PostgreSQL: the ledger lives in state.db
+    budgets: BudgetGate | None = None  # SqliteBudgets or PgBudgets behind the gate
+    links: IdentityLinks | None = None  # linked identities (/link)
+    replicas: Any = None  # ReplicaMonitor on PostgreSQL (gateway/replicas.py); None on SQLite
 
 
 async def open_providers(settings: Settings) -> MemoryManager:
@@ -199,24 +206,41 @@ async def open_app(
     use_trial = settings.trial_mode and llm_base_url is None if trial is None else trial
     async with AsyncExitStack() as stack:
         # SQLite state.db or PostgreSQL (database.url): the same repositories either way.
-        backend = await open_backend(settings)
+        backend = await open_backend(settings, serve=True)
         stack.push_async_callback(backend.close)
         db = backend.db
         store = backend.sessions
         inbox = backend.inbox
         outbox = backend.outbox
-        files = MemoryFiles(
-            settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit
-        )
+        # Linked accounts share a USER.md, a budget and a provider scope (gateway/people/links).
+        identities = Identities()
+        # MEMORY.md/USER.md: files on SQLite, rows on PostgreSQL (memory/pg/curated.py).
+        files = backend.curated(identities)
         search = backend.search
         budgets = None
         forget_me = None
+        links: IdentityLinks
+        if backend.name == "sqlite":
+            links = IdentityLinks(db, files, identities)
+        else:
+            from mnemo.gateway.storage_pg.links import PgIdentityLinks
+
+            links = PgIdentityLinks(db, files, identities)
+        await links.refresh()
         if backend.name == "sqlite":
             # Spend is counted in the same write as the session's usage (gateway/budgets).
             ledger = SqliteBudgets(db, timezone=settings.gateway.timezone, clock=clock)
             store.record_usage_in(ledger.record_within)
             budgets = BudgetGate(settings.budgets, ledger)
-            forget_me = ForgetMe(Erasure(db, settings, ledger))
+            from mnemo.backups import scrubber
+
+            forget_me = ForgetMe(Erasure(db, settings, ledger, scrub=scrubber(settings)))
+        else:
+            from mnemo.gateway.storage_pg.budgets import PgBudgets
+
+            pg_ledger = PgBudgets(db, timezone=settings.gateway.timezone, clock=clock)
+            store.record_usage_in(pg_ledger.record_within)  # in the same transaction as the usage
+            budgets = BudgetGate(settings.budgets, pg_ledger)
         if backend.name == "sqlite":
             # Re-indexing of rows older than the contextual index and semantic embedding run
             # in the background; searches answer meanwhile (memory/reindex.py).
@@ -238,6 +262,7 @@ async def open_app(
         stack.push_async_callback(llm.aclose)
 
         providers = await open_providers(settings)
+        providers.identities = identities
         stack.push_async_callback(providers.shutdown)
 
         tools = ToolRegistry(max_output_chars=settings.sessions.tool_output_max_chars)
@@ -252,6 +277,7 @@ async def open_app(
             settings=settings,
             on_memory_write=mirror_write,
             digest=LLMSearchDigest(llm, settings.llm.aux_model, store=store),
+            linked_dms=links.linked_dm_keys if links is not None else None,
         )
         access = AccessControl(settings, backend.pairings)
         cron = CronJobs(
@@ -281,10 +307,11 @@ async def open_app(
                 Command("cron", "scheduled jobs: list, add, pause, resume, remove", CronCommand(cron), takes_args=True),
                 Command("skills", "skills: list; admins: promote NAME PLATFORM:ID", SkillsCommand(skill_store), takes_args=True),
                 *([usage_command(budgets)] if budgets is not None else []),
+                *([link_command(links)] if links is not None else []),
             ],
         )
         sessions = SessionResolver(
-            settings, store, files, providers=providers, jobs=jobs, shared_lock=backend.shared_lock
+            settings, store, files, providers=providers, jobs=jobs, shared_lock=backend.shared_lock, links=links
         )
         agent = AgentDeps(
             llm=llm, store=store, tools=tools, sessions=settings.sessions, memory=settings.memory,
@@ -294,7 +321,7 @@ async def open_app(
             settings,
             sessions=sessions,
             agent=agent,
-            ledgers=Ledgers(inbox, outbox),
+            ledgers=Ledgers(inbox, outbox, backend.streams),
             access=access,
             commands=commands,
             providers=providers,
@@ -339,8 +366,38 @@ async def open_app(
             stack.push_async_callback(backups.stop)
         await gateway.start()
         stack.push_async_callback(gateway.stop)
+        # Several replicas (PostgreSQL): heartbeats, takeover of a dead replica's work and
+        # the leader locks adapters poll under (gateway/replicas.py); SQLite: one process.
+        leadership: Leadership = SoleLeadership()
+        replica_id = f"{socket.gethostname()}:{os.getpid()}"
+        replicas = None
+        if backend.replica is not None:
+            from mnemo.gateway.replicas import ReplicaMonitor
+            from mnemo.gateway.storage_pg.heartbeats import HEARTBEAT_S
+
+            replicas = ReplicaMonitor(
+                backend.replica, gateway=gateway, inbox=inbox, outbox=outbox, jobs=backend.jobs,
+                max_attempts=settings.worker.max_attempts, interval_s=HEARTBEAT_S,
+            )
+            await replicas.start()
+            stack.push_async_callback(replicas.stop)
+            leadership, replica_id = replicas, replicas.replica_id
+        for adapter in adapters:
+            if isinstance(adapter, UsesLeadership):
+                adapter.use_leadership(leadership)
         if web is not None:
-            web.set_health_probe(gateway.health)
+
+            async def health() -> dict[str, Any]:
+                return {**await gateway.health(), "replica": replica_id}
+
+            web.set_health_probe(health)
+            from mnemo.dashboard import mount_dashboard  # /admin: the operator's dashboard
+
+            mount_dashboard(
+                web, settings, sqlite=backend.name == "sqlite", db=db, store=store, search=search, files=files,
+                skills=skill_store, cron=cron, jobs=jobs, budgets=budgets, health=gateway.health,
+                is_admin=access.is_admin, linked=links.members if links is not None else None,
+            )
             await web.start()
             stack.push_async_callback(web.stop)
         for line in access.describe():
@@ -370,6 +427,8 @@ async def open_app(
             cron_runner=cron_runner,
             scheduler=cron_scheduler,
             budgets=budgets,
+            links=links,
+            replicas=replicas,
         )
         # Every adapter's stop is on the stack before its first attempt, so one the
         # supervisor starts later (a platform unreachable at boot) is stopped like the

@@ -10,6 +10,12 @@ running gateway (memory, cron, sessions, pair, providers, doctor, export) do not
 it; ``mnemo cron run-now`` takes it only for the minimal app it opens when no gateway
 took the run (``try_hold``), and when the lock is held it leaves the run to its holder.
 
+On PostgreSQL (``database.url``) several ``mnemo run`` replicas share one configuration
+and may share one home: every claim they make (inbox rows, sends, jobs, cron slots, the
+Telegram polling leader, a turn's session) is made in the database, so ``serving`` takes
+no lock there; ``mnemo status`` lists them from their heartbeats instead. The SQLite
+one-process rule is unchanged.
+
 The kernel releases an ``flock`` when the process dies, however it dies, so a
 ``kill -9`` leaves no stale lock: the next start simply gets it. The file holds the
 holder's PID for the message (written after the lock is taken; it is never trusted to
@@ -96,3 +102,32 @@ def try_hold(home: Path) -> Iterator[bool]:
     when another process has it."""
     with _acquire(home) as (held, _):
         yield held
+
+
+@contextlib.contextmanager
+def serving(home: Path, *, shared_database: bool) -> Iterator[None]:
+    """What ``mnemo run`` holds while it serves: the profile lock on SQLite; nothing when
+    the database is shared by replicas (PostgreSQL)."""
+    if shared_database:
+        yield
+        return
+    with hold(home):
+        yield
+
+
+def holder(home: Path) -> int | None:
+    """The PID of the process holding the profile lock, None when it is free."""
+    try:
+        fd = os.open(home / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        try:  # a shared lock is free exactly when nobody holds the exclusive one
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _holder(fd)
+            return pid if pid is not None else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

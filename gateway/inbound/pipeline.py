@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -55,6 +55,7 @@ from mnemo.gateway.transcription import NOTICE_INTERVAL_S as VOICE_NOTICE_INTERV
 from mnemo.gateway.transcription import TRANSCRIBED, TranscriptionError, transcribe
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.metrics import Metrics
+from mnemo.gateway.delivery.live import LiveReply, live_reply
 from mnemo.gateway.delivery.outbox import DeliveryLoop
 from mnemo.gateway.ports import Adapter, FetchesMedia, ReportsReachability
 from mnemo.gateway.delivery import Ledgers
@@ -67,6 +68,12 @@ from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.memory.sessions import SessionRow
 
 log = get_logger(__name__)
+
+ORDER_RETRY_S = 0.05  # a turn waiting for an older message of its chat on another replica
+
+
+class _GiveWay(Exception):
+    """An older message of the chat is queued behind this turn in this process's lane."""
 MEDIA_TIMEOUT_S = 60.0  # one attachment's download
 VOICE_KINDS = frozenset({"voice", "audio"})
 
@@ -124,7 +131,8 @@ class Gateway:
         self.adapters: dict[str, Adapter] = {}
         self.metrics = metrics or Metrics()
         self.metrics.on_scrape(self._refresh_gauges)
-        self.delivery = DeliveryLoop(self.outbox, self.adapters, on_sent=self._count_sent)
+        self.streams = ledgers.streams
+        self.delivery = DeliveryLoop(self.outbox, self.adapters, on_sent=self._count_sent, streams=self.streams)
         self.lanes: LaneSet[Queued] = LaneSet(
             self._run_turn,
             debounce_s=settings.gateway.debounce_s,
@@ -159,9 +167,11 @@ class Gateway:
         await self.delivery.deliver_due()
         await self.delivery.stop()
 
-    async def recover(self) -> int:
-        """Feed inbox rows left unfinished by a crash back into their lanes."""
-        rows = await self.inbox.unfinished()
+    async def recover(self, rows: Sequence[Any] | None = None) -> int:
+        """Feed inbox rows left unfinished by a crash back into their lanes: at start the
+        inbox's ``unfinished()``; on PostgreSQL also the rows adopted from a dead replica
+        (``gateway/replicas.py``)."""
+        rows = await self.inbox.unfinished() if rows is None else rows
         for row in rows:
             msg = from_payload(row.payload)
             self.lanes.submit(self.session_key(msg), Queued(row.id, msg))
@@ -278,22 +288,32 @@ class Gateway:
                 return await self._voice_not_set_up(batch)
             media_refs, media_text = await self._media([q.msg for q in batch])
             text = "\n".join(t for t in (text, media_text) if t) or "(attachment)"
-            async with self._typing(chat), self.sessions.lock(key):
+            async with self._typing(chat), self._ordered_lock(key, batch):
                 session = await self.sessions.resolve(last, key)
                 ctx = self.turn_context(last, session, key)
                 agent = await Agent.load(self.deps, session, ctx)
                 agent.label_authors = self.sessions.shared_room(last)
-                result = await agent.run(
-                    TurnInput(
-                        text=text,
-                        author_id=last.user_id,
-                        author_name=last.user_name,
-                        platform_message_id=last.message_id,
-                        request_context=await self._turn_notes(last, text, ctx),
-                        meta={"message_ids": [q.msg.message_id for q in batch]}
-                        | ({"media": media_refs} if media_refs else {}),
+                agent.stream = live = await self._live_reply(last, batch[-1].inbox_id)
+                try:
+                    result = await agent.run(
+                        TurnInput(
+                            text=text,
+                            author_id=last.user_id,
+                            author_name=last.user_name,
+                            platform_message_id=last.message_id,
+                            request_context=await self._turn_notes(last, text, ctx),
+                            meta={"message_ids": [q.msg.message_id for q in batch]}
+                            | ({"media": media_refs} if media_refs else {}),
+                        )
                     )
-                )
+                finally:
+                    if live is not None:
+                        await live.close()  # before the reply is queued: no edit after the final one
+        except _GiveWay:  # an older message of the chat is queued behind: it goes first
+            await asyncio.sleep(ORDER_RETRY_S)
+            for q in batch:
+                self.lanes.submit(key, q)
+            return
         except asyncio.CancelledError:
             # /stop: the turn is abandoned; the messages are answered with a note.
             await self._finish(batch, "Stopped.", kind="notice")
@@ -305,6 +325,38 @@ class Gateway:
             return
         await self._finish(batch, self._with_recall_note(result.reply or "(no reply)", key), kind="reply", session_id=session.id)
         await self._after_turn(last, session, ctx, text, result)
+
+    @contextlib.asynccontextmanager
+    async def _ordered_lock(self, key: str, batch: Sequence[Queued]) -> AsyncIterator[None]:
+        """The session's lock, taken when no older message of the chat waits. With several
+        replicas (PostgreSQL) a chat's messages may sit in different replicas' lanes: the
+        inbox says whether an older one is unfinished elsewhere (then this turn waits for
+        it) or queued behind this turn here, adopted from a dead replica (then this turn
+        raises ``_GiveWay`` and goes to the back of its lane). One process (SQLite) has one
+        FIFO lane per session: just the lock."""
+        earlier = getattr(self.inbox, "earlier_unfinished", None)  # PgInbox only
+        ids = [q.inbox_id for q in batch]
+        while True:
+            async with self.sessions.lock(key):
+                waiting = None if earlier is None else await earlier(min(ids), ids)
+                if waiting is None:
+                    yield
+                    return
+            if waiting == "own":
+                raise _GiveWay
+            await asyncio.sleep(ORDER_RETRY_S)
+
+    async def _live_reply(self, msg: InboundMessage, inbox_id: int) -> LiveReply | None:
+        """The turn's stream sink (``gateway/delivery/live.py``), or None."""
+        return await live_reply(
+            self.settings.streaming,
+            self.adapters.get(msg.platform),
+            self.streams,
+            chat_of(msg),
+            inbox_id,
+            reply_to=msg.message_id,
+            dm=msg.is_dm and not msg.private,
+        )
 
     def _voice_unavailable(self, batch: Sequence[Queued]) -> bool:
         atts = [a for q in batch for a in q.msg.attachments]

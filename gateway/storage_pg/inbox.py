@@ -1,15 +1,26 @@
 """``InboxRepository`` on PostgreSQL (see ``gateway/delivery/inbox.py`` for the rules).
 Insert-or-ignore on (platform, chat_id, message_id) is ``ON CONFLICT DO NOTHING``, so a
-redelivered update accepted by any replica (a webhook behind a load balancer) is one row."""
+redelivered update accepted by any replica (a webhook behind a load balancer) is one row.
+
+Each row records the replica that accepted it (``owner``): that replica answers it.
+``unfinished`` (start-up recovery) claims this replica's own unfinished rows and those
+of replicas that are not alive; ``orphaned`` (the periodic sweep, ``gateway/replicas.py``)
+claims only the dead ones', never the rows a live replica has in its lanes.
+
+Per-chat order across replicas (a webhook behind a round-robin proxy spreads one chat's
+messages over several): a turn holds the session's advisory lock only when no older
+unfinished row of its chat waits (``earlier_unfinished``, asked by ``Gateway``), so the
+chat's messages are answered in the order they were accepted."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC
 from typing import Any
 
 from mnemo.gateway.delivery.inbox import InboxRow, InboxState
+from mnemo.gateway.storage_pg.heartbeats import dead_owner
 from mnemo.memory.errors import StoreError
 from mnemo.memory.pg.db import Connection, PgDatabase
 from mnemo.memory.sessions import Clock, utc_now
@@ -35,9 +46,10 @@ def _row(r: Mapping[str, Any]) -> InboxRow:
 class PgInbox:
     """``InboxRepository`` on PostgreSQL."""
 
-    def __init__(self, db: PgDatabase, *, clock: Clock = utc_now) -> None:
+    def __init__(self, db: PgDatabase, *, clock: Clock = utc_now, owner: str = "mnemo") -> None:
         self._db = db
         self._clock = clock
+        self.owner = owner
 
     async def accept(
         self, platform: str, chat_id: str, message_id: str, payload: Mapping[str, Any]
@@ -47,10 +59,10 @@ class PgInbox:
 
         async def tx(conn: Connection) -> InboxRow | None:
             cur = await conn.execute(
-                "INSERT INTO inbox (platform, chat_id, message_id, payload, received_at, updated_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (platform, chat_id, message_id) DO NOTHING"
+                "INSERT INTO inbox (platform, chat_id, message_id, payload, received_at, updated_at, owner)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (platform, chat_id, message_id) DO NOTHING"
                 f" RETURNING {_COLUMNS}",
-                (platform, chat_id, message_id, body, now, now),
+                (platform, chat_id, message_id, body, now, now, self.owner),
             )
             r = await cur.fetchone()
             return None if r is None else _row(r)
@@ -80,11 +92,47 @@ class PgInbox:
         await self._db.write(tx)
 
     async def unfinished(self) -> list[InboxRow]:
-        async def q(conn: Connection) -> list[InboxRow]:
+        """This replica's own unfinished rows and every dead replica's, now this one's."""
+        return await self._adopt(own=True)
+
+    async def orphaned(self) -> list[InboxRow]:
+        """The unfinished rows of replicas that are not alive, now this replica's."""
+        return await self._adopt(own=False)
+
+    async def _adopt(self, *, own: bool) -> list[InboxRow]:
+        async def tx(conn: Connection) -> list[InboxRow]:
+            # A row another replica adopts at the same moment is locked by its UPDATE;
+            # this one re-checks it afterwards, finds a live owner and leaves it.
             cur = await conn.execute(
-                f"SELECT {_COLUMNS} FROM inbox WHERE state IN ('received', 'processing') ORDER BY id"
+                f"UPDATE inbox SET owner = %(me)s WHERE state IN ('received', 'processing')"
+                f" AND ((%(own)s AND owner = %(me)s) OR (owner IS DISTINCT FROM %(me)s AND {dead_owner('owner')}))"
+                f" RETURNING {_COLUMNS}",
+                {"me": self.owner, "own": own},
             )
-            return [_row(r) for r in await cur.fetchall()]
+            return sorted((_row(r) for r in await cur.fetchall()), key=lambda r: r.id)
+
+        return await self._db.write(tx)
+
+    async def earlier_unfinished(self, inbox_id: int, batch: Sequence[int]) -> str | None:
+        """Whether an unfinished row of the same chat older than ``inbox_id`` (and not in
+        ``batch``) waits: ``"other"`` — on another replica (or a dead one's, until it is
+        adopted), so this turn waits; ``"own"`` — in this replica's lanes behind this turn
+        (adopted from a dead replica after newer messages came), so this turn gives way;
+        None — nothing older waits."""
+
+        async def q(conn: Connection) -> str | None:
+            r = await (
+                await conn.execute(
+                    "SELECT bool_or(e.owner IS DISTINCT FROM %(me)s) AS other, bool_or(e.owner = %(me)s) AS own"
+                    " FROM inbox e JOIN inbox me ON me.id = %(id)s"
+                    " WHERE e.platform = me.platform AND e.chat_id = me.chat_id AND e.id < me.id"
+                    " AND e.state IN ('received', 'processing') AND NOT e.id = ANY(%(batch)s::bigint[])",
+                    {"me": self.owner, "id": inbox_id, "batch": list(batch)},
+                )
+            ).fetchone()
+            if r is None:
+                return None
+            return "other" if r["other"] else "own" if r["own"] else None
 
         return await self._db.read(q)
 

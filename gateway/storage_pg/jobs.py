@@ -12,6 +12,11 @@ For several replicas on one database:
   dead replica: the next ``claim`` of any replica queues it again and may take it.
 * **recovery at start-up** (``recover``) only touches this owner's running jobs and
   expired ones, never the work a live replica is doing.
+* **while replicas run** (``gateway/replicas.py``, every heartbeat): ``renew_leases``
+  extends the lease of every job this replica is running, however long it takes, so a
+  live replica's job is never taken over; ``requeue_orphans`` queues again at once the
+  running jobs of replicas that are not alive (``storage_pg/heartbeats.py``), without
+  waiting for their lease.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mnemo.gateway.jobs.store import Job, JobState, _job
+from mnemo.gateway.storage_pg.heartbeats import dead_owner
 from mnemo.memory.pg.db import Connection, PgDatabase
 from psycopg import errors as pg_errors
 
@@ -141,9 +147,32 @@ class PgJobStore:
 
         await self.db.write(tx)
 
+    async def renew_leases(self, now: float) -> int:
+        """Extend the lease of every job this replica is running."""
+
+        async def tx(c: Connection) -> int:
+            cur = await c.execute(
+                "UPDATE jobs SET lease_until = %s WHERE state = 'running' AND owner = %s",
+                (now + self.lease_s, self.owner),
+            )
+            return cur.rowcount
+
+        return await self.db.write(tx)
+
+    async def requeue_orphans(self, now: float, *, max_attempts: int) -> tuple[int, int]:
+        """Queue again (or fail, past ``max_attempts``) the running jobs of replicas that
+        are not alive: (requeued, failed)."""
+        dead = f"state = 'running' AND owner IS DISTINCT FROM %(owner)s AND {dead_owner('owner')}"
+        return await self._requeue(dead, now, max_attempts=max_attempts, retention_s=None)
+
     async def recover(self, now: float, *, max_attempts: int, retention_s: float) -> tuple[int, int]:
         mine = "state = 'running' AND (owner = %(owner)s OR owner IS NULL OR lease_until < %(now)s)"
-        args = {"owner": self.owner, "now": now, "max": max_attempts, "old": now - retention_s}
+        return await self._requeue(mine, now, max_attempts=max_attempts, retention_s=retention_s)
+
+    async def _requeue(
+        self, mine: str, now: float, *, max_attempts: int, retention_s: float | None
+    ) -> tuple[int, int]:
+        args = {"owner": self.owner, "now": now, "max": max_attempts, "old": now - (retention_s or 0)}
 
         async def tx(c: Connection) -> tuple[int, int]:
             failed = (
@@ -161,7 +190,8 @@ class PgJobStore:
                     args,
                 )
             ).rowcount
-            await c.execute("DELETE FROM jobs WHERE state = 'done' AND updated_at < %(old)s", args)
+            if retention_s is not None:
+                await c.execute("DELETE FROM jobs WHERE state = 'done' AND updated_at < %(old)s", args)
             return requeued, failed
 
         return await self.db.write(tx)

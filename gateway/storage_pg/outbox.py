@@ -5,7 +5,9 @@ Several replicas run a delivery loop on the same rows: ``claim`` is an
 state and get nothing), and records the ``sender`` and ``claimed_at``. Start-up recovery
 (``recover_in_flight``) re-queues, labelled as possible duplicates, only this replica's
 own in-flight rows and those whose claim is older than ``lease_s`` (a dead replica's),
-never a live replica's send in progress.
+never a live replica's send in progress. While replicas run, ``requeue_orphans`` (the
+periodic sweep, ``gateway/replicas.py``) does the same for the sends of replicas that
+are not alive (``storage_pg/heartbeats.py``), without waiting for a start or the lease.
 
 ``enqueue_within`` takes the caller's open transaction like the SQLite one, but is a
 coroutine here (an async connection): ``PgCronStore`` awaits it.
@@ -19,6 +21,7 @@ from collections.abc import Callable
 
 from mnemo.gateway.delivery.outbox import OutboxRow, _row
 from mnemo.gateway.events import ChatRef, OutboundMessage
+from mnemo.gateway.storage_pg.heartbeats import dead_owner
 from mnemo.memory.pg.db import Connection, PgDatabase
 from mnemo.memory.pg.sessions import no_nul
 
@@ -116,14 +119,41 @@ class PgOutbox:
 
         return await self.db.write(tx)
 
+    async def requeue_orphans(self) -> int:
+        """Re-queue, labelled as possible duplicates, the sends in flight of replicas that
+        are not alive."""
+
+        async def tx(c: Connection) -> int:
+            cur = await c.execute(
+                "UPDATE outbox SET state = 'queued', possible_duplicate = true, sender = NULL"
+                f" WHERE state = 'sending' AND sender IS DISTINCT FROM %s AND {dead_owner('sender')}",
+                (self.owner,),
+            )
+            return cur.rowcount
+
+        return await self.db.write(tx)
+
     async def claim(self, row_id: int) -> bool:
+        """Claim a queued row — unless another sender is still sending an earlier row of
+        the same chat: then the chat's order belongs to that sender (its delivery loop
+        sends the chat's rows one after another), and this one tries again next round.
+        Claims of one chat are serialised by a transaction lock, so two replicas cannot
+        each see the other's earlier row still queued."""
         now = self._clock()
 
         async def tx(c: Connection) -> bool:
+            row = await (await c.execute("SELECT platform, chat_id FROM outbox WHERE id = %s", (row_id,))).fetchone()
+            if row is None:
+                return False
+            await c.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))", (f"outbox:{row['platform']}:{row['chat_id']}",)
+            )
             cur = await c.execute(
-                "UPDATE outbox SET state = 'sending', attempts = attempts + 1, sender = %s, claimed_at = %s"
-                " WHERE id = %s AND state = 'queued'",
-                (self.owner, now, row_id),
+                "UPDATE outbox SET state = 'sending', attempts = attempts + 1, sender = %(me)s, claimed_at = %(now)s"
+                " WHERE id = %(id)s AND state = 'queued' AND NOT EXISTS (SELECT 1 FROM outbox e"
+                " WHERE e.platform = outbox.platform AND e.chat_id = outbox.chat_id AND e.id < outbox.id"
+                " AND e.state = 'sending' AND e.sender IS DISTINCT FROM %(me)s)",
+                {"me": self.owner, "now": now, "id": row_id},
             )
             return cur.rowcount == 1
 

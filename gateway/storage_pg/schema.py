@@ -11,6 +11,9 @@ replicas (a partial unique index, where SQLite relies on its single writer).
 from __future__ import annotations
 
 from mnemo.memory.pg.db import PgMigration
+from mnemo.gateway.storage_pg.heartbeats import REPLICAS
+from mnemo.gateway.storage_pg.budgets import BUDGETS
+from mnemo.memory.pg.curated import CURATED_MEMORY
 from mnemo.memory.pg.schema import CJK_VIEW, SESSIONS_AND_MESSAGES
 
 INBOX = PgMigration(
@@ -153,6 +156,46 @@ CREATE INDEX cron_runs_open ON cron_runs(state) WHERE state IN ('requested', 'ru
 """,
 )
 
+# The platform message showing a reply while it is generated (gateway/delivery/streams.py).
+STREAMS = PgMigration(
+    "0012_streams",
+    """
+CREATE TABLE streams (
+    inbox_id bigint PRIMARY KEY,
+    platform text NOT NULL,
+    chat_id text NOT NULL,
+    thread_id text,
+    message_id text NOT NULL,
+    created_at double precision NOT NULL
+);
+""",
+)
+
+# Linked identities (gateway/people/links.py, storage_pg/links.py); ``usr`` because
+# ``user`` is reserved in PostgreSQL.
+IDENTITY_LINKS = PgMigration(
+    "0011_identity_links",
+    """
+CREATE TABLE identity_links (
+    member text PRIMARY KEY,
+    canonical text NOT NULL,
+    linked_at double precision NOT NULL,
+    linked_by text NOT NULL
+);
+CREATE INDEX identity_links_canonical ON identity_links(canonical);
+CREATE TABLE link_codes (
+    code_hash text PRIMARY KEY,
+    usr text NOT NULL UNIQUE,
+    expires_at double precision NOT NULL
+);
+CREATE TABLE identity_generation (
+    id integer PRIMARY KEY CHECK (id = 1),
+    n bigint NOT NULL
+);
+INSERT INTO identity_generation (id, n) VALUES (1, 0);
+""",
+)
+
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
     SESSIONS_AND_MESSAGES,
     INBOX,
@@ -161,4 +204,9 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PAIRINGS,
     JOBS,
     CRON_JOBS,
+    STREAMS,
+    IDENTITY_LINKS,
+    REPLICAS,  # storage_pg/heartbeats.py: replicas, inbox.owner, mnemo_replica_alive()
+    BUDGETS,  # storage_pg/budgets.py: the spending ledger
+    CURATED_MEMORY,  # memory/pg/curated.py: MEMORY.md and every USER.md as rows
 )

@@ -12,7 +12,8 @@ Exit 2 is for configuration errors only (``deploy/mnemo.service`` does not resta
 it): a platform that cannot be reached at start is retried in the background
 (``gateway.supervisor``) while ``/healthz`` says "degraded"; a platform that refuses the
 token, then or later, ends the process with exit 2. A second process on the same
-profile exits 1 (``mnemo.profile_lock``).
+profile exits 1 (``mnemo.profile_lock``) — on SQLite; on PostgreSQL several replicas run
+with the same configuration (``gateway/replicas.py``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def build_adapters(settings: Settings, server: WebServer) -> list[Adapter]:
     if settings.web.enabled:
         from mnemo.adapters.web import WebAdapter
 
-        adapters.append(WebAdapter(server, trial=settings.trial_mode))
+        adapters.append(WebAdapter(server, trial=settings.trial_mode, uploads_dir=settings.home / "media" / "uploads"))
     if not adapters:
         raise StartupError("no adapter is enabled: configure a platform token or enable web (web.enabled: true)")
     return adapters
@@ -106,6 +107,7 @@ async def _serve(settings: Settings, server: WebServer, adapters: list[Adapter],
     if settings.web.enabled:
         print(f"web chat: {chat_url(settings, server)}", file=sys.stderr)
     print(f"health: {server.url}/healthz  metrics: {server.url}/metrics", file=sys.stderr)
+    print(f"admin dashboard: {server.url}/admin", file=sys.stderr)
     if app.trial:
         print(f"*** {TRIAL_BANNER}", file=sys.stderr)
     assert app.adapter_supervisor is not None
@@ -124,8 +126,15 @@ async def _serve(settings: Settings, server: WebServer, adapters: list[Adapter],
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from mnemo.app import check_startup
-    from mnemo.profile_lock import hold
+    from mnemo.profile_lock import serving
 
     check_startup(settings)  # a configuration error is exit 2 even when the profile is busy
-    with hold(settings.home):
+    # SQLite: one process per profile; PostgreSQL: replicas may share the home.
+    with serving(settings.home, shared_database=settings.database.is_postgresql):
+        from mnemo.dashboard import admin_token_path, ensure_admin_token
+
+        generated = ensure_admin_token(settings)  # /admin's sign-in token, the first time only
+        if generated is not None:
+            print(f"admin dashboard token (stored in {admin_token_path(settings)}, shown only this once): {generated}",
+                  file=sys.stderr)
         return asyncio.run(_run(settings))

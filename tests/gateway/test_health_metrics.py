@@ -3,6 +3,8 @@ the web chat, the gateway, the anthropic SDK and the emulator."""
 
 from __future__ import annotations
 
+import os
+import socket
 import asyncio
 from pathlib import Path
 
@@ -60,6 +62,7 @@ async def test_healthz_reports_adapters_and_queues_and_503_when_an_adapter_is_do
             "outbox_pending": 0,
             "outbox_failed": 0,
             "jobs_pending": 0,
+            "replica": f"{socket.gethostname()}:{os.getpid()}",  # SQLite: the one process
         }
         # One turn held in the LLM call, one message queued behind it in the same lane.
         chat = await ChatClient.connect(http, base, USER)

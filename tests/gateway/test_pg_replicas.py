@@ -91,7 +91,8 @@ async def test_two_senders_never_send_the_same_row_and_recovery_spares_a_live_se
     clock = [NOW]
     oa = PgOutbox(a, owner="a", clock=lambda: clock[0], lease_s=300)
     ob = PgOutbox(b, owner="b", clock=lambda: clock[0], lease_s=300)
-    ids = [await oa.enqueue(OutboundMessage(chat=ChatRef("telegram", "1"), text=str(n))) for n in range(20)]
+    # One chat per row: rows of one chat are claimed in order (``test_pg_heartbeats.py``).
+    ids = [await oa.enqueue(OutboundMessage(chat=ChatRef("telegram", str(n)), text=str(n))) for n in range(20)]
     wins = await asyncio.gather(*(store.claim(i) for i in ids for store in (oa, ob)))
     assert sum(wins) == 20 and all(wins[k] != wins[k + 1] for k in range(0, 40, 2))
     # b restarts: a's sends in flight are not relabelled; a's own restart takes them back.
