@@ -302,6 +302,7 @@ async def open_app(
                 search_limit=settings.search.default_limit,
                 trial=use_trial,
                 forget_me=forget_me,
+                linked_dms=links.linked_dm_keys if links is not None and settings.search.linked_dms else None,
             ),
             extra=[
                 Command("cron", "scheduled jobs: list, add, pause, resume, remove", CronCommand(cron), takes_args=True),

@@ -61,6 +61,9 @@ class CommandDeps:
     search_limit: int = 5
     trial: bool = False  # scripted replies: no cost to show
     forget_me: Handler | None = None  # "/forget me": erase the person (gateway/people)
+    # ``search.linked_dms``: the chat keys of a person's DMs on their linked accounts,
+    # searched with /search from a DM (never from a group) — as the session_search tool.
+    linked_dms: Callable[[UserRef], Awaitable[Sequence[str]]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +246,10 @@ async def _search(call: CommandCall) -> str:
     search = call.deps.search
     if search is None:
         return "Search is not available."
-    result = await search.search(query, chat_keys=[call.key], limit=call.deps.search_limit)
+    keys = [call.key]
+    if call.deps.linked_dms is not None and call.msg.is_dm and call.msg.speaker is not None:
+        keys += [k for k in await call.deps.linked_dms(call.msg.speaker) if k != call.key]
+    result = await search.search(query, chat_keys=keys, limit=call.deps.search_limit)
     if not result.sessions:
         return f"Nothing found for “{query}” in this chat."
     lines = []

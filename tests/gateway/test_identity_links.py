@@ -347,6 +347,23 @@ async def test_linked_dms_are_searched_together_only_when_enabled(app_factory, e
     assert "group secret" not in json.dumps(dm), "only DMs are searched together"
 
 
+@pytest.mark.parametrize("linked_dms", [True, False])
+async def test_slash_search_reaches_linked_dms_only_when_enabled_and_never_from_a_group(
+    app_factory, emulator: Emulator, linked_dms: bool
+) -> None:
+    emulator.default = lambda req: Reply(text="ok")
+    adapter = LoopbackAdapter()
+    async with app_factory(adapter, **QUIET, **{"search.linked_dms": linked_dms}) as app:
+        await say(adapter, app, "my recipe is aubergine parmigiana", user="a")
+        await app.links.link(UserRef("loop", "a"), UserRef("loop", "b"))
+        await say(adapter, app, "/search aubergine", user="b")
+        from_dm = adapter.texts()[-1]
+        await say(adapter, app, "/search aubergine", user="b", chat="room", chat_type=ChatType.GROUP)
+        from_group = adapter.texts()[-1]
+    assert ("aubergine parmigiana" in from_dm) is linked_dms, from_dm
+    assert "aubergine parmigiana" not in from_group, "a group never reaches a linked DM"
+
+
 async def test_erasing_a_linked_person_erases_every_account_and_their_links(app_factory, emulator, home: Path) -> None:
     emulator.default = lambda req: Reply(text="ok")
     adapter = LoopbackAdapter()
