@@ -112,6 +112,9 @@ class StorageBackend:
     # This process among replicas (``PgReplica``, ``storage_pg/heartbeats.py``: liveness,
     # heartbeats, leader locks); None on SQLite, where one process owns the store.
     replica: Any = None
+    # The per-user rate limit's window shared by every replica (``PgRateLimits``,
+    # ``storage_pg/rate_limits.py``); None on SQLite, where it lives in the process.
+    rate_limits: Any = None
     _search: Any = field(default=None, init=False, repr=False)
 
     @property
@@ -182,6 +185,7 @@ async def _open_postgresql(settings: Settings, *, serve: bool) -> StorageBackend
     from mnemo.gateway.storage_pg.jobs import PgJobStore
     from mnemo.gateway.storage_pg.outbox import PgOutbox
     from mnemo.gateway.storage_pg.pairings import PgPairingStore
+    from mnemo.gateway.storage_pg.rate_limits import PgRateLimits
     from mnemo.gateway.storage_pg.streams import PgStreamRecords
     from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
     from mnemo.memory.errors import StoreError
@@ -230,4 +234,5 @@ async def _open_postgresql(settings: Settings, *, serve: bool) -> StorageBackend
         "postgresql", db, PgSessionStore(db), lambda: PgSessionSearch(db), PgInbox(db, owner=owner), outbox,
         PgJobStore(db, owner=owner), PgCronStore(db, outbox), PgPairingStore(db), shared_lock=db.advisory_lock,
         streams=PgStreamRecords(db), curated=curated_rows, closers=closers, replica=replica,
+        rate_limits=PgRateLimits(db),
     )

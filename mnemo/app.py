@@ -279,7 +279,7 @@ async def open_app(
             digest=LLMSearchDigest(llm, settings.llm.aux_model, store=store),
             linked_dms=links.linked_dm_keys if links is not None else None,
         )
-        access = AccessControl(settings, backend.pairings)
+        access = AccessControl(settings, backend.pairings, shared_rate=backend.rate_limits)
         cron = CronJobs(
             backend.cron,
             settings.cron,

@@ -18,7 +18,8 @@ of their messages is stored — only the refusal log line.
 
 The per-user rate limit is a sliding window of ``access.rate_limit_per_minute``
 messages; the first message over it gets a clear "slow down" reply, further ones are
-dropped silently until the window frees up.
+dropped silently until the window frees up. On SQLite the window is kept in the process
+(``RateLimiter``); on PostgreSQL it is shared by every replica (``SharedRateWindow``).
 """
 
 from __future__ import annotations
@@ -168,6 +169,23 @@ class PairingStore:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class RateVerdict:
+    allowed: bool
+    wait_s: float = 0.0  # seconds until a slot frees (refused only)
+    first_refusal: bool = False  # this refusal is the one that gets the "slow down" notice
+
+
+class SharedRateWindow(Protocol):
+    """The rate limit's window kept outside the process, shared by every replica of the
+    bot (``PgRateLimits``, ``gateway/storage_pg/rate_limits.py``): the same rules as
+    ``RateLimiter``, with the first-refusal notice sent once across replicas."""
+
+    async def hit(self, key: str, limit: int) -> RateVerdict:
+        """Count one message of ``key`` against ``limit`` per minute (0: no limit)."""
+        ...
+
+
 class RateLimiter:
     def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.per_minute = per_minute
@@ -203,6 +221,7 @@ class AccessControl:
         pairings: PairingStore,
         *,
         clock: Callable[[], float] = time.monotonic,
+        shared_rate: SharedRateWindow | None = None,
     ) -> None:
         self.settings = settings
         self.pairings = pairings
@@ -216,6 +235,7 @@ class AccessControl:
             self._allow[platform] = self._allow.get(platform, frozenset()) | {user_id}
         self._channels = {"discord": frozenset(settings.discord.allowed_channels)}
         self.rate = RateLimiter(settings.access.rate_limit_per_minute, clock)
+        self.shared_rate = shared_rate  # set: the window is shared (PostgreSQL), not kept here
         self._clock = clock
         self._refused_at: dict[str, float] = {}
 
@@ -245,9 +265,14 @@ class AccessControl:
             return await self._refuse(msg, user)
         if self.is_admin(msg.platform, msg.user_id) and msg.platform in LOOPBACK_PLATFORMS:
             return AccessDecision(Verdict.ALLOW)
-        ok, wait = self.rate.check(key)
+        if self.shared_rate is not None:
+            shared = await self.shared_rate.hit(key, self.settings.access.rate_limit_per_minute)
+            ok, wait, first = shared.allowed, shared.wait_s, shared.first_refusal
+        else:
+            ok, wait = self.rate.check(key)
+            first = not ok and self.rate.first_refusal(key)
         if not ok:
-            if self.rate.first_refusal(key):
+            if first:
                 return AccessDecision(
                     Verdict.REFUSE,
                     f"You're sending messages faster than I can answer. Please wait {int(wait) + 1} s and try again.",

@@ -14,6 +14,7 @@ from mnemo.memory.pg.db import PgMigration
 from mnemo.gateway.storage_pg.heartbeats import REPLICAS
 from mnemo.gateway.storage_pg.budgets import BUDGETS
 from mnemo.memory.pg.curated import CURATED_MEMORY
+from mnemo.gateway.storage_pg.rate_limits import RATE_LIMITS
 from mnemo.memory.pg.schema import CJK_VIEW, SESSIONS_AND_MESSAGES
 
 INBOX = PgMigration(
@@ -209,4 +210,5 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     REPLICAS,  # storage_pg/heartbeats.py: replicas, inbox.owner, mnemo_replica_alive()
     BUDGETS,  # storage_pg/budgets.py: the spending ledger
     CURATED_MEMORY,  # memory/pg/curated.py: MEMORY.md and every USER.md as rows
+    RATE_LIMITS,  # storage_pg/rate_limits.py: the per-user rate limit's shared window
 )

@@ -12,7 +12,9 @@ The network checks are plain HTTP calls with a short timeout and no platform SDK
 gateway package never imports one): the LLM endpoint is asked for ``GET /v1/models``
 (free, and it checks the key) and, where a compatible endpoint has no such route, for a
 one-token message; Telegram for ``getMe`` and Discord for ``GET /users/@me``, through
-the configured base URLs. Secrets never appear in the output: every line is scrubbed of
+the configured base URLs. With ``database.url`` the database check is the PostgreSQL
+server's (reachable, its version, the schema step against this mnemo's; nothing is
+written) instead of ``state.db``'s. Secrets never appear in the output: every line is scrubbed of
 every configured secret value, because an error may quote a URL holding the Telegram
 token.
 """
@@ -111,6 +113,9 @@ def check_dotenv(settings: Settings) -> Check:
 
 
 def check_memories(settings: Settings) -> Check:
+    if settings.database.is_postgresql:
+        return Check("memories", Status.SKIP, "MEMORY.md and USER.md are rows on PostgreSQL (curated_memory), "
+                     "not files here")
     root = settings.memories_dir
     if not root.exists():
         return Check("memories", Status.PASS, f"{root} not created yet (made on the first memory write)")
@@ -141,7 +146,9 @@ def quick_check(path: Path, limit: int = 20) -> list[str]:
     return [line for line in lines if line and not line.startswith("***")]
 
 
-async def check_database(settings: Settings) -> Check:
+async def check_database(settings: Settings, timeout_s: float = TIMEOUT_S) -> Check:
+    if settings.database.is_postgresql:
+        return await check_postgresql(settings, timeout_s)
     if not settings.home.is_dir():
         return Check("state.db", Status.SKIP, "no home folder yet")
     if settings.state_db.is_file():
@@ -165,6 +172,64 @@ async def check_database(settings: Settings) -> Check:
         return Check("state.db", Status.FAIL, f"{settings.state_db}: {e}")
     finally:
         await db.close()
+
+
+async def check_postgresql(settings: Settings, timeout_s: float = TIMEOUT_S) -> Check:
+    """``database.url``'s server: reachable, version 15 or later, and how far its schema
+    is against this mnemo's steps. Read-only: pending steps are left to the next start
+    (which applies them), as is a database that has none yet."""
+    assert settings.database.url is not None
+    try:
+        import psycopg
+
+        from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
+        from mnemo.memory.pg.db import MIN_SERVER_VERSION, redact
+    except ImportError as e:
+        return Check("postgresql", Status.FAIL, f"database.url is a PostgreSQL URL but {e.name or 'psycopg'} is "
+                     "not installed: pip install 'mnemo[postgres]'")
+    url = settings.database.url.get_secret_value()
+    where = redact(url)
+    try:
+        async with asyncio.timeout(timeout_s):
+            conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            try:
+                version = conn.info.server_version
+                cur = await conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL")
+                row = await cur.fetchone()
+                steps: list[tuple[int, str]] = []
+                if row is not None and row[0]:
+                    cur = await conn.execute("SELECT version, name FROM schema_migrations ORDER BY version")
+                    steps = [(int(v), str(n)) for v, n in await cur.fetchall()]
+            finally:
+                await conn.close()
+    except TimeoutError:
+        return Check("postgresql", Status.FAIL, f"{where} unreachable: no answer within {timeout_s:g} s")
+    except psycopg.ProgrammingError as e:
+        return Check("postgresql", Status.FAIL, f"database.url is not a valid PostgreSQL URL: {_line(e)}")
+    except (psycopg.Error, OSError) as e:
+        return Check("postgresql", Status.FAIL, f"{where} unreachable: {_line(e)}")
+    shown = f"PostgreSQL {version // 10000}.{version % 10000}"
+    if version < MIN_SERVER_VERSION:
+        return Check("postgresql", Status.FAIL, f"{where} runs {shown}; mnemo needs {MIN_SERVER_VERSION // 10000} or later")
+    known = len(PG_MIGRATIONS)
+    if not steps:
+        return Check("postgresql", Status.PASS, f"{where} reachable, {shown}; no mnemo schema yet "
+                     f"({known} steps are applied at the first start)")
+    at, name = steps[-1]
+    if at > known:
+        return Check("postgresql", Status.FAIL, f"{where}: schema step {at} ({name}) is newer than this mnemo "
+                     f"(it knows {known}): upgrade mnemo on this host")
+    mine = [(i + 1, m.name) for i, m in enumerate(PG_MIGRATIONS[:at])]
+    if steps != mine:
+        return Check("postgresql", Status.FAIL, f"{where}: the applied schema steps differ from this mnemo's "
+                     "(another build wrote them): use the mnemo that created this database")
+    pending = f"; {known - at} step(s) pending, applied at the next start" if at < known else ""
+    return Check("postgresql", Status.PASS, f"{where} reachable, {shown}, schema step {at} of {known} ({name}){pending}")
+
+
+def _line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 # --- network checks -----------------------------------------------------------------------
@@ -401,7 +466,7 @@ async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> lis
     import aiohttp
 
     checks = [check_config(settings), check_home(settings), check_dotenv(settings), check_memories(settings)]
-    database = asyncio.create_task(check_database(settings))  # awaited below, alongside the network
+    database = asyncio.create_task(check_database(settings, timeout_s))  # awaited below, alongside the network
     network: list[tuple[str, NetworkCheck]] = [("llm", check_llm)]
     if settings.telegram.bot_token is not None:
         network.append(("telegram", check_telegram))

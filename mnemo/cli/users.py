@@ -8,8 +8,11 @@
     mnemo users link PLATFORM:ID PLATFORM:ID [--json]   one person (the first one's profile is kept)
     mnemo users unlink PLATFORM:ID [--json]             split off; it keeps a copy of the profile
 
-Budgets and erasure work on ``$MNEMO_HOME/state.db`` (the SQLite backend). Exit codes:
-0 done, 1 refused (nothing to show, erase not confirmed), 2 usage error.
+Every action but ``erase`` works on the configured backend (``open_backend``): the
+SQLite ``state.db`` and memory files, or with ``database.url`` the PostgreSQL server
+that every replica shares (sessions, spend, caps, links and USER.md rows). ``erase``
+works on SQLite only for now. Exit codes: 0 done, 1 refused (nothing to show, erase not
+confirmed), 2 usage error.
 """
 
 from __future__ import annotations
@@ -55,8 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    if settings.database.is_postgresql:
-        raise CommandError("mnemo users works on the SQLite state.db; budgets are not kept on PostgreSQL", EXIT_USAGE)
+    if settings.database.is_postgresql and args.users_action == "erase":
+        raise CommandError(
+            "erasure on PostgreSQL is not supported yet: mnemo users erase scrubs the SQLite state.db and the "
+            "memory files, not the server's rows (list, show, usage, budget, link and unlink work)", EXIT_USAGE)
     return asyncio.run(_run(args, settings))
 
 
@@ -74,15 +79,21 @@ def _out(args: argparse.Namespace, data: Any, lines: list[str]) -> None:
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     from mnemo.gateway.budgets.gate import BudgetGate
     from mnemo.gateway.budgets.ledger import SqliteBudgets
-    from mnemo.gateway.inbound.access import AccessControl, PairingStore
-    from mnemo.gateway.storage import state_database
+    from mnemo.gateway.inbound.access import AccessControl
+    from mnemo.gateway.storage import open_backend
 
-    db = state_database(settings.state_db)
-    await db.open()
+    backend = await open_backend(settings)  # state.db, or database.url's PostgreSQL (one line if unreachable)
+    db = backend.db
     try:
-        ledger = SqliteBudgets(db, timezone=settings.gateway.timezone)
+        ledger: Any
+        if backend.name == "postgresql":
+            from mnemo.gateway.storage_pg.budgets import PgBudgets
+
+            ledger = PgBudgets(db, timezone=settings.gateway.timezone)
+        else:
+            ledger = SqliteBudgets(db, timezone=settings.gateway.timezone)
         gate = BudgetGate(settings.budgets, ledger)
-        access = AccessControl(settings, PairingStore(db))
+        access = AccessControl(settings, backend.pairings)
         action = args.users_action
         if action == "usage":
             rows = [{"user": p.payer, **asdict(p.spend)} for p in await ledger.everyone()]
@@ -92,7 +103,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             ] or ["no spend this month"])
             return EXIT_OK
         if action == "list":
-            people = await _people(db, settings)
+            people = await (_pg_people(db) if backend.name == "postgresql" else _people(db, settings))
             _out(args, people, people or ["nobody yet"])
             return EXIT_OK
         if action == "erase":
@@ -116,7 +127,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
                  [f"{'would remove' if args.dry_run else 'removed'} for {user}:", *receipt.lines()])
             return EXIT_OK
         if action in ("link", "unlink"):
-            return await _link(args, settings, db)
+            return await _link(args, _links(backend))
         user = _user(args.user)
         admin = access.is_admin(user.platform, user.user_id)
         if action == "budget":
@@ -148,15 +159,16 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             f"spend: today ${spend.day_usd:.4f} ({spend.day_tokens:,} tokens), month ${spend.month_usd:.4f}",
         ]
         if action == "show":
-            facts = await _facts(db, user)
+            facts = await (_pg_facts(db, user) if backend.name == "postgresql" else _facts(db, user))
             data.update(facts)
-            linked = await _links(settings, db).rows(user)
+            linked = await _links(backend).rows(user)
             data["linked"] = [
                 {"user": str(r.member), "canonical": r.member == r.canonical, "linked_at": r.linked_at.isoformat(),
                  "linked_by": r.linked_by} for r in linked
             ]
             # Linked accounts share the canonical account's profile.
-            profile = _profile(settings, linked[0].canonical if linked else user).exists()
+            owner = linked[0].canonical if linked else user
+            profile = await _pg_profile(db, owner) if backend.name == "postgresql" else _profile(settings, owner).exists()
             lines.append(f"sessions: {facts['sessions']}, messages written: {facts['messages']}, "
                          f"profile: {'yes' if profile else 'no'}")
             if linked:
@@ -168,20 +180,25 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         _out(args, data, lines)
         return EXIT_OK
     finally:
-        await db.close()
+        await backend.close()
 
 
-def _links(settings: Settings, db: Any) -> Any:
-    from mnemo.gateway.people.links import IdentityLinks
-    from mnemo.memory.curated import MemoryFiles
+def _links(backend: Any) -> Any:
+    """The backend's linked identities, merging and copying its USER.md files (rows)."""
     from mnemo.memory.identity import Identities
 
-    files = MemoryFiles(settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit)
-    return IdentityLinks(db, files, Identities())
+    assert backend.curated is not None
+    files = backend.curated(None)
+    if backend.name == "postgresql":
+        from mnemo.gateway.storage_pg.links import PgIdentityLinks
+
+        return PgIdentityLinks(backend.db, files, Identities())
+    from mnemo.gateway.people.links import IdentityLinks
+
+    return IdentityLinks(backend.db, files, Identities())
 
 
-async def _link(args: argparse.Namespace, settings: Settings, db: Any) -> int:
-    links = _links(settings, db)
+async def _link(args: argparse.Namespace, links: Any) -> int:
     user = _user(args.user)
     if args.users_action == "unlink":
         done = await links.unlink(user)
@@ -246,3 +263,37 @@ async def _people(db: Any, settings: Settings) -> list[str]:
     if users_dir.is_dir():
         people |= {f"{p.parent.name}:{p.name}" for p in users_dir.glob("*/*") if (p / "USER.md").exists()}
     return sorted(people)
+
+
+async def _pg_facts(db: Any, user: UserRef) -> dict[str, int]:
+    async def q(conn: Any) -> dict[str, int]:
+        who = (user.platform, user.user_id)
+        sessions = await (await conn.execute(
+            "SELECT count(*) AS n FROM sessions WHERE platform = %s AND user_id = %s", who)).fetchone()
+        messages = await (await conn.execute(
+            "SELECT count(*) AS n FROM messages m JOIN sessions s ON s.id = m.session_id"
+            " WHERE s.platform = %s AND m.author_id = %s AND m.role = 'user'", who)).fetchone()
+        return {"sessions": int(sessions["n"]), "messages": int(messages["n"])}
+
+    return await db.read(q)
+
+
+async def _pg_people(db: Any) -> list[str]:
+    """Everyone with a session, spend or a USER.md row on PostgreSQL."""
+    async def q(conn: Any) -> list[str]:
+        cur = await conn.execute(
+            "SELECT platform || ':' || user_id AS who FROM sessions WHERE user_id IS NOT NULL AND source != 'cron'"
+            " UNION SELECT payer FROM usage_days WHERE payer != '*'"
+            " UNION SELECT owner FROM curated_memory WHERE target = 'user'")
+        return sorted(r["who"] for r in await cur.fetchall())
+
+    return await db.read(q)
+
+
+async def _pg_profile(db: Any, user: UserRef) -> bool:
+    async def q(conn: Any) -> bool:
+        cur = await conn.execute(
+            "SELECT 1 FROM curated_memory WHERE target = 'user' AND owner = %s", (str(user),))
+        return await cur.fetchone() is not None
+
+    return await db.read(q)
