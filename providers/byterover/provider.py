@@ -17,7 +17,6 @@ deletes every file the user's folder retrieves.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,39 +33,16 @@ from mnemo.memory.provider import (
 )
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
 from mnemo.memory.provider_scope import ProviderScope, scope_for
+from mnemo.memory.provider_tools import ProviderState, profile_tool, remember_tool, search_tool, setting
 from mnemo.providers.byterover.client import DEFAULT_URL, ByteRoverClient, Memory, user_folder
 
 MAX_TEXT = 4000
 SESSION_END_MESSAGES = 20
 FORGET_ROUNDS = 50  # retrieve → delete rounds before forget_user gives up (and is retried)
 
-PROFILE = ToolSchema(
-    name="byterover_profile",
-    description="The facts ByteRover keeps about the user you are talking to.",
-    input_schema={"type": "object", "properties": {}},
-)
-SEARCH = ToolSchema(
-    name="byterover_search",
-    description="Search ByteRover's long-term memories of the user you are talking to.",
-    input_schema={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "what to look for"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 50},
-        },
-        "required": ["query"],
-    },
-)
-REMEMBER = ToolSchema(
-    name="byterover_remember",
-    description="Store one durable fact or preference about the user in ByteRover.",
-    input_schema={
-        "type": "object",
-        "properties": {"content": {"type": "string", "description": "one declarative sentence"}},
-        "required": ["content"],
-    },
-    durable_args=("content",),
-)
+PROFILE = profile_tool("byterover", "The facts ByteRover keeps about the user you are talking to.")
+SEARCH = search_tool("byterover", "ByteRover")
+REMEMBER = remember_tool("byterover", "ByteRover")
 
 
 def _title(text: str) -> str:
@@ -74,15 +50,12 @@ def _title(text: str) -> str:
     return (line[:77] + "…") if len(line) > 80 else (line or "memory")
 
 
-class ByteRoverProvider(DurableWrites, MemoryProvider):
+class ByteRoverProvider(ProviderState, DurableWrites, MemoryProvider):
     name = "byterover"
     label = "ByteRover"
     description = "ByteRover memory service (context tree over HTTP), a folder per user"
 
-    def __init__(self) -> None:
-        self._config: Mapping[str, Any] = {}
-        self._client: ByteRoverClient | None = None
-        self.health = ProviderHealth()
+    _client: ByteRoverClient | None
 
     # --- settings --------------------------------------------------------------------
     def get_config_schema(self) -> Sequence[ConfigField]:
@@ -97,12 +70,8 @@ class ByteRoverProvider(DurableWrites, MemoryProvider):
             ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
         )
 
-    @staticmethod
-    def _setting(config: Mapping[str, Any], key: str, env: str) -> str:
-        return str(config.get(key) or os.environ.get(env) or "")
-
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
-        if not self._setting(config, "api_key", "BYTEROVER_API_KEY"):
+        if not setting(config, "api_key", "BYTEROVER_API_KEY"):
             return Availability(False, "set api_key (mnemo providers setup byterover --set api_key=…) or BYTEROVER_API_KEY")
         missing = [k for k in ("team_id", "space_id") if not config.get(k)]
         if missing:
@@ -113,8 +82,8 @@ class ByteRoverProvider(DurableWrites, MemoryProvider):
         self._config = dict(config)
         self.health = ProviderHealth(provider_dir(home, self.name))
         self._client = ByteRoverClient(
-            self._setting(config, "base_url", "BYTEROVER_BASE_URL") or DEFAULT_URL,
-            self._setting(config, "api_key", "BYTEROVER_API_KEY"),
+            setting(config, "base_url", "BYTEROVER_BASE_URL", DEFAULT_URL),
+            setting(config, "api_key", "BYTEROVER_API_KEY"),
             str(config.get("team_id") or ""),
             str(config.get("space_id") or ""),
             str(config.get("branch") or "main"),

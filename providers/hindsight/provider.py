@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
@@ -38,6 +37,7 @@ from mnemo.memory.provider import (
 )
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
 from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope, scope_for
+from mnemo.memory.provider_tools import ProviderState, setting
 
 MAX_TEXT = 8000
 SESSION_END_MESSAGES = 30
@@ -60,18 +60,16 @@ RETAIN = ToolSchema(
 )
 
 
-class HindsightProvider(DurableWrites, MemoryProvider):
+class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
     name = "hindsight"
     label = "Hindsight"
     description = "Hindsight memory banks (one per user): retain, recall, reflect"
 
     def __init__(self) -> None:
-        self._config: Mapping[str, Any] = {}
-        self._client: Any = None
+        super().__init__()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.health = ProviderHealth()
 
     def get_config_schema(self) -> Sequence[ConfigField]:
         return (
@@ -84,16 +82,12 @@ class HindsightProvider(DurableWrites, MemoryProvider):
             ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
         )
 
-    def _setting(self, key: str, env: str, config: Mapping[str, Any] | None = None) -> str:
-        c = self._config if config is None else config
-        return str(c.get(key) or os.environ.get(env) or "")
-
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
         try:
             import hindsight_client  # noqa: F401
         except ImportError:
             return Availability(False, "the hindsight-client package is missing: pip install 'mnemo[hindsight]'")
-        if not self._setting("base_url", "HINDSIGHT_BASE_URL", config):
+        if not setting(config, "base_url", "HINDSIGHT_BASE_URL"):
             return Availability(False, "set base_url (or HINDSIGHT_BASE_URL) to the Hindsight server")
         return Availability(True)
 
@@ -127,9 +121,9 @@ class HindsightProvider(DurableWrites, MemoryProvider):
             if self._client is None:
                 from hindsight_client import Hindsight
 
-                key = self._setting("api_key", "HINDSIGHT_API_KEY") or None
+                key = setting(self._config, "api_key", "HINDSIGHT_API_KEY") or None
                 self._client = Hindsight(
-                    base_url=self._setting("base_url", "HINDSIGHT_BASE_URL"),
+                    base_url=setting(self._config, "base_url", "HINDSIGHT_BASE_URL"),
                     api_key=key,
                     timeout=float(self._config.get("timeout_s", 10.0)),
                     user_agent="mnemo",

@@ -25,7 +25,6 @@ to the session (the messages themselves were already synced per turn).
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -48,44 +47,21 @@ from mnemo.memory.provider_scope import (
     _safe,
     scope_for,
 )
+from mnemo.memory.provider_tools import conclude_tool, profile_tool, search_tool, setting
 
 log = structlog.get_logger(__name__)
 
 HOSTED_URL = "https://api.honcho.dev"
 MAX_TEXT = 8000
 
-PROFILE = ToolSchema(
-    name="honcho_profile",
-    description="Honcho's peer card of the user you are talking to (the key facts it holds about them).",
-    input_schema={"type": "object", "properties": {}},
-)
-SEARCH = ToolSchema(
-    name="honcho_search",
-    description="Search the messages Honcho holds from the user you are talking to.",
-    input_schema={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "what to look for"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 50},
-        },
-        "required": ["query"],
-    },
-)
+PROFILE = profile_tool("honcho", "Honcho's peer card of the user you are talking to (the key facts it holds about them).")
+SEARCH = search_tool("honcho", "Honcho", description="Search the messages Honcho holds from the user you are talking to.")
 CONTEXT = ToolSchema(
     name="honcho_context",
     description="Honcho's representation of the user you are talking to, optionally focused on a query.",
     input_schema={"type": "object", "properties": {"query": {"type": "string", "description": "optional focus"}}},
 )
-CONCLUDE = ToolSchema(
-    name="honcho_conclude",
-    description="Store one durable conclusion about the user in Honcho (a fact, preference or decision).",
-    input_schema={
-        "type": "object",
-        "properties": {"conclusion": {"type": "string", "description": "one declarative sentence"}},
-        "required": ["conclusion"],
-    },
-    durable_args=("conclusion",),
-)
+CONCLUDE = conclude_tool("honcho", "Honcho")
 
 
 def _default_workspace(home: Path) -> str:
@@ -116,16 +92,12 @@ class HonchoProvider(DurableWrites, MemoryProvider):
             ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
         )
 
-    def _setting(self, key: str, env: str, config: Mapping[str, Any] | None = None) -> str:
-        c = self._config if config is None else config
-        return str(c.get(key) or os.environ.get(env) or "")
-
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
         try:
             import honcho.http  # noqa: F401
         except ImportError:
             return Availability(False, "the honcho-ai package is missing: pip install 'mnemo[honcho]'")
-        if not self._setting("api_key", "HONCHO_API_KEY", config) and not self._setting("base_url", "HONCHO_BASE_URL", config):
+        if not setting(config, "api_key", "HONCHO_API_KEY") and not setting(config, "base_url", "HONCHO_BASE_URL"):
             return Availability(False, "set api_key (or HONCHO_API_KEY) for the hosted Honcho, or base_url (HONCHO_BASE_URL) for a self-hosted server")
         return Availability(True)
 
@@ -151,8 +123,8 @@ class HonchoProvider(DurableWrites, MemoryProvider):
                 from honcho.http.client import HonchoHTTPClient
 
                 self._http = HonchoHTTPClient(
-                    base_url=(self._setting("base_url", "HONCHO_BASE_URL") or HOSTED_URL).rstrip("/"),
-                    api_key=self._setting("api_key", "HONCHO_API_KEY") or None,
+                    base_url=setting(self._config, "base_url", "HONCHO_BASE_URL", HOSTED_URL).rstrip("/"),
+                    api_key=setting(self._config, "api_key", "HONCHO_API_KEY") or None,
                     timeout=float(self._config.get("timeout_s", 10.0)),
                     max_retries=0,  # the job queue retries, with backoff
                 )

@@ -42,6 +42,7 @@ from mnemo.memory.provider import (
 )
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
 from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope, scope_for
+from mnemo.memory.provider_tools import ProviderState, conclude_tool, profile_tool, search_tool, setting
 
 log = structlog.get_logger(__name__)
 
@@ -49,33 +50,9 @@ PLATFORM_URL = "https://api.mem0.ai"
 MAX_TEXT = 4000
 SESSION_END_MESSAGES = 20
 
-PROFILE = ToolSchema(
-    name="mem0_profile",
-    description="Everything Mem0 remembers about the user you are talking to (their stored memories).",
-    input_schema={"type": "object", "properties": {}},
-)
-SEARCH = ToolSchema(
-    name="mem0_search",
-    description="Search Mem0's long-term memories of the user you are talking to.",
-    input_schema={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "what to look for"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 50},
-        },
-        "required": ["query"],
-    },
-)
-CONCLUDE = ToolSchema(
-    name="mem0_conclude",
-    description="Store one durable conclusion about the user in Mem0 (a fact, preference or decision).",
-    input_schema={
-        "type": "object",
-        "properties": {"conclusion": {"type": "string", "description": "one declarative sentence"}},
-        "required": ["conclusion"],
-    },
-    durable_args=("conclusion",),
-)
+PROFILE = profile_tool("mem0", "Everything Mem0 remembers about the user you are talking to (their stored memories).")
+SEARCH = search_tool("mem0", "Mem0")
+CONCLUDE = conclude_tool("mem0", "Mem0")
 
 
 def _memories(body: Any) -> list[str]:
@@ -86,17 +63,15 @@ def _memories(body: Any) -> list[str]:
     return [str(i["memory"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("memory"), str)]
 
 
-class Mem0Provider(DurableWrites, MemoryProvider):
+class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
     name = "mem0"
     label = "Mem0"
     description = "Mem0 long-term memory (hosted platform or self-hosted server), per-user scopes"
 
     def __init__(self) -> None:
-        self._config: Mapping[str, Any] = {}
-        self._client: Any = None
+        super().__init__()
         self._http: Any = None
         self._lock = threading.Lock()
-        self.health = ProviderHealth()
 
     # --- settings --------------------------------------------------------------------
     def get_config_schema(self) -> Sequence[ConfigField]:
@@ -109,13 +84,10 @@ class Mem0Provider(DurableWrites, MemoryProvider):
             ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
         )
 
-    def _setting(self, config: Mapping[str, Any], key: str, env: str) -> str:
-        return str(config.get(key) or os.environ.get(env) or "")
-
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
         api = config.get("api", "platform")
         if api == "server":
-            if not self._setting(config, "base_url", "MEM0_BASE_URL"):
+            if not setting(config, "base_url", "MEM0_BASE_URL"):
                 return Availability(False, "set base_url (or MEM0_BASE_URL) to the self-hosted Mem0 server")
             return Availability(True)
         os.environ.setdefault("MEM0_TELEMETRY", "False")  # read when mem0 is imported
@@ -123,7 +95,7 @@ class Mem0Provider(DurableWrites, MemoryProvider):
             import mem0  # noqa: F401
         except ImportError:
             return Availability(False, "the mem0ai package is missing: pip install 'mnemo[mem0]'")
-        if not self._setting(config, "api_key", "MEM0_API_KEY"):
+        if not setting(config, "api_key", "MEM0_API_KEY"):
             return Availability(False, "set api_key (mnemo providers setup mem0 --set api_key=…) or MEM0_API_KEY")
         return Availability(True)
 
@@ -149,7 +121,7 @@ class Mem0Provider(DurableWrites, MemoryProvider):
         return self._config.get("api") == "server"
 
     def _base_url(self) -> str:
-        return self._setting(self._config, "base_url", "MEM0_BASE_URL").rstrip("/")
+        return setting(self._config, "base_url", "MEM0_BASE_URL").rstrip("/")
 
     def _platform(self) -> Any:
         with self._lock:
@@ -162,7 +134,7 @@ class Mem0Provider(DurableWrites, MemoryProvider):
                 timeout = float(self._config.get("timeout_s", 10.0))
                 http = httpx.Client(timeout=timeout)
                 self._client = MemoryClient(
-                    api_key=self._setting(self._config, "api_key", "MEM0_API_KEY"),
+                    api_key=setting(self._config, "api_key", "MEM0_API_KEY"),
                     host=self._base_url() or PLATFORM_URL,
                     client=http,
                 )
@@ -174,7 +146,7 @@ class Mem0Provider(DurableWrites, MemoryProvider):
         with self._lock:
             if self._http is None:
                 headers = {}
-                key = self._setting(self._config, "api_key", "MEM0_API_KEY")
+                key = setting(self._config, "api_key", "MEM0_API_KEY")
                 if key:
                     headers["Authorization"] = f"Token {key}"
                 self._http = httpx.Client(base_url=self._base_url(), headers=headers, timeout=float(self._config.get("timeout_s", 10.0)))

@@ -20,7 +20,6 @@ memories and sessions.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,48 +36,22 @@ from mnemo.memory.provider import (
 )
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
 from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope, scope_for
+from mnemo.memory.provider_tools import ProviderState, profile_tool, remember_tool, search_tool, setting
 
 DEFAULT_URL = "http://127.0.0.1:1933"  # a self-hosted openviking-server's default port
 MAX_TEXT = 4000
 
-PROFILE = ToolSchema(
-    name="openviking_profile",
-    description="The profile OpenViking keeps of the user you are talking to.",
-    input_schema={"type": "object", "properties": {}},
-)
-SEARCH = ToolSchema(
-    name="openviking_search",
-    description="Search OpenViking's long-term memories of the user you are talking to.",
-    input_schema={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "what to look for"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 50},
-        },
-        "required": ["query"],
-    },
-)
-REMEMBER = ToolSchema(
-    name="openviking_remember",
-    description="Store one durable fact or preference about the user in OpenViking.",
-    input_schema={
-        "type": "object",
-        "properties": {"content": {"type": "string", "description": "one declarative sentence"}},
-        "required": ["content"],
-    },
-    durable_args=("content",),
-)
+PROFILE = profile_tool("openviking", "The profile OpenViking keeps of the user you are talking to.")
+SEARCH = search_tool("openviking", "OpenViking")
+REMEMBER = remember_tool("openviking", "OpenViking")
 
 
-class OpenVikingProvider(DurableWrites, MemoryProvider):
+class OpenVikingProvider(ProviderState, DurableWrites, MemoryProvider):
     name = "openviking"
     label = "OpenViking"
     description = "OpenViking context database (HTTP SDK), one OpenViking user per mnemo user"
 
-    def __init__(self) -> None:
-        self._config: Mapping[str, Any] = {}
-        self._client: Any = None  # OpenVikingClient, imported with the SDK in initialize
-        self.health = ProviderHealth()
+    _client: Any  # OpenVikingClient, imported with the SDK in initialize
 
     # --- settings --------------------------------------------------------------------
     def get_config_schema(self) -> Sequence[ConfigField]:
@@ -91,16 +64,12 @@ class OpenVikingProvider(DurableWrites, MemoryProvider):
             ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
         )
 
-    @staticmethod
-    def _setting(config: Mapping[str, Any], key: str, env: str) -> str:
-        return str(config.get(key) or os.environ.get(env) or "")
-
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
         import importlib.util
 
         if importlib.util.find_spec("openviking_sdk") is None:
             return Availability(False, "the OpenViking SDK is missing: pip install 'mnemo[openviking]'")
-        if not self._setting(config, "api_key", "OPENVIKING_API_KEY"):
+        if not setting(config, "api_key", "OPENVIKING_API_KEY"):
             return Availability(False, "set api_key (mnemo providers setup openviking --set api_key=…) or OPENVIKING_API_KEY")
         return Availability(True)
 
@@ -110,8 +79,8 @@ class OpenVikingProvider(DurableWrites, MemoryProvider):
         self._config = dict(config)
         self.health = ProviderHealth(provider_dir(home, self.name))
         self._client = OpenVikingClient(
-            self._setting(config, "base_url", "OPENVIKING_BASE_URL") or DEFAULT_URL,
-            self._setting(config, "api_key", "OPENVIKING_API_KEY"),
+            setting(config, "base_url", "OPENVIKING_BASE_URL", DEFAULT_URL),
+            setting(config, "api_key", "OPENVIKING_API_KEY"),
             str(config.get("account") or "mnemo"),
             float(config.get("timeout_s", 10.0)),
         )

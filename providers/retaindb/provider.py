@@ -15,7 +15,6 @@ transcripts go to ``POST /v1/memory/ingest/session``, mirrored memory entries an
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,49 +30,23 @@ from mnemo.memory.provider import (
 )
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
 from mnemo.memory.provider_scope import ProviderScope, scope_for
+from mnemo.memory.provider_tools import ProviderState, profile_tool, remember_tool, search_tool, setting
 from mnemo.providers.retaindb.client import DEFAULT_URL, RetainDBClient
 
 MAX_TEXT = 4000
 SESSION_END_MESSAGES = 20
 
-PROFILE = ToolSchema(
-    name="retaindb_profile",
-    description="Everything RetainDB remembers about the user you are talking to.",
-    input_schema={"type": "object", "properties": {}},
-)
-SEARCH = ToolSchema(
-    name="retaindb_search",
-    description="Search RetainDB's long-term memories of the user you are talking to.",
-    input_schema={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "what to look for"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 50},
-        },
-        "required": ["query"],
-    },
-)
-REMEMBER = ToolSchema(
-    name="retaindb_remember",
-    description="Store one durable fact or preference about the user in RetainDB.",
-    input_schema={
-        "type": "object",
-        "properties": {"content": {"type": "string", "description": "one declarative sentence"}},
-        "required": ["content"],
-    },
-    durable_args=("content",),
-)
+PROFILE = profile_tool("retaindb", "Everything RetainDB remembers about the user you are talking to.")
+SEARCH = search_tool("retaindb", "RetainDB")
+REMEMBER = remember_tool("retaindb", "RetainDB")
 
 
-class RetainDBProvider(DurableWrites, MemoryProvider):
+class RetainDBProvider(ProviderState, DurableWrites, MemoryProvider):
     name = "retaindb"
     label = "RetainDB"
     description = "RetainDB hosted memory (REST API), per-user scopes"
 
-    def __init__(self) -> None:
-        self._config: Mapping[str, Any] = {}
-        self._client: RetainDBClient | None = None
-        self.health = ProviderHealth()
+    _client: RetainDBClient | None
 
     # --- settings --------------------------------------------------------------------
     def get_config_schema(self) -> Sequence[ConfigField]:
@@ -85,12 +58,8 @@ class RetainDBProvider(DurableWrites, MemoryProvider):
             ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
         )
 
-    @staticmethod
-    def _setting(config: Mapping[str, Any], key: str, env: str) -> str:
-        return str(config.get(key) or os.environ.get(env) or "")
-
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
-        if not self._setting(config, "api_key", "RETAINDB_API_KEY"):
+        if not setting(config, "api_key", "RETAINDB_API_KEY"):
             return Availability(False, "set api_key (mnemo providers setup retaindb --set api_key=…) or RETAINDB_API_KEY")
         return Availability(True)
 
@@ -98,8 +67,8 @@ class RetainDBProvider(DurableWrites, MemoryProvider):
         self._config = dict(config)
         self.health = ProviderHealth(provider_dir(home, self.name))
         self._client = RetainDBClient(
-            self._setting(config, "base_url", "RETAINDB_BASE_URL") or DEFAULT_URL,
-            self._setting(config, "api_key", "RETAINDB_API_KEY"),
+            setting(config, "base_url", "RETAINDB_BASE_URL", DEFAULT_URL),
+            setting(config, "api_key", "RETAINDB_API_KEY"),
             str(config.get("project") or "mnemo"),
             float(config.get("timeout_s", 10.0)),
         )

@@ -21,7 +21,6 @@ Settings: ``api_key`` (or ``SUPERMEMORY_API_KEY``), ``base_url`` (or
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,39 +38,16 @@ from mnemo.memory.provider import (
 )
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
 from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope, scope_for
+from mnemo.memory.provider_tools import ProviderState, profile_tool, remember_tool, search_tool, setting
 
 MAX_TEXT = 4000
 SESSION_END_MESSAGES = 20
 DEFAULT_PREFIX = "mnemo"
 FORGET_USER = "forget_user"
 
-PROFILE = ToolSchema(
-    name="supermemory_profile",
-    description="Supermemory's profile of the user you are talking to: stable facts and recent context.",
-    input_schema={"type": "object", "properties": {}},
-)
-SEARCH = ToolSchema(
-    name="supermemory_search",
-    description="Search Supermemory's long-term memories of the user you are talking to.",
-    input_schema={
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "what to look for"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 50},
-        },
-        "required": ["query"],
-    },
-)
-REMEMBER = ToolSchema(
-    name="supermemory_remember",
-    description="Store one durable fact or preference about the user in Supermemory.",
-    input_schema={
-        "type": "object",
-        "properties": {"content": {"type": "string", "description": "one declarative sentence"}},
-        "required": ["content"],
-    },
-    durable_args=("content",),
-)
+PROFILE = profile_tool("supermemory", "Supermemory's profile of the user you are talking to: stable facts and recent context.")
+SEARCH = search_tool("supermemory", "Supermemory")
+REMEMBER = remember_tool("supermemory", "Supermemory")
 
 
 def transcript(messages: Sequence[Mapping[str, str]]) -> str:
@@ -79,15 +55,12 @@ def transcript(messages: Sequence[Mapping[str, str]]) -> str:
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
-class SupermemoryProvider(DurableWrites, MemoryProvider):
+class SupermemoryProvider(ProviderState, DurableWrites, MemoryProvider):
     name = "supermemory"
     label = "Supermemory"
     description = "Supermemory hosted memory (official SDK), a namespace per user"
 
-    def __init__(self) -> None:
-        self._config: Mapping[str, Any] = {}
-        self._client: Any = None  # client.SupermemoryClient, built in initialize
-        self.health = ProviderHealth()
+    _client: Any  # client.SupermemoryClient, built in initialize
 
     # --- settings --------------------------------------------------------------------
     def get_config_schema(self) -> Sequence[ConfigField]:
@@ -117,16 +90,12 @@ class SupermemoryProvider(DurableWrites, MemoryProvider):
             return f"namespace_prefix: {prefix!r} may hold only letters, digits, _ and - (at most 40)"
         return ""
 
-    @staticmethod
-    def _setting(config: Mapping[str, Any], key: str, env: str) -> str:
-        return str(config.get(key) or os.environ.get(env) or "")
-
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
         try:
             import supermemory  # noqa: F401
         except ImportError:
             return Availability(False, "the supermemory package is missing: pip install 'mnemo[supermemory]'")
-        if not self._setting(config, "api_key", "SUPERMEMORY_API_KEY"):
+        if not setting(config, "api_key", "SUPERMEMORY_API_KEY"):
             return Availability(False, "set api_key (mnemo providers setup supermemory --set api_key=…) or SUPERMEMORY_API_KEY")
         reason = self._prefix_problem(config)
         return Availability(not reason, reason)
@@ -137,8 +106,8 @@ class SupermemoryProvider(DurableWrites, MemoryProvider):
         self._config = dict(config)
         self.health = ProviderHealth(provider_dir(home, self.name))
         self._client = SupermemoryClient(  # no I/O: the first request is the first call
-            self._setting(config, "base_url", "SUPERMEMORY_BASE_URL") or DEFAULT_URL,
-            self._setting(config, "api_key", "SUPERMEMORY_API_KEY"),
+            setting(config, "base_url", "SUPERMEMORY_BASE_URL", DEFAULT_URL),
+            setting(config, "api_key", "SUPERMEMORY_API_KEY"),
             float(config.get("timeout_s", 10.0)),
         )
 
