@@ -55,6 +55,15 @@ def ensure_admin_token(settings: Settings) -> str | None:
     return token
 
 
+def token_notice(path: Path, token: str, *, terminal: bool) -> str:
+    """What ``mnemo run`` says about a token it just generated: the token itself only
+    on a terminal — under systemd or docker stderr is a log, and secrets never reach
+    logs — else where to read it."""
+    if terminal:
+        return f"admin dashboard token (stored in {path}, shown only this once): {token}"
+    return f"admin dashboard token generated and stored in {path} (0600); not shown here because stderr is not a terminal"
+
+
 @dataclass
 class StateReads:
     """``ProfileReads`` on the profile's database: ``mnemo users``' own queries, the

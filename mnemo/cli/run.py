@@ -131,10 +131,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     check_startup(settings)  # a configuration error is exit 2 even when the profile is busy
     # SQLite: one process per profile; PostgreSQL: replicas may share the home.
     with serving(settings.home, shared_database=settings.database.is_postgresql):
-        from mnemo.dashboard import admin_token_path, ensure_admin_token
+        from mnemo.dashboard import admin_token_path, ensure_admin_token, token_notice
 
         generated = ensure_admin_token(settings)  # /admin's sign-in token, the first time only
         if generated is not None:
-            print(f"admin dashboard token (stored in {admin_token_path(settings)}, shown only this once): {generated}",
-                  file=sys.stderr)
+            print(token_notice(admin_token_path(settings), generated, terminal=sys.stderr.isatty()), file=sys.stderr)
         return asyncio.run(_run(settings))
