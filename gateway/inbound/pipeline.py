@@ -264,9 +264,15 @@ class Gateway:
     async def _run_turn(self, key: str, batch: Sequence[Queued]) -> None:
         """A turn within its speaker's budget (``gateway/budgets``): someone at a cap is
         told once per reset when it lifts and no LLM request is made."""
+        last = batch[-1].msg
+        # The log context is this batch's: a lane's task was created in the context of
+        # its first message, so in a shared room it would otherwise log that sender.
+        with structlog.contextvars.bound_contextvars(platform=last.platform, chat=last.chat_id, user=last.user_id):
+            await self._run_turn_as(key, batch, last)
+
+    async def _run_turn_as(self, key: str, batch: Sequence[Queued], last: InboundMessage) -> None:
         if self.budget is None:
             return await self._turn(key, batch)
-        last = batch[-1].msg
         async with self.budget.turn(last.speaker, admin=self.is_admin(last)) as refusal:
             if refusal is None:
                 return await self._turn(key, batch)

@@ -230,3 +230,25 @@ async def test_a_lone_surrogate_from_a_platform_is_replaced_and_the_message_answ
         rows = await app.store.load_messages(session.id)
     assert sent[0].text == "got it"
     assert rows[0].content == "caf\ufffd au lait"
+
+
+async def test_a_shared_rooms_turns_log_their_own_speaker_not_the_lanes_first(app_factory, emulator):
+    """The lane's task is created while the first sender's log context is bound; each
+    turn must log its own speaker (structlog's context is what every log line carries)."""
+    import structlog
+
+    from mnemo.gateway.events import ChatType
+
+    emulator.default = lambda req: Reply(text="ok")
+    adapter = LoopbackAdapter()
+    logged: list[str | None] = []
+    async with app_factory(adapter, **{"sessions.group_sessions_per_user": False}) as app:
+        async def listener(ctx, result):
+            logged.append(structlog.contextvars.get_contextvars().get("user"))
+
+        app.gateway.turn_listeners.append(listener)
+        await adapter.say("hello from alice", user="alice", chat="room", chat_type=ChatType.GROUP)
+        await adapter.wait_sent(1)
+        await adapter.say("hello from bob", user="bob", chat="room", chat_type=ChatType.GROUP)
+        await adapter.wait_sent(2)
+    assert logged == ["alice", "bob"]
