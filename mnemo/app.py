@@ -105,6 +105,18 @@ class App:
     replicas: Any = None  # ReplicaMonitor on PostgreSQL (gateway/replicas.py); None on SQLite
 
 
+def shared_database_config(settings: Settings, provider: Any) -> dict[str, Any] | None:
+    """On PostgreSQL, the stored settings of a provider that keeps its data in the bot's
+    database (``shares_database``, e.g. holographic) plus ``database_url``; else None
+    (the manager reads the stored settings itself)."""
+    url = settings.database.url
+    if url is None or not getattr(provider, "shares_database", False):
+        return None
+    from mnemo.memory.discovery import provider_config
+
+    return {**provider_config(settings.home, provider), "database_url": url.get_secret_value()}
+
+
 async def open_providers(settings: Settings) -> MemoryManager:
     """The MemoryManager with the configured external provider (``memory.provider``).
     A provider that is unknown, unavailable or fails to start is logged and left out:
@@ -120,7 +132,8 @@ async def open_providers(settings: Settings) -> MemoryManager:
     name = settings.memory.provider
     if name:
         try:
-            manager.add_provider(load_provider(name, settings.home))
+            provider = load_provider(name, settings.home)
+            manager.add_provider(provider, shared_database_config(settings, provider))
         except ProviderError as e:
             log.error("memory_provider_not_loaded", provider=name, error=str(e))
     await manager.start()

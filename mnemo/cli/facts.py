@@ -59,9 +59,11 @@ def _scope(parser: argparse.ArgumentParser) -> None:
 def _open(settings: Settings) -> MemoryProvider:
     try:
         provider = load_provider(PROVIDER, settings.home)
-        config = provider_config(settings.home, provider)
+        config = dict(provider_config(settings.home, provider))
     except ProviderError as e:
         raise CommandError(str(e), EXIT_REFUSED) from None
+    if settings.database.url is not None:  # the facts are in the bot's PostgreSQL database
+        config["database_url"] = settings.database.url.get_secret_value()
     availability = provider.is_available(settings.home, config)
     if not availability.ok:
         raise CommandError(f"{PROVIDER} is unavailable: {availability.reason}", EXIT_REFUSED)

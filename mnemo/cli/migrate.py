@@ -70,23 +70,52 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
             bar.close()
     from mnemo.migrate import provider_data
 
+    facts = None
     for name in provider_data(settings.providers_dir):
-        receipt.not_migrated.append(NotMigrated(
-            f"provider data providers/{name}", "no PostgreSQL home for it yet: it stays in this profile's folder"))
+        if name == "holographic":
+            facts, why = _facts(settings, url)
+            if facts is not None:
+                continue
+        else:
+            why = "no PostgreSQL home for it yet: it stays in this profile's folder"
+        receipt.not_migrated.append(NotMigrated(f"provider data providers/{name}", why))
     if args.json:
         from mnemo.adapters.terminal import printable_json
 
         out = receipt.to_json()
         out["memories"] = None if memories is None else memories.to_json()
+        out["facts"] = None if facts is None else facts.to_json()
         print(printable_json(json.dumps(out, ensure_ascii=False, indent=2)))
     else:
         from mnemo.adapters.terminal import printable
 
         for line in report(receipt, memories):
             print(printable(line))
+        if facts is not None:
+            state = "verified" if facts.verified else "NOT verified: some are missing"
+            print(f"holographic facts: {facts.source} in facts.db: {facts.copied} copied, "
+                  f"{facts.present} already there, {state}")
     # Once finished, counts may differ for good reasons (the bot has run on PostgreSQL
     # since): the receipt says so, and a finished move is not a failed one.
     return EXIT_OK if receipt.verified or receipt.already_complete else EXIT_REFUSED
+
+
+def _facts(settings: Settings, url: str) -> tuple[Any, str]:
+    """The holographic facts (``providers/holographic/facts.db``) into PostgreSQL; (the
+    copy, "") or (None, why not)."""
+    from mnemo.memory.errors import MemoryRefused, StoreError
+    from mnemo.providers.holographic.pg_store import copy_facts
+
+    path = settings.providers_dir / "holographic" / "facts.db"
+    if not path.is_file():
+        return None, "no facts.db in it: it stays in this profile's folder"
+    from mnemo.profile_lock import hold
+
+    try:
+        with hold(settings.home):  # never beside a bot writing facts.db
+            return copy_facts(path, url), ""
+    except (StoreError, MemoryRefused) as e:
+        return None, f"facts.db not copied: {str(e).splitlines()[0]}"
 
 
 async def _memories(settings: Settings, url: str, receipt: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Forget one owner's facts in ``facts.db`` so that nothing of them is left in the file.
+"""Forget one owner's facts in ``facts.db`` so that nothing of them is left in the file
+(and, ``*_pg``, in the PostgreSQL tables of ``pg_store``).
 
 Only the standard library (no numpy): ``mnemo users erase`` runs it without loading
 the provider. Deleting through SQL fires the FTS triggers; an FTS5 ``delete`` only adds
@@ -46,3 +47,41 @@ def erase_owner(path: Path, owner: str) -> int:
         return n
     finally:
         conn.close()
+
+
+def count_owner_pg(url: str, owner: str) -> int:
+    """``count_owner`` for the facts on PostgreSQL (``pg_store``)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('holographic.facts')").fetchone()[0] is None:
+            return 0
+        return int(conn.execute("SELECT COUNT(*) FROM holographic.facts WHERE owner = %s", (owner,)).fetchone()[0])
+
+
+def erase_owner_pg(url: str, owner: str) -> int:
+    """``erase_owner`` for the facts on PostgreSQL: one transaction under the store's
+    write lock (no replica writes in between), then ``VACUUM`` so the dead rows' space
+    is reclaimed for reuse rather than left for autovacuum."""
+    import psycopg
+
+    from mnemo.providers.holographic.pg_store import WRITE_LOCK
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('holographic.facts')").fetchone()[0] is None:
+            return 0
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (WRITE_LOCK,))
+            conn.execute(
+                "DELETE FROM holographic.fact_entities WHERE fact_id IN"
+                " (SELECT id FROM holographic.facts WHERE owner = %s)", (owner,)
+            )
+            n = conn.execute("DELETE FROM holographic.facts WHERE owner = %s", (owner,)).rowcount
+            conn.execute("DELETE FROM holographic.memory_banks WHERE owner = %s", (owner,))
+            conn.execute(
+                "DELETE FROM holographic.entities e WHERE NOT EXISTS"
+                " (SELECT 1 FROM holographic.fact_entities fe WHERE fe.entity_id = e.id)"
+            )
+        for table in ("facts", "fact_entities", "entities", "memory_banks"):
+            conn.execute(f"VACUUM holographic.{table}")
+        return n

@@ -16,6 +16,11 @@ facts are recalled after the user corrected them.
 
 ``sync_turn`` stores nothing: facts come from deliberate writes (the tool and mirrored
 memory entries), never from raw transcript text.
+
+Where the facts live: ``$MNEMO_HOME/providers/holographic/facts.db`` by default; when
+the bot runs on PostgreSQL the composition root puts the database URL in the config
+mapping as ``database_url`` (``DATABASE_URL``; not a user setting) and the facts go to
+the ``holographic`` schema of that database (``pg_store.py``), shared by every replica.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 DB_NAME = "facts.db"
+DATABASE_URL = "database_url"  # set by the composition root, never by the user
 MAX_CONTENT = 2000
 MAX_LIMIT = 50
 MIRROR_CATEGORY = {Target.MEMORY: "memory", Target.USER: "user_profile"}
@@ -120,12 +126,14 @@ class HolographicProvider(MemoryProvider):
     name = "holographic"
     label = "Holographic"
     description = "Local fact store: SQLite + FTS5 + HRR vectors; probe, reason, contradict (no service needed)"
+    shares_database = True  # takes database.url as ``database_url`` (see the module text)
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.store: FactStore | None = None
         self.retriever: Retriever | None = None
         self.prefetch_limit = 5
+        self.on_postgresql = False
 
     # --- lifecycle ---------------------------------------------------------------
     def get_config_schema(self) -> Sequence[ConfigField]:
@@ -149,6 +157,13 @@ class HolographicProvider(MemoryProvider):
             self._settings(config)
         except ProviderError as e:
             return Availability(False, str(e))
+        if config.get(DATABASE_URL):
+            try:
+                import psycopg  # noqa: F401
+            except ImportError:
+                return Availability(False, "database.url is PostgreSQL but psycopg is missing: "
+                                           "pip install 'mnemo[postgres]'")
+            return Availability(True)
         path = self.db_path(home)
         if not path.exists():
             return Availability(True)
@@ -165,7 +180,7 @@ class HolographicProvider(MemoryProvider):
 
     def _settings(self, config: Mapping[str, Any]) -> tuple[int, int, RetrievalSettings]:
         fields = {f.key: f for f in self.get_config_schema()}
-        unknown = sorted(set(config) - set(fields))
+        unknown = sorted(set(config) - set(fields) - {DATABASE_URL})
         if unknown:
             raise ProviderError(f"holographic: unknown setting(s) {', '.join(unknown)}")
         v = {k: f.parse(config.get(k, f.default)) for k, f in fields.items()}
@@ -178,7 +193,15 @@ class HolographicProvider(MemoryProvider):
 
     def initialize(self, home: Path, config: Mapping[str, Any]) -> None:
         dim, self.prefetch_limit, settings = self._settings(config)
-        store = FactStore(self.db_path(home), dim, self.clock)
+        url = config.get(DATABASE_URL)
+        store: FactStore
+        if url:
+            from mnemo.providers.holographic.pg_store import PgFactStore
+
+            store = PgFactStore(str(url), dim, self.clock)
+            self.on_postgresql = True
+        else:
+            store = FactStore(self.db_path(home), dim, self.clock)
         try:
             store.open()
         except StoreError as e:
@@ -193,6 +216,8 @@ class HolographicProvider(MemoryProvider):
             self.retriever = None
 
     def backup_paths(self, home: Path) -> Sequence[Path]:
+        if self.on_postgresql:
+            return ()  # the facts are backed up with the database, not the profile
         return (self.db_path(home),)
 
     def system_prompt_block(self) -> str:

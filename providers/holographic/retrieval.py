@@ -1,6 +1,7 @@
 """Ranking facts: search, recall (prefetch), probe, related, reason, contradict.
 
-Search never hands user text to FTS5 as syntax: the query's content terms (stopwords
+Search never hands user text to the full-text engine as syntax (FTS5 on SQLite,
+``tsvector`` on PostgreSQL, ``store.fts_ranks``): the query's content terms (stopwords
 dropped) become quoted phrases joined by OR, so any string is safe and a sentence
 finds facts matching *some* of its words. Candidates are the FTS matches plus the
 facts linked to entities named in the query; each is scored
@@ -23,21 +24,17 @@ recently updated facts, because it is quadratic.
 from __future__ import annotations
 
 import math
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import structlog
 
 from mnemo.providers.holographic import hrr
 from mnemo.providers.holographic.entities import NEGATIONS, content_terms, extract_entities, ngrams, normalize, words
-from mnemo.providers.holographic.store import Candidate, Fact, FactStore
+from mnemo.providers.holographic.store import Candidate, Conn, Fact, FactStore
 
-log = structlog.get_logger(__name__)
 
 W_FTS, W_OVERLAP, W_SIM = 0.4, 0.3, 0.3
-MAX_QUERY_TERMS = 32
 DAY_S = 86400.0
 
 
@@ -78,11 +75,6 @@ class CategoryHint:
     similarity: float
     facts: int
     reliable: bool  # False once the bank holds more than its capacity estimate allows
-
-
-def fts_query(terms: Sequence[str]) -> str:
-    """Quoted phrases OR-ed together: FTS5 syntax can never come from the user."""
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms[:MAX_QUERY_TERMS])
 
 
 class Retriever:
@@ -184,15 +176,7 @@ class Retriever:
             if not known:
                 return []
             (entity_id, _), = known.values()
-            rows = db.execute(
-                "SELECT e2.name, COUNT(*), SUM(f.trust), group_concat(f.id) FROM fact_entities fe1"
-                " JOIN facts f ON f.id = fe1.fact_id"
-                " JOIN fact_entities fe2 ON fe2.fact_id = fe1.fact_id AND fe2.entity_id != fe1.entity_id"
-                " JOIN entities e2 ON e2.id = fe2.entity_id"
-                f" WHERE fe1.entity_id = ? AND f.owner IN ({','.join('?' * len(owners))})"
-                " GROUP BY e2.id ORDER BY SUM(f.trust) DESC, e2.name_lc LIMIT ?",
-                (entity_id, *owners, limit),
-            ).fetchall()
+            rows = self.store.neighbours(db, entity_id, owners, limit)
         return [
             Neighbour(n, c, round(w, 4), tuple(sorted(int(i) for i in ids.split(",")))) for n, c, w, ids in rows
         ]
@@ -258,42 +242,23 @@ class Retriever:
         return conflicts[:limit], n
 
     # --- helpers -------------------------------------------------------------------
-    def _query_entities(self, db: sqlite3.Connection, query: str, owners: Sequence[str]) -> list[tuple[int, str]]:
+    def _query_entities(self, db: Conn, query: str, owners: Sequence[str]) -> list[tuple[int, str]]:
         keys = ngrams(query) | {e.lower() for e in extract_entities(query)}
         return sorted(self.store.known_entities(db, keys, owners).values(), key=lambda r: r[1].lower())
 
-    def _fts(self, db: sqlite3.Connection, terms: Sequence[str], owners: Sequence[str], category: str | None) -> dict[int, float]:
+    def _fts(self, db: Conn, terms: Sequence[str], owners: Sequence[str], category: str | None) -> dict[int, float]:
         if not terms:
             return {}
-        # The owner clause narrows the match set before bm25 ranks it; the exact
-        # owner check in SQL stays, because two owners can tokenize alike.
-        match = f"{{owner}} : ({fts_query(owners)}) AND {{content tags}} : ({fts_query(terms)})"
-        sql = (
-            "SELECT f.id, bm25(facts_fts, 1.0, 0.5, 0.0) FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
-            f" WHERE facts_fts MATCH ? AND f.owner IN ({','.join('?' * len(owners))})"
-        )
-        params: list[object] = [match, *owners]
-        if category is not None:
-            sql += " AND f.category = ?"
-            params.append(category)
-        sql += " ORDER BY bm25(facts_fts, 1.0, 0.5, 0.0) LIMIT ?"
-        params.append(self.settings.candidates)
-        try:
-            return {int(i): float(s) for i, s in db.execute(sql, params)}
-        except sqlite3.OperationalError as e:
-            # Quoting makes this unreachable for any input we know of; a new FTS5
-            # edge case must cost this path, not the whole search.
-            log.warning("fact search query rejected by FTS5", error=str(e))
-            return {}
+        return self.store.fts_ranks(db, terms, owners, category, self.settings.candidates)
 
     def _linked(
-        self, db: sqlite3.Connection, entity_ids: Sequence[int], owners: Sequence[str], category: str | None, cap: int | None = None
+        self, db: Conn, entity_ids: Sequence[int], owners: Sequence[str], category: str | None, cap: int | None = None
     ) -> list[int]:
         if not entity_ids:
             return []
         sql = (
-            "SELECT DISTINCT f.id FROM fact_entities fe JOIN facts f ON f.id = fe.fact_id"
-            f" WHERE fe.entity_id IN ({','.join('?' * len(entity_ids))}) AND f.owner IN ({','.join('?' * len(owners))})"
+            "SELECT f.id FROM facts f WHERE f.id IN (SELECT fe.fact_id FROM fact_entities fe"
+            f" WHERE fe.entity_id IN ({','.join('?' * len(entity_ids))})) AND f.owner IN ({','.join('?' * len(owners))})"
         )
         params: list[object] = [*entity_ids, *owners]
         if category is not None:

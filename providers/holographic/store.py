@@ -1,6 +1,7 @@
 """SQLite storage of the holographic provider: facts, entities, vectors, banks.
 
-One file, ``$MNEMO_HOME/providers/holographic/facts.db``, WAL mode. Tables:
+One file, ``$MNEMO_HOME/providers/holographic/facts.db``, WAL mode (on PostgreSQL the
+same tables in the schema ``holographic``: ``pg_store.py``). Tables:
 
 * ``facts`` — content (unique per owner), category, tags, source (``tool`` / ``mirror``
   / ``cli``), owner (``platform:id`` or ``shared``), trust in [0, 1] (0.5 to start),
@@ -34,14 +35,18 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
+import structlog
 
 from mnemo.memory.db import create_private_database
 from mnemo.memory.errors import SchemaTooNew, StoreError
 from mnemo.memory.threats import guard_write
 from mnemo.providers.holographic import hrr
 from mnemo.providers.holographic.entities import content_terms, extract_entities, ngrams
+
+log = structlog.get_logger(__name__)
 
 SHARED = "shared"
 DEFAULT_TRUST = 0.5
@@ -159,7 +164,27 @@ def _placeholders(n: int) -> str:
     return ",".join("?" * n)
 
 
+class Conn(Protocol):
+    """What the store's SQL runs on: a ``sqlite3.Connection``, or the PostgreSQL
+    adapter of ``pg_store`` (same ``?`` placeholders, tuples back)."""
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Any: ...
+
+
 class FactStore:
+    """The SQLite fact store. ``pg_store.PgFactStore`` overrides the few statements
+    whose SQL differs (the ``_SQL_*`` strings, the FTS and neighbour queries, inserts
+    that return an id) and the connection handling; everything else is shared."""
+
+    _SQL_FIND = "SELECT id FROM facts WHERE owner=? AND content=?"
+    _SQL_LINK = "INSERT OR IGNORE INTO fact_entities(fact_id, entity_id) VALUES (?,?)"
+    _SQL_CONTAINS = "instr(content, ?) > 0"
+    _SQL_CLAMPED_TRUST = "min(1.0, max(0.0, trust + ?))"
+    _SQL_PUT_BANK = (
+        "INSERT OR REPLACE INTO memory_banks(owner, category, fact_count, phasor_sum, updated_at) VALUES (?,?,?,?,?)"
+    )
+    _SQL_PUT_DIM = "INSERT OR REPLACE INTO meta(key, value) VALUES ('dim', ?)"
+
     def __init__(self, path: Path, dim: int = hrr.DEFAULT_DIM, clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self.dim = dim
@@ -263,22 +288,22 @@ class FactStore:
         banks: dict[tuple[str, str], tuple[np.ndarray, int]] = {}
         with self._write() as db:
             for new in facts:
-                row = db.execute("SELECT id FROM facts WHERE owner=? AND content=?", (new.owner, new.content)).fetchone()
+                row = db.execute(self._SQL_FIND, self._find_params(new.owner, new.content)).fetchone()
                 if row is not None:
                     out.append(Added(self._fact(db, row[0]), created=False))
                     continue
                 names = self._entities_in(db, new.content, (new.owner, SHARED))
                 blob = hrr.to_blob(hrr.encode_fact(content_terms(new.content), names, self.dim))
                 now = self.clock()
-                cur = db.execute(
+                fact_id = self._insert_id(
+                    db,
                     "INSERT INTO facts(owner, content, category, tags, source, trust, created_at, updated_at, vector)"
                     " VALUES (?,?,?,?,?,?,?,?,?)",
                     (new.owner, new.content, new.category, new.tags, new.source, DEFAULT_TRUST, now, now, blob),
                 )
-                fact_id = int(cur.lastrowid or 0)
                 for name in names:
                     entity_id = self._entity_id(db, name)
-                    db.execute("INSERT OR IGNORE INTO fact_entities(fact_id, entity_id) VALUES (?,?)", (fact_id, entity_id))
+                    db.execute(self._SQL_LINK, (fact_id, entity_id))
                 # Banks sum the stored (quantized) vectors, so a later removal subtracts
                 # exactly what was added; one bank write per category per transaction.
                 total, n = banks.get((new.owner, new.category), (np.zeros(self.dim, dtype=np.complex128), 0))
@@ -307,7 +332,7 @@ class FactStore:
             ).fetchone()
             if row is None:
                 row = db.execute(
-                    "SELECT id FROM facts WHERE owner=? AND category=? AND source='mirror' AND instr(content, ?) > 0"
+                    f"SELECT id FROM facts WHERE owner=? AND category=? AND source='mirror' AND {self._SQL_CONTAINS}"
                     " ORDER BY updated_at DESC, id DESC LIMIT 1",
                     (owner, category, old_text),
                 ).fetchone()
@@ -318,7 +343,7 @@ class FactStore:
             self._delete(db, fact)
             return fact
 
-    def _delete(self, db: sqlite3.Connection, fact: Fact) -> None:
+    def _delete(self, db: Conn, fact: Fact) -> None:
         blob = db.execute("SELECT vector FROM facts WHERE id=?", (fact.id,)).fetchone()[0]
         entity_ids = [r[0] for r in db.execute("SELECT entity_id FROM fact_entities WHERE fact_id=?", (fact.id,))]
         db.execute("DELETE FROM facts WHERE id=?", (fact.id,))
@@ -337,7 +362,7 @@ class FactStore:
             if self._fact(db, fact_id, owners) is None:
                 return None
             db.execute(
-                "UPDATE facts SET trust = min(1.0, max(0.0, trust + ?)), helpful_count = helpful_count + ?"
+                f"UPDATE facts SET trust = {self._SQL_CLAMPED_TRUST}, helpful_count = helpful_count + ?"
                 " WHERE id=?",
                 (delta, 1 if helpful else 0, fact_id),
             )
@@ -368,16 +393,13 @@ class FactStore:
             db.execute("DELETE FROM memory_banks")
             now = self.clock()
             for (owner, category), (total, n) in banks.items():
-                db.execute(
-                    "INSERT INTO memory_banks(owner, category, fact_count, phasor_sum, updated_at) VALUES (?,?,?,?,?)",
-                    (owner, category, n, hrr.phasor_to_blob(total), now),
-                )
-            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('dim', ?)", (str(dim),))
+                db.execute(self._SQL_PUT_BANK, (owner, category, n, hrr.phasor_to_blob(total), now))
+            db.execute(self._SQL_PUT_DIM, (str(dim),))
             self.dim = dim
             return len(rows)
 
     # --- entities -------------------------------------------------------------------
-    def _entities_in(self, db: sqlite3.Connection, text: str, owners: Sequence[str]) -> list[str]:
+    def _entities_in(self, db: Conn, text: str, owners: Sequence[str]) -> list[str]:
         names = extract_entities(text)
         seen = {n.lower() for n in names}
         for _, name in self.known_entities(db, ngrams(text), owners).values():
@@ -387,7 +409,7 @@ class FactStore:
         return names
 
     def known_entities(
-        self, db: sqlite3.Connection, names_lc: Iterable[str], owners: Sequence[str]
+        self, db: Conn, names_lc: Iterable[str], owners: Sequence[str]
     ) -> dict[str, tuple[int, str]]:
         """Which of ``names_lc`` name an entity linked to a fact the owners can see
         (lower-case name → (id, display name)). Entities only others can see stay
@@ -405,13 +427,20 @@ class FactStore:
             out.update({lc: (eid, name) for lc, eid, name in rows})
         return out
 
-    def _entity_id(self, db: sqlite3.Connection, name: str) -> int:
+    def _entity_id(self, db: Conn, name: str) -> int:
         row = db.execute("SELECT id FROM entities WHERE name_lc=?", (name.lower(),)).fetchone()
         if row is not None:
             return int(row[0])
-        return int(db.execute("INSERT INTO entities(name, name_lc) VALUES (?,?)", (name, name.lower())).lastrowid or 0)
+        return self._insert_id(db, "INSERT INTO entities(name, name_lc) VALUES (?,?)", (name, name.lower()))
 
-    def _entity_names(self, db: sqlite3.Connection, fact_ids: Sequence[int]) -> dict[int, tuple[str, ...]]:
+    def _find_params(self, owner: str, content: str) -> tuple[str, ...]:
+        return (owner, content)
+
+    def _insert_id(self, db: Conn, sql: str, params: Sequence[Any]) -> int:
+        """Run an INSERT and return the new row's id."""
+        return int(db.execute(sql, params).lastrowid or 0)
+
+    def _entity_names(self, db: Conn, fact_ids: Sequence[int]) -> dict[int, tuple[str, ...]]:
         out: dict[int, list[str]] = {}
         for start in range(0, len(fact_ids), 500):
             chunk = list(fact_ids[start : start + 500])
@@ -425,11 +454,11 @@ class FactStore:
         return {k: tuple(v) for k, v in out.items()}
 
     # --- reads ---------------------------------------------------------------------
-    def _fact(self, db: sqlite3.Connection, fact_id: int, owners: Sequence[str] | None = None) -> Fact | None:
+    def _fact(self, db: Conn, fact_id: int, owners: Sequence[str] | None = None) -> Fact | None:
         found = self.facts(db, [fact_id], owners)
         return found[0] if found else None
 
-    def facts(self, db: sqlite3.Connection, fact_ids: Sequence[int], owners: Sequence[str] | None = None) -> list[Fact]:
+    def facts(self, db: Conn, fact_ids: Sequence[int], owners: Sequence[str] | None = None) -> list[Fact]:
         """Facts by id, in the order given, skipping ids the owners cannot see."""
         if not fact_ids:
             return []
@@ -447,7 +476,7 @@ class FactStore:
         return [by_id[i] for i in fact_ids if i in by_id]
 
     def candidates(
-        self, db: sqlite3.Connection, fact_ids: Sequence[int], owners: Sequence[str]
+        self, db: Conn, fact_ids: Sequence[int], owners: Sequence[str]
     ) -> tuple[list[Candidate], np.ndarray]:
         """What scoring needs of each visible fact, in the order given, and their vectors
         as a uint16 code matrix (one row per candidate)."""
@@ -464,7 +493,7 @@ class FactStore:
         codes = hrr.codes_from_blobs([b for _, b in found], self.dim)
         return [c for c, _ in found], codes
 
-    def vectors(self, db: sqlite3.Connection, fact_ids: Sequence[int]) -> np.ndarray:
+    def vectors(self, db: Conn, fact_ids: Sequence[int]) -> np.ndarray:
         """The vectors of ``fact_ids`` as rows, in the order given."""
         blobs: dict[int, bytes] = {}
         for start in range(0, len(fact_ids), 500):
@@ -473,7 +502,7 @@ class FactStore:
             blobs.update(rows.fetchall())
         return hrr.from_blobs([blobs[i] for i in fact_ids], self.dim)
 
-    def banks(self, db: sqlite3.Connection, owners: Sequence[str]) -> list[tuple[str, str, int, np.ndarray]]:
+    def banks(self, db: Conn, owners: Sequence[str]) -> list[tuple[str, str, int, np.ndarray]]:
         """(owner, category, fact_count, bundle vector) of every visible bank."""
         rows = db.execute(
             f"SELECT owner, category, fact_count, phasor_sum FROM memory_banks WHERE owner IN ({_placeholders(len(owners))})"
@@ -482,7 +511,7 @@ class FactStore:
         ).fetchall()
         return [(o, c, n, hrr.phase_of(hrr.phasor_from_blob(b))) for o, c, n, b in rows]
 
-    def _bank_add(self, db: sqlite3.Connection, owner: str, category: str, phasor_delta: np.ndarray, count_delta: int) -> None:
+    def _bank_add(self, db: Conn, owner: str, category: str, phasor_delta: np.ndarray, count_delta: int) -> None:
         row = db.execute("SELECT fact_count, phasor_sum FROM memory_banks WHERE owner=? AND category=?", (owner, category)).fetchone()
         if row is None:
             count, total = 0, np.zeros(self.dim, dtype=np.complex128)
@@ -492,10 +521,59 @@ class FactStore:
         if count <= 0:
             db.execute("DELETE FROM memory_banks WHERE owner=? AND category=?", (owner, category))
             return
-        db.execute(
-            "INSERT OR REPLACE INTO memory_banks(owner, category, fact_count, phasor_sum, updated_at) VALUES (?,?,?,?,?)",
-            (owner, category, count, hrr.phasor_to_blob(total + phasor_delta), self.clock()),
+        db.execute(self._SQL_PUT_BANK, (owner, category, count, hrr.phasor_to_blob(total + phasor_delta), self.clock()))
+
+    # --- the queries whose SQL is the backend's own --------------------------------
+    def fts_ranks(
+        self, db: Conn, terms: Sequence[str], owners: Sequence[str], category: str | None, limit: int
+    ) -> dict[int, float]:
+        """Full-text matches of any of ``terms`` among the owners' facts: id → rank,
+        negative, the best match the most negative (bm25's convention)."""
+        # The owner clause narrows the match set before bm25 ranks it; the exact
+        # owner check in SQL stays, because two owners can tokenize alike.
+        match = f"{{owner}} : ({fts_query(owners)}) AND {{content tags}} : ({fts_query(terms)})"
+        sql = (
+            "SELECT f.id, bm25(facts_fts, 1.0, 0.5, 0.0) FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid"
+            f" WHERE facts_fts MATCH ? AND f.owner IN ({_placeholders(len(owners))})"
         )
+        params: list[object] = [match, *owners]
+        if category is not None:
+            sql += " AND f.category = ?"
+            params.append(category)
+        sql += " ORDER BY bm25(facts_fts, 1.0, 0.5, 0.0) LIMIT ?"
+        params.append(limit)
+        try:
+            return {int(i): float(s) for i, s in db.execute(sql, params)}
+        except sqlite3.OperationalError as e:
+            # Quoting makes this unreachable for any input we know of; a new FTS5
+            # edge case must cost this path, not the whole search.
+            log.warning("fact search query rejected by FTS5", error=str(e))
+            return {}
+
+    def neighbours(
+        self, db: Conn, entity_id: int, owners: Sequence[str], limit: int
+    ) -> list[tuple[str, int, float, str]]:
+        """(name, shared facts, summed trust, comma-separated fact ids) of the entities
+        sharing visible facts with ``entity_id``, heaviest first."""
+        return [tuple(r) for r in db.execute(  # type: ignore[misc]
+            f"SELECT e2.name, COUNT(*), SUM(f.trust), {self._SQL_ID_LIST} FROM fact_entities fe1"
+            " JOIN facts f ON f.id = fe1.fact_id"
+            " JOIN fact_entities fe2 ON fe2.fact_id = fe1.fact_id AND fe2.entity_id != fe1.entity_id"
+            " JOIN entities e2 ON e2.id = fe2.entity_id"
+            f" WHERE fe1.entity_id = ? AND f.owner IN ({_placeholders(len(owners))})"
+            " GROUP BY e2.id ORDER BY SUM(f.trust) DESC, e2.name_lc LIMIT ?",
+            (entity_id, *owners, limit),
+        ).fetchall()]
+
+    _SQL_ID_LIST = "group_concat(f.id)"
+
+
+MAX_QUERY_TERMS = 32
+
+
+def fts_query(terms: Sequence[str]) -> str:
+    """Quoted phrases OR-ed together: FTS5 syntax can never come from the user."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms[:MAX_QUERY_TERMS])
 
 
 def _split_sql(script: str) -> list[str]:
