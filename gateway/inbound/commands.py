@@ -221,7 +221,10 @@ async def _forget(call: CommandCall) -> str:
     target = call.args.strip()
     if not target:
         return "Usage: /forget TEXT (removes the entry of your profile containing TEXT) or /forget all"
-    if target.split()[0].lower() == "me" and call.deps.forget_me is not None:
+    if target.split()[0].lower() == "me":
+        if call.deps.forget_me is None:  # never read as "remove the entry containing 'me'"
+            return ("Erasing everything about you is not available on this bot yet (its PostgreSQL "
+                    "database is not supported by erasure). Nothing was removed; ask the bot's admin.")
         return await call.deps.forget_me(call)
     user_file = call.deps.files.user(call.msg.speaker)
     if target.lower() == "all":

@@ -163,3 +163,19 @@ async def test_two_replicas_answer_one_session_in_order_and_once(
         # Turns of the session never ran concurrently: each user message is followed by
         # its answer before the next turn starts.
         assert roles == ["user", "assistant"] * 6
+
+
+async def test_forget_me_on_postgresql_says_erasure_is_unavailable_and_removes_nothing(
+    app_factory: AppFactory, emulator: Emulator, pg_cluster: Cluster
+) -> None:
+    """Erasure is SQLite-only: "/forget me" must not fall through to "/forget TEXT" and
+    remove the profile entry that happens to contain "me"."""
+    emulator.default = lambda req: Reply(text="ok")
+    adapter = LoopbackAdapter()
+    async with app_factory(adapter, **{"database.url": pg_cluster.fresh_database()}) as app:
+        profile = app.files.user(adapter.message("x", user="u1").speaker)
+        assert (await asyncio.to_thread(profile.add, "Call me Ishmael")).success
+        await adapter.say("/forget me", user="u1")
+        reply = (await adapter.wait_sent(1))[-1].text
+        assert "not available" in reply and "Nothing was removed" in reply
+        assert [e for e in (await asyncio.to_thread(profile.load)).entries] == ["Call me Ishmael"]
