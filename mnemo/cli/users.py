@@ -154,7 +154,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         }
         lines = [
             f"{user}{' (admin, exempt from the per-user caps)' if limits.exempt else ''}",
-            f"caps: daily ${_cap(limits.daily_usd)}, monthly ${_cap(limits.monthly_usd)}, "
+            f"caps: daily {_usd(limits.daily_usd)}, monthly {_usd(limits.monthly_usd)}, "
             f"daily tokens {_cap(limits.daily_tokens)}" + (" (own)" if data["own_limits"] else " (default)"),
             f"spend: today ${spend.day_usd:.4f} ({spend.day_tokens:,} tokens), month ${spend.month_usd:.4f}",
         ]
@@ -229,6 +229,10 @@ async def _link(args: argparse.Namespace, links: Any) -> int:
 
 def _cap(value: float | None) -> str:
     return "none" if value is None else f"{value:g}"
+
+
+def _usd(value: float | None) -> str:
+    return "none" if value is None else f"${value:g}"
 
 
 def _profile(settings: Settings, user: UserRef) -> Any:

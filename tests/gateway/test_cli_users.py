@@ -51,7 +51,9 @@ async def test_budget_override_is_obeyed_and_usage_lists_everyone_by_spend(
         assert len(emulator.requests) == before + 1, "big is capped, small is not"
         assert "daily budget" in adapter.texts()[-2]
     assert await users(home, "budget", "loop:big", "--clear") == 0
-    assert "(default)" in capsys.readouterr().out.splitlines()[-2]
+    caps = capsys.readouterr().out.splitlines()[-2]
+    assert "(default)" in caps
+    assert caps.startswith("caps: daily none, monthly none"), caps  # never "$none"
 
     assert await users(home, "list") == 0
     assert capsys.readouterr().out.split() == ["loop:big", "loop:small"]
