@@ -17,17 +17,30 @@ def project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 
-def test_every_package_folder_is_listed_under_the_mnemo_namespace() -> None:
-    setuptools = project()["tool"]["setuptools"]
-    mapping = setuptools["package-dir"]
-    found = set()
-    for name, folder in mapping.items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            rel = init.parent.relative_to(ROOT / folder)
-            found.add(".".join([name, *rel.parts]))
-    listed = set(setuptools["packages"])
-    assert found <= listed, f"missing from [tool.setuptools] packages: {sorted(found - listed)}"
-    assert all(p == "mnemo" or p.startswith("mnemo.") for p in listed)
+SUBPACKAGES = ("gateway", "adapters", "memory", "providers")
+
+
+def test_the_top_level_folders_are_mnemo_subpackages_through_relative_symlinks() -> None:
+    for name in SUBPACKAGES:
+        link = ROOT / "mnemo" / name
+        assert link.is_symlink(), f"mnemo/{name} must be a symlink to ../{name}"
+        # Relative, so a clone anywhere (and a wheel build) resolves it.
+        assert Path(link.readlink()) == Path("..") / name
+
+
+def test_find_installs_every_package_folder_and_only_the_mnemo_namespace() -> None:
+    from setuptools import find_packages
+
+    find = project()["tool"]["setuptools"]["packages"]["find"]
+    found = set(find_packages(where=str(ROOT), include=find["include"]))
+    expected = {"mnemo"}
+    for top_name in ("mnemo", *SUBPACKAGES):
+        for init in (ROOT / top_name).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / top_name)
+            prefix = "mnemo" if top_name == "mnemo" else f"mnemo.{top_name}"
+            expected.add(".".join([prefix, *rel.parts]))
+    assert expected <= found, f"not installed: {sorted(expected - found)}"
+    assert all(p == "mnemo" or p.startswith("mnemo.") for p in found)
 
 
 def test_entry_points_name_the_namespace() -> None:

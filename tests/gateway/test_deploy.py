@@ -79,10 +79,11 @@ def test_dockerfile_runs_as_non_root_with_the_home_in_a_volume_and_a_healthcheck
             *sources, _ = rest.split()
             for src in sources:
                 assert (REPO / src).exists(), src
-    # The image copies every folder the distribution maps into the mnemo namespace.
+    # The image copies mnemo/ and every folder its symlinks point to (gateway/, ...).
     copied = {rest.split()[0] for w, rest in ins if w == "COPY"}
-    mapped = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
-    assert mapped | {"pyproject.toml"} <= copied
+    linked = {p.readlink().name for p in (REPO / "mnemo").iterdir() if p.is_symlink()}
+    assert linked == {"gateway", "adapters", "memory", "providers"}
+    assert linked | {"mnemo", "pyproject.toml"} <= copied
 
 
 def test_compose_builds_the_image_keeps_state_in_a_volume_and_publishes_on_loopback() -> None:
