@@ -117,7 +117,9 @@ class ConsoleAdapter:
             try:
                 return raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                self._note(f"line {self._lines} is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})")
+                self._note(
+                    f"line {self._lines} is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})"
+                )
                 return raw.decode("utf-8", errors="replace")
         if any(0xD800 <= ord(ch) <= 0xDFFF for ch in raw):  # surrogateescape'd bytes
             self._note(f"line {self._lines} holds undecodable bytes")

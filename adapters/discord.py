@@ -54,9 +54,16 @@ import discord
 from discord import app_commands
 
 from mnemo.adapters.discord_routing import route_discord
+from mnemo.adapters.splitting import split_message
 from mnemo.gateway.config import DiscordSettings
 from mnemo.gateway.delivery.live import fit_utf16
-from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited, PlatformUnavailable, StartupError
+from mnemo.gateway.errors import (
+    Forbidden,
+    PlatformError,
+    PlatformRateLimited,
+    PlatformUnavailable,
+    StartupError,
+)
 from mnemo.gateway.events import (
     Attachment,
     ChatRef,
@@ -68,7 +75,6 @@ from mnemo.gateway.events import (
 )
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.ports import CommandInfo, InboundSink
-from mnemo.adapters.splitting import split_message
 
 log = get_logger(__name__)
 
@@ -258,8 +264,12 @@ class DiscordAdapter:
             raise
         await self._sync_commands(client.tree)
         assert client.user is not None
-        log.info("discord_ready", bot_id=client.user.id, guilds=len(client.guilds),
-                 shards=list(self.settings.shard_ids) or self.settings.shard_count)
+        log.info(
+            "discord_ready",
+            bot_id=client.user.id,
+            guilds=len(client.guilds),
+            shards=list(self.settings.shard_ids) or self.settings.shard_count,
+        )
 
     def _new_client(self) -> _Client:
         options: dict[str, object] = {
@@ -305,11 +315,15 @@ class DiscordAdapter:
             raise StartupError("Discord refused DISCORD_BOT_TOKEN on the gateway") from error
         if isinstance(error, discord.ConnectionClosed) and error.code == 4004:  # "Authentication failed"
             raise StartupError("Discord refused DISCORD_BOT_TOKEN on the gateway (4004)") from error
-        raise PlatformUnavailable(f"Discord gateway connection failed: {type(error).__name__}: {error}") from error
+        raise PlatformUnavailable(
+            f"Discord gateway connection failed: {type(error).__name__}: {error}"
+        ) from error
 
     def _connection_ended(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None and self._client is not None:
-            log.error("discord_gateway_stopped", error=f"{type(task.exception()).__name__}: {task.exception()}")
+            log.error(
+                "discord_gateway_stopped", error=f"{type(task.exception()).__name__}: {task.exception()}"
+            )
 
     async def stop(self) -> None:
         client, task = self._client, self._task
@@ -327,7 +341,9 @@ class DiscordAdapter:
         for command in self.menu:
             name, summary = command.name, command.summary
             if not _COMMAND_NAME.match(name):
-                log.warning("discord_command_skipped", command=name, reason="not a valid Discord command name")
+                log.warning(
+                    "discord_command_skipped", command=name, reason="not a valid Discord command name"
+                )
                 continue
             description = summary if len(summary) <= 100 else summary[:99] + "…"
             tree.add_command(
@@ -558,7 +574,10 @@ class DiscordAdapter:
         for chunk in chunks:
             try:
                 sent = await interaction.followup.send(
-                    chunk, ephemeral=True, allowed_mentions=allowed_mentions(message.mention_user_id), wait=True
+                    chunk,
+                    ephemeral=True,
+                    allowed_mentions=allowed_mentions(message.mention_user_id),
+                    wait=True,
                 )
             except discord.HTTPException as e:
                 if e.status in (401, 404) and not ids:  # invalid / unknown webhook token
@@ -571,7 +590,12 @@ class DiscordAdapter:
         reply_to = message.reply_to_message_id
         reference = None
         # In DMs a quote is noise; a thread started from the message shows it at its top.
-        if target.in_guild and reply_to is not None and reply_to.isdigit() and reply_to != message.chat.thread_id:
+        if (
+            target.in_guild
+            and reply_to is not None
+            and reply_to.isdigit()
+            and reply_to != message.chat.thread_id
+        ):
             reference = discord.MessageReference(
                 message_id=int(reply_to), channel_id=target.id, fail_if_not_exists=False
             )
@@ -613,8 +637,10 @@ class DiscordAdapter:
         if client is None or client.is_closed():
             raise PlatformUnavailable("the Discord client is not running")
         with platform_errors("updating a reply"):
-            await self._target(client, chat).channel.get_partial_message(int(message_id)).edit(
-                content=_live_text(text), allowed_mentions=discord.AllowedMentions.none()
+            await (
+                self._target(client, chat)
+                .channel.get_partial_message(int(message_id))
+                .edit(content=_live_text(text), allowed_mentions=discord.AllowedMentions.none())
             )
         self._hold_edits(message_id)
 
@@ -636,7 +662,9 @@ class DiscordAdapter:
             )
         except discord.NotFound:
             log.info("discord_streamed_message_gone", chat=message.chat.chat_id)
-            sent = await target.channel.send(chunk, allowed_mentions=allowed_mentions(message.mention_user_id))
+            sent = await target.channel.send(
+                chunk, allowed_mentions=allowed_mentions(message.mention_user_id)
+            )
             return str(sent.id)
         return stream_id
 
@@ -693,5 +721,9 @@ def _attachment(a: discord.Attachment) -> Attachment:
         kind = "document"
     readable = kind in ("photo", "document", "voice", "audio")
     return Attachment(
-        kind=kind, name=a.filename, size=a.size, ref=a.url if readable else "", media_type=a.content_type or "",
+        kind=kind,
+        name=a.filename,
+        size=a.size,
+        ref=a.url if readable else "",
+        media_type=a.content_type or "",
     )

@@ -75,9 +75,7 @@ def current_routes() -> DiscordRoutes:
 def _checked_api_base(url: str) -> str:
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
-        raise ConfigError(
-            f"DISCORD_API_BASE_URL must be an http(s) URL without query, got {url!r}"
-        )
+        raise ConfigError(f"DISCORD_API_BASE_URL must be an http(s) URL without query, got {url!r}")
     path = parts.path.rstrip("/")
     # Route paths start with "/"; the base must already carry the API version, or every
     # call would 404 — the usual mistake is giving the bare host.

@@ -84,7 +84,13 @@ from mnemo.adapters.telegram_format import TelegramChunk, render_chunks
 from mnemo.adapters.telegram_polling import UpdatePoller
 from mnemo.adapters.telegram_updates import UNSUPPORTED_NOTE, Accept, BotIdentity, Unsupported, classify
 from mnemo.gateway.config import TelegramSettings
-from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited, PlatformUnavailable, StartupError
+from mnemo.gateway.errors import (
+    Forbidden,
+    PlatformError,
+    PlatformRateLimited,
+    PlatformUnavailable,
+    StartupError,
+)
 from mnemo.gateway.events import Attachment, ChatRef, OutboundMessage, delivery_label
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.ports import CommandInfo, InboundSink, Leadership
@@ -347,7 +353,9 @@ class TelegramAdapter:
         assert self.settings.webhook_secret is not None
         with startup_errors("setting the webhook"):
             await bot.set_webhook(
-                url, secret_token=self.settings.webhook_secret.get_secret_value(), allowed_updates=ALLOWED_UPDATES
+                url,
+                secret_token=self.settings.webhook_secret.get_secret_value(),
+                allowed_updates=ALLOWED_UPDATES,
             )
 
     async def _set_commands(self, bot: Bot) -> None:
@@ -435,17 +443,23 @@ class TelegramAdapter:
         self._noted.move_to_end(note.chat_id)
         while len(self._noted) > PROGRESS_ROWS:
             self._noted.popitem(last=False)
-        chat = ChatRef(self.name, str(note.chat_id), str(note.thread_id) if note.thread_id is not None else None)
+        chat = ChatRef(
+            self.name, str(note.chat_id), str(note.thread_id) if note.thread_id is not None else None
+        )
         try:
-            await self.send(OutboundMessage(chat=chat, text=UNSUPPORTED_NOTE, reply_to_message_id=str(note.message_id)))
+            await self.send(
+                OutboundMessage(chat=chat, text=UNSUPPORTED_NOTE, reply_to_message_id=str(note.message_id))
+            )
         except PlatformError as e:  # best effort, like a refusal: nothing of it is stored
             log.warning("telegram_note_not_sent", chat=note.chat_id, error=str(e))
 
     async def _on_webhook(self, request: web.Request) -> web.Response:
         secret = self.settings.webhook_secret
         given = request.headers.get(SECRET_HEADER)
-        if secret is None or given is None or not hmac.compare_digest(
-            given.encode(), secret.get_secret_value().encode()
+        if (
+            secret is None
+            or given is None
+            or not hmac.compare_digest(given.encode(), secret.get_secret_value().encode())
         ):
             log.warning("telegram_webhook_refused", remote=request.remote, reason="wrong or missing secret")
             return web.Response(status=403)
@@ -504,7 +518,9 @@ class TelegramAdapter:
 
     async def stream_open(self, chat: ChatRef, text: str, *, reply_to: str | None) -> str:
         target = _Target.of(OutboundMessage(chat, text, reply_to_message_id=reply_to))
-        reply = ReplyParameters(target.reply_to, allow_sending_without_reply=True) if target.reply_to else None
+        reply = (
+            ReplyParameters(target.reply_to, allow_sending_without_reply=True) if target.reply_to else None
+        )
         with platform_errors("showing a reply"):
             sent = await self._bot().send_message(
                 target.chat_id, text, message_thread_id=target.thread_id, reply_parameters=reply
@@ -517,7 +533,9 @@ class TelegramAdapter:
         try:
             with platform_errors("updating a reply"):
                 try:
-                    await self._bot().edit_message_text(text, chat_id=target.chat_id, message_id=int(message_id))
+                    await self._bot().edit_message_text(
+                        text, chat_id=target.chat_id, message_id=int(message_id)
+                    )
                 except BadRequest as e:
                     if not _not_modified(e):
                         raise
@@ -568,7 +586,9 @@ class TelegramAdapter:
 
     async def _edit_html(self, bot: Bot, chat_id: int, message_id: int, chunk: TelegramChunk) -> None:
         try:
-            await bot.edit_message_text(chunk.html, chat_id=chat_id, message_id=message_id, parse_mode=ParseMode.HTML)
+            await bot.edit_message_text(
+                chunk.html, chat_id=chat_id, message_id=message_id, parse_mode=ParseMode.HTML
+            )
         except BadRequest as e:
             if not is_entity_error(e):
                 raise
@@ -598,7 +618,9 @@ class TelegramAdapter:
                 log.info("telegram_flood_wait", chat=target.chat_id, retry_after=e.retry_after)
                 await self._sleep(e.retry_after)
 
-    async def _post(self, bot: Bot, chat_id: int, chunk: TelegramChunk, target: _Target, *, first: bool) -> Message:
+    async def _post(
+        self, bot: Bot, chat_id: int, chunk: TelegramChunk, target: _Target, *, first: bool
+    ) -> Message:
         reply = (
             ReplyParameters(target.reply_to, allow_sending_without_reply=True)
             if first and target.reply_to is not None
@@ -633,7 +655,9 @@ class TelegramAdapter:
         while self._app is not None:
             try:
                 with platform_errors("showing typing"):
-                    await self._bot().send_chat_action(int(chat.chat_id), ChatAction.TYPING, message_thread_id=thread)
+                    await self._bot().send_chat_action(
+                        int(chat.chat_id), ChatAction.TYPING, message_thread_id=thread
+                    )
             except (PlatformError, ValueError) as e:
                 log.debug("telegram_typing_failed", chat=chat.chat_id, error=str(e))
             await asyncio.sleep(self.typing_interval_s)

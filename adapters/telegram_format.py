@@ -29,6 +29,7 @@ import unicodedata
 from dataclasses import dataclass
 from html import escape
 
+from mnemo.adapters.splitting import find_fences
 from mnemo.adapters.telegram_html import (
     TELEGRAM_MESSAGE_LIMIT,
     escape_text,
@@ -36,7 +37,6 @@ from mnemo.adapters.telegram_html import (
     is_valid_telegram_html,
     split_html,
 )
-from mnemo.adapters.splitting import find_fences
 
 # The HTML-level pieces live in ``adapters.telegram_html``; they are re-exported so an
 # adapter needs one import for everything about formatting a reply.
@@ -302,7 +302,9 @@ def _delimiter(text: str, i: int, run: int) -> _Delimiter:
     right = not before_space and (not before_punct or after_space or after_punct)
     char = text[i]
     if char == "_":
-        return _Delimiter(char, run, left and (not right or before_punct), right and (not left or after_punct))
+        return _Delimiter(
+            char, run, left and (not right or before_punct), right and (not left or after_punct)
+        )
     return _Delimiter(char, run, left, right)
 
 

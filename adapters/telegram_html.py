@@ -211,7 +211,9 @@ class _Parser:
         if self.stack:
             raise self.error(f'Can\'t find end tag corresponding to start tag "{self.stack[-1][0].name}"')
         entities = sorted(self.entities, key=lambda e: (e.offset, -e.length))
-        return _Scan(ParsedHtml("".join(self.text), tuple(entities)), tuple(self.tags), tuple(self.references))
+        return _Scan(
+            ParsedHtml("".join(self.text), tuple(entities)), tuple(self.tags), tuple(self.references)
+        )
 
     def skip_spaces(self, i: int) -> int:
         while i < self.n and self.html[i].isspace():
@@ -304,7 +306,7 @@ class _Parser:
         tag, offset, attrs = self.stack[-1]
         if found and found != tag.name:
             raise self.error(
-                f'Unmatched end tag at byte offset {len(html[:begin].encode("utf-8", "surrogatepass"))}, '
+                f"Unmatched end tag at byte offset {len(html[:begin].encode('utf-8', 'surrogatepass'))}, "
                 f'expected "</{tag.name}>", found "</{found}>"'
             )
         self.stack.pop()

@@ -127,7 +127,9 @@ class UpdatePoller:
 
     def _failed(self, error: Exception, retry_in: float | None = None) -> None:
         if self.healthy:
-            log.warning("telegram_polling_failed", error=f"{type(error).__name__}: {error}", retry_in=retry_in)
+            log.warning(
+                "telegram_polling_failed", error=f"{type(error).__name__}: {error}", retry_in=retry_in
+            )
         else:
             log.debug("telegram_polling_failed", error=f"{type(error).__name__}: {error}", retry_in=retry_in)
         self.healthy = False

@@ -105,7 +105,9 @@ def classify(update: Update, bot: BotIdentity, *, groups_enabled: bool) -> Incom
     if in_group:
         if _commands_another_bot(entities, bot):
             return Ignore("command for another bot")
-        replies_to_bot = replied is not None and replied.from_user is not None and replied.from_user.id == bot.id
+        replies_to_bot = (
+            replied is not None and replied.from_user is not None and replied.from_user.id == bot.id
+        )
         if not (replies_to_bot or _mentions(entities, bot)):
             return Ignore("group message not addressed to the bot")
 
@@ -197,23 +199,34 @@ def _attachment(message: Message) -> Attachment | None:
     if message.document is not None:
         doc = message.document
         return Attachment(
-            kind="document", name=doc.file_name or "", size=doc.file_size, ref=doc.file_id,
+            kind="document",
+            name=doc.file_name or "",
+            size=doc.file_size,
+            ref=doc.file_id,
             media_type=doc.mime_type or "",
         )
     if message.voice is not None:
         voice = message.voice
         return Attachment(
-            kind="voice", name="voice.ogg", size=voice.file_size, ref=voice.file_id,
+            kind="voice",
+            name="voice.ogg",
+            size=voice.file_size,
+            ref=voice.file_id,
             media_type=voice.mime_type or "audio/ogg",
         )
     if message.audio is not None:
         audio = message.audio
         return Attachment(
-            kind="audio", name=audio.file_name or "audio", size=audio.file_size, ref=audio.file_id,
+            kind="audio",
+            name=audio.file_name or "audio",
+            size=audio.file_size,
+            ref=audio.file_id,
             media_type=audio.mime_type or "",
         )
     for kind in MessageAttachmentType:
         if message[kind.value]:
             document = message.document
-            return Attachment(kind=kind.value, name=(document.file_name or "") if document is not None else "")
+            return Attachment(
+                kind=kind.value, name=(document.file_name or "") if document is not None else ""
+            )
     return None

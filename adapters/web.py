@@ -77,15 +77,14 @@ from urllib.parse import urlsplit
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from mnemo.adapters.web_uploads import UploadRefused, UploadStore, file_name, read_body
 from mnemo.gateway.config import TRIAL_BANNER
 from mnemo.gateway.errors import PlatformUnavailable
 from mnemo.gateway.events import Attachment, ChatRef, ChatType, InboundMessage, OutboundMessage
-from mnemo.gateway.media import MAX_ATTACHMENTS_PER_TURN
 from mnemo.gateway.logs import get_logger
-from mnemo.gateway.ports import CommandInfo, ChatReachable, InboundSink
+from mnemo.gateway.media import MAX_ATTACHMENTS_PER_TURN
+from mnemo.gateway.ports import ChatReachable, CommandInfo, InboundSink
 from mnemo.gateway.webserver import WebServer, is_loopback
-
-from mnemo.adapters.web_uploads import UploadRefused, UploadStore, file_name, read_body
 
 MAX_LIVE_REPLIES = 256  # live replies whose text is remembered for delta frames
 
@@ -241,7 +240,9 @@ class WebAdapter:
         cookie = request.cookies.get(TOKEN_COOKIE)
         if cookie and self._matches(cookie):
             return None
-        raise web.HTTPUnauthorized(text="access token required: open this page as /?token=<MNEMO_WEB_TOKEN>\n")
+        raise web.HTTPUnauthorized(
+            text="access token required: open this page as /?token=<MNEMO_WEB_TOKEN>\n"
+        )
 
     def _matches(self, given: str) -> bool:
         assert self._token is not None
@@ -284,7 +285,11 @@ class WebAdapter:
         """The uploads a message frame names (``"attachments": [<upload id>, …]``), or
         what is wrong with them."""
         ids = frame.get("attachments", [])
-        if not isinstance(ids, list) or len(ids) > MAX_ATTACHMENTS_PER_TURN or not all(isinstance(i, str) for i in ids):
+        if (
+            not isinstance(ids, list)
+            or len(ids) > MAX_ATTACHMENTS_PER_TURN
+            or not all(isinstance(i, str) for i in ids)
+        ):
             return f"attachments must be a list of at most {MAX_ATTACHMENTS_PER_TURN} upload ids"
         found = [self.uploads.get(user, i) for i in ids]
         if any(u is None for u in found):
@@ -313,7 +318,12 @@ class WebAdapter:
         group.add(ws)
         log.debug("web_socket_open", user=user, sockets=len(group))
         try:
-            hello = {"type": "hello", "user": user, "typing": user in self._typing, "max_chars": MAX_TEXT_CHARS}
+            hello = {
+                "type": "hello",
+                "user": user,
+                "typing": user in self._typing,
+                "max_chars": MAX_TEXT_CHARS,
+            }
             await ws.send_str(json.dumps(hello))
             if self._reachable is not None:
                 await self._reachable(ChatRef(self.name, user))
@@ -363,7 +373,9 @@ class WebAdapter:
         bad = next((ch for ch in text if 0xD800 <= ord(ch) <= 0xDFFF), None)
         if bad is not None:  # "\ud800" in JSON: no store can hold it, so resending never helps
             await self._send_error(
-                ws, f"the message holds an invalid character (lone surrogate U+{ord(bad):04X}); it was not sent", message_id
+                ws,
+                f"the message holds an invalid character (lone surrogate U+{ord(bad):04X}); it was not sent",
+                message_id,
             )
             return
         sink = self._sink

@@ -52,7 +52,9 @@ def _mb(size: int) -> str:
 
 
 def too_large(size: int) -> UploadRefused:
-    return UploadRefused(413, f"the file is too large ({_mb(size)}; at most {MAX_UPLOAD_BYTES // (1024 * 1024)} MB)")
+    return UploadRefused(
+        413, f"the file is too large ({_mb(size)}; at most {MAX_UPLOAD_BYTES // (1024 * 1024)} MB)"
+    )
 
 
 def file_name(raw: str) -> str:
@@ -74,7 +76,9 @@ def check_image(data: bytes) -> str:
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise UploadRefused(400, "the image is damaged or not an image") from e
     if fmt not in _IMAGE_FORMATS:
-        raise UploadRefused(415, f"an image format I can't read ({fmt or 'unknown'}; JPEG, PNG, GIF and WebP are)")
+        raise UploadRefused(
+            415, f"an image format I can't read ({fmt or 'unknown'}; JPEG, PNG, GIF and WebP are)"
+        )
     return "image/webp" if fmt == "WEBP" else f"image/{fmt.lower()}"
 
 
@@ -87,10 +91,22 @@ class Upload:
     media_type: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "kind": self.kind, "size": self.size, "media_type": self.media_type}
+        return {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind,
+            "size": self.size,
+            "media_type": self.media_type,
+        }
 
     def attachment(self, user: str) -> Attachment:
-        return Attachment(kind=self.kind, name=self.name, size=self.size, ref=f"{user}/{self.id}", media_type=self.media_type)
+        return Attachment(
+            kind=self.kind,
+            name=self.name,
+            size=self.size,
+            ref=f"{user}/{self.id}",
+            media_type=self.media_type,
+        )
 
 
 class UploadStore:
@@ -128,7 +144,9 @@ class UploadStore:
             return None
         try:
             meta = json.loads((self.root / user / f"{upload_id}.json").read_text(encoding="utf-8"))
-            return Upload(upload_id, str(meta["name"]), str(meta["kind"]), int(meta["size"]), str(meta["media_type"]))
+            return Upload(
+                upload_id, str(meta["name"]), str(meta["kind"]), int(meta["size"]), str(meta["media_type"])
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 

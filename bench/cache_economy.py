@@ -25,24 +25,35 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mnemo.app import open_app  # noqa: E402
-from mnemo.gateway.config import load_settings  # noqa: E402
-from mnemo.gateway.emulator import Emulator, Reply, ToolUse  # noqa: E402
-from mnemo.gateway.llm.client import LLMClient, Usage, cost_usd  # noqa: E402
-from mnemo.gateway.logs import configure_logging  # noqa: E402
-from mnemo.gateway.turns.prompt import PromptParts, render_system_prompt  # noqa: E402
-from mnemo.gateway.turns.builtin_tools import memory_tool  # noqa: E402
-from mnemo.gateway.turns.tools import ToolRegistry  # noqa: E402
-from mnemo.memory.curated import MemoryFiles  # noqa: E402
-from mnemo.memory.scope import AgentContext, UserRef  # noqa: E402
-from tests.support.loopback import LoopbackAdapter  # noqa: E402
+from mnemo.app import open_app
+from mnemo.gateway.config import load_settings
+from mnemo.gateway.emulator import Emulator, Reply, ToolUse
+from mnemo.gateway.llm.client import LLMClient, Usage, cost_usd
+from mnemo.gateway.logs import configure_logging
+from mnemo.gateway.turns.builtin_tools import memory_tool
+from mnemo.gateway.turns.prompt import PromptParts, render_system_prompt
+from mnemo.gateway.turns.tools import ToolRegistry
+from mnemo.memory.curated import MemoryFiles
+from mnemo.memory.scope import AgentContext, UserRef
+from tests.support.loopback import LoopbackAdapter
 
 TOPICS = [
-    "my vegetable garden", "the sourdough starter", "a trip to Kyoto", "learning the cello", "our team offsite",
-    "the new espresso machine", "a bug in the billing job", "marathon training", "my sister's wedding", "tax forms",
+    "my vegetable garden",
+    "the sourdough starter",
+    "a trip to Kyoto",
+    "learning the cello",
+    "our team offsite",
+    "the new espresso machine",
+    "a bug in the billing job",
+    "marathon training",
+    "my sister's wedding",
+    "tax forms",
 ]
-MEMORY_TURNS = {5: "User grows tomatoes and basil on a balcony.", 15: "User prefers metric units.",
-                25: "User's sister is called Mira."}
+MEMORY_TURNS = {
+    5: "User grows tomatoes and basil on a balcony.",
+    15: "User prefers metric units.",
+    25: "User's sister is called Mira.",
+}
 
 
 def user_text(turn: int) -> str:
@@ -66,7 +77,13 @@ def script_for(turns: int) -> list[Reply]:
     items: list[Reply] = []
     for t in range(1, turns + 1):
         if t in MEMORY_TURNS:
-            items.append(Reply(tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": MEMORY_TURNS[t]})]))
+            items.append(
+                Reply(
+                    tool_uses=[
+                        ToolUse("memory", {"action": "add", "target": "user", "content": MEMORY_TURNS[t]})
+                    ]
+                )
+            )
             items.append(Reply(text="Saved that. " + reply_text(t)))
         else:
             items.append(Reply(text=reply_text(t)))
@@ -80,7 +97,9 @@ async def run_mnemo(turns: int, min_cacheable: int, model: str) -> tuple[Usage, 
         async with Emulator(min_cacheable_tokens=min_cacheable) as emu:
             emu.script(*script_for(turns))
             adapter = LoopbackAdapter()
-            async with open_app(settings, adapters=[adapter], llm_base_url=emu.base_url, api_key="k", trial=False):
+            async with open_app(
+                settings, adapters=[adapter], llm_base_url=emu.base_url, api_key="k", trial=False
+            ):
                 for t in range(1, turns + 1):
                     await adapter.say(user_text(t), user="ada")
                     await adapter.wait_sent(t, timeout=60)
@@ -119,7 +138,9 @@ async def run_naive(turns: int, min_cacheable: int, model: str) -> tuple[Usage, 
                     results = []
                     for call in resp.tool_uses:
                         user.add(call["input"]["content"])
-                        results.append({"type": "tool_result", "tool_use_id": call["id"], "content": '{"success": true}'})
+                        results.append(
+                            {"type": "tool_result", "tool_use_id": call["id"], "content": '{"success": true}'}
+                        )
                     history.append({"role": "user", "content": results})
             await llm.aclose()
             usage = _usage(emu)
@@ -144,13 +165,21 @@ async def main() -> None:
     configure_logging("warning")
     mnemo, mnemo_cost = await run_mnemo(args.turns, args.min_cacheable, args.model)
     naive, naive_cost = await run_naive(args.turns, args.min_cacheable, args.model)
-    print(f"{args.turns}-turn DM, {len(MEMORY_TURNS)} memory writes, model {args.model}, "
-          f"min cacheable {args.min_cacheable} tokens")
-    print(f"{'':8}{'prompt tok':>12}{'cache read':>12}{'cache write':>12}{'uncached':>10}{'from cache':>12}{'cost $':>10}")
+    print(
+        f"{args.turns}-turn DM, {len(MEMORY_TURNS)} memory writes, model {args.model}, "
+        f"min cacheable {args.min_cacheable} tokens"
+    )
+    print(
+        f"{'':8}{'prompt tok':>12}{'cache read':>12}{'cache write':>12}{'uncached':>10}{'from cache':>12}{'cost $':>10}"
+    )
     for name, u, c in (("mnemo", mnemo, mnemo_cost), ("naive", naive, naive_cost)):
-        print(f"{name:8}{u.prompt_tokens:>12,}{u.cache_read_tokens:>12,}{u.cache_write_tokens:>12,}"
-              f"{u.input_tokens:>10,}{share(u):>11.1%}{c:>10.4f}")
-    print(f"cost ratio mnemo/naive: {mnemo_cost / naive_cost:.2f} ({1 - mnemo_cost / naive_cost:.0%} cheaper)")
+        print(
+            f"{name:8}{u.prompt_tokens:>12,}{u.cache_read_tokens:>12,}{u.cache_write_tokens:>12,}"
+            f"{u.input_tokens:>10,}{share(u):>11.1%}{c:>10.4f}"
+        )
+    print(
+        f"cost ratio mnemo/naive: {mnemo_cost / naive_cost:.2f} ({1 - mnemo_cost / naive_cost:.0%} cheaper)"
+    )
     print(f"target >= 85% from cache: {'met' if share(mnemo) >= 0.85 else 'NOT met'}")
 
 

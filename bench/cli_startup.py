@@ -49,7 +49,11 @@ def wall_time(argv: list[str], env: dict[str, str]) -> float:
 
 
 def measure(runs: int, home: Path) -> dict[str, dict[str, float]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
     env["MNEMO_HOME"] = str(home)
     cases = commands()
     for _, argv in cases:  # warm-up: file cache, .pyc files, state.db
@@ -59,8 +63,11 @@ def measure(runs: int, home: Path) -> dict[str, dict[str, float]]:
         for name, argv in cases:
             times[name].append(wall_time(argv, env))
     return {
-        name: {"median_ms": round(statistics.median(t) * 1000, 1), "min_ms": round(min(t) * 1000, 1),
-               "max_ms": round(max(t) * 1000, 1)}
+        name: {
+            "median_ms": round(statistics.median(t) * 1000, 1),
+            "min_ms": round(min(t) * 1000, 1),
+            "max_ms": round(max(t) * 1000, 1),
+        }
         for name, t in times.items()
     }
 
@@ -84,8 +91,16 @@ def main() -> int:
     verdict = "meets" if ratio < TARGET_RATIO else "misses"
     print(f"mnemo --help / import anthropic = {ratio:.2f} ({verdict} the target < {TARGET_RATIO})")
     if args.json:
-        print(json.dumps({"runs": args.runs, "results": results, "help_vs_anthropic": round(ratio, 3),
-                          "target": TARGET_RATIO}))
+        print(
+            json.dumps(
+                {
+                    "runs": args.runs,
+                    "results": results,
+                    "help_vs_anthropic": round(ratio, 3),
+                    "target": TARGET_RATIO,
+                }
+            )
+        )
     return 0
 
 

@@ -34,11 +34,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mnemo.app import open_app  # noqa: E402
-from mnemo.gateway.config import load_settings  # noqa: E402
-from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse, trial_reply  # noqa: E402
-from mnemo.gateway.logs import configure_logging  # noqa: E402
-from tests.support.loopback import LoopbackAdapter  # noqa: E402
+from mnemo.app import open_app
+from mnemo.gateway.config import load_settings
+from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse, trial_reply
+from mnemo.gateway.logs import configure_logging
+from tests.support.loopback import LoopbackAdapter
 
 BASE = {
     "access.allowed": ("loop:*",),
@@ -46,8 +46,18 @@ BASE = {
     "gateway.debounce_s": 0.0,
     "llm.max_tokens": 1024,
 }
-TOPICS = ["the harbour", "a parser bug", "tomorrow's trip", "the garden", "a SQL query", "a birthday", "the budget"]
-WORDS = "the a of to and in that it with for on as was at by this be from or have an they which one you".split()
+TOPICS = [
+    "the harbour",
+    "a parser bug",
+    "tomorrow's trip",
+    "the garden",
+    "a SQL query",
+    "a birthday",
+    "the budget",
+]
+WORDS = (
+    "the a of to and in that it with for on as was at by this be from or have an they which one you".split()
+)
 
 
 @dataclass
@@ -88,7 +98,9 @@ def script(turns: int, seed: int) -> list[str]:
         topic = rng.choice(TOPICS)
         body = " ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 120)))
         if i % 37 == 5:
-            out.append(f"Please remember that I prefer {rng.choice(['tea', 'short answers', 'metric units'])}. {body}")
+            out.append(
+                f"Please remember that I prefer {rng.choice(['tea', 'short answers', 'metric units'])}. {body}"
+            )
         else:
             out.append(f"Turn {i} about {topic}: {body}")
     return out
@@ -104,12 +116,22 @@ class Model:
     def __call__(self, request: RecordedRequest) -> Reply:
         tools = request.tool_names
         last = request.messages[-1]["content"]
-        text = last if isinstance(last, str) else " ".join(b.get("text", "") for b in last if b.get("type") == "text")
-        if tools == ("memory",) or not tools or any(b.get("type") == "tool_result" for b in last if isinstance(last, list)):
+        text = (
+            last
+            if isinstance(last, str)
+            else " ".join(b.get("text", "") for b in last if b.get("type") == "text")
+        )
+        if (
+            tools == ("memory",)
+            or not tools
+            or any(b.get("type") == "tool_result" for b in last if isinstance(last, list))
+        ):
             return trial_reply(request)
         if "remember that" in text and "memory" in tools:
             fact = text.split("remember that", 1)[1].split(".")[0].strip().replace("I prefer", "User prefers")
-            return Reply(tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": fact + "."})])
+            return Reply(
+                tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": fact + "."})]
+            )
         words = " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randint(30, 200)))
         return Reply(text=f"About that: {words}.")
 
@@ -124,7 +146,9 @@ async def run(turns: int, overrides: dict, seed: int) -> Run:
         settings = load_settings(Path(tmp), environ={}, overrides={**BASE, **overrides})
         async with Emulator(responder=Model(seed)) as emu:
             adapter = LoopbackAdapter()
-            async with open_app(settings, adapters=[adapter], llm_base_url=emu.base_url, api_key="k", trial=False) as app:
+            async with open_app(
+                settings, adapters=[adapter], llm_base_url=emu.base_url, api_key="k", trial=False
+            ) as app:
                 started = time.perf_counter()
                 for i, text in enumerate(script(turns, seed)):
                     await adapter.say(text, user="ada")
@@ -156,7 +180,9 @@ def show(name: str, r: Run) -> None:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--turns", type=int, default=500)
     parser.add_argument("--window", type=int, default=16_384)
     parser.add_argument("--seed", type=int, default=7)
@@ -184,7 +210,9 @@ async def main() -> None:
         print(f"  compressor time (no LLM): median {statistics.median(ms):.2f} ms, max {max(ms):.2f} ms")
     show("compressed, small window", small)
     show("uncompressed, 1M window", large)
-    ratio = (small.chat.prompt + small.background.prompt) / max(1, large.chat.prompt + large.background.prompt)
+    ratio = (small.chat.prompt + small.background.prompt) / max(
+        1, large.chat.prompt + large.background.prompt
+    )
     eq = (small.chat.input_equivalent + small.background.input_equivalent) / max(
         1.0, large.chat.input_equivalent + large.background.input_equivalent
     )

@@ -58,14 +58,17 @@ async def drive_chats(port: int, chats: int, concurrency: int) -> tuple[float, l
     import aiohttp
 
     # limit=0: every socket stays open, so the default pool of 100 connections would stall chat 101.
-    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None))
+    http = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
+    )
     sockets: list[object] = []
     gate = asyncio.Semaphore(concurrency)
 
     async def chat(i: int) -> None:
         async with gate:
-            ws = await http.ws_connect(f"http://127.0.0.1:{port}/ws", params={"user": f"bench-user-{i:06d}"},
-                                       heartbeat=None)
+            ws = await http.ws_connect(
+                f"http://127.0.0.1:{port}/ws", params={"user": f"bench-user-{i:06d}"}, heartbeat=None
+            )
             sockets.append(ws)
             await ws.send_str(json.dumps({"type": "message", "id": f"m{i}", "text": f"hello, I am user {i}"}))
             while True:
@@ -90,19 +93,29 @@ async def close_all(sockets: list[object]) -> None:
         await s.close()  # type: ignore[attr-defined]
 
 
-def one_start(home: Path, url: str | None, idle_s: float, chats: int = 0,
-              concurrency: int = 50) -> tuple[float, float, float]:
+def one_start(
+    home: Path, url: str | None, idle_s: float, chats: int = 0, concurrency: int = 50
+) -> tuple[float, float, float]:
     """(seconds to ready, RSS MiB after idling, peak RSS MiB)."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
     env.update(MNEMO_HOME=str(home), MNEMO_WEB_PORT=str(port), MNEMO_LOG_LEVEL="warning")
     if url is not None:
         env["MNEMO_DATABASE_URL"] = url
     # The log goes to a file: a pipe nobody reads fills up under load and stalls the bot.
     log = tempfile.TemporaryFile()
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "mnemo", "run"], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=log)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mnemo", "run"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     try:
         while True:
             if proc.poll() is not None:
@@ -124,8 +137,11 @@ def one_start(home: Path, url: str | None, idle_s: float, chats: int = 0,
             elapsed, sockets = loop.run_until_complete(drive_chats(port, chats, concurrency))
             time.sleep(idle_s)
             rss, peak = proc_kib(proc.pid, "VmRSS") / 1024, proc_kib(proc.pid, "VmHWM") / 1024
-            print(f"  {chats} chats answered in {elapsed:.1f} s ({chats / elapsed:.0f}/s); RSS {idle_rss:.0f} MiB "
-                  f"before, {rss:.0f} MiB with all {chats} active (sockets open), peak {peak:.0f} MiB", flush=True)
+            print(
+                f"  {chats} chats answered in {elapsed:.1f} s ({chats / elapsed:.0f}/s); RSS {idle_rss:.0f} MiB "
+                f"before, {rss:.0f} MiB with all {chats} active (sockets open), peak {peak:.0f} MiB",
+                flush=True,
+            )
             loop.run_until_complete(close_all(sockets))
             loop.close()
         else:
@@ -142,7 +158,10 @@ def one_start(home: Path, url: str | None, idle_s: float, chats: int = 0,
             log.seek(0)
             lines = log.read().decode(errors="replace").splitlines()
             if lines:
-                print(f"  the bot logged {len(lines)} warning/error lines, the last: {lines[-1][:300]}", flush=True)
+                print(
+                    f"  the bot logged {len(lines)} warning/error lines, the last: {lines[-1][:300]}",
+                    flush=True,
+                )
         log.close()
     return ready, rss, peak
 
@@ -165,8 +184,11 @@ def run_chats(backend: str, runs: int, idle_s: float, chats: int, concurrency: i
                 rss.append(m)
                 peak.append(p)
     med = statistics.median
-    print(f"{backend:>10}: RSS with {chats} active chats {med(rss):.0f} MiB (min {min(rss):.0f}, max {max(rss):.0f}), "
-          f"peak {med(peak):.0f} MiB — median of {runs} runs", flush=True)
+    print(
+        f"{backend:>10}: RSS with {chats} active chats {med(rss):.0f} MiB (min {min(rss):.0f}, max {max(rss):.0f}), "
+        f"peak {med(peak):.0f} MiB — median of {runs} runs",
+        flush=True,
+    )
 
 
 def run(backend: str, runs: int, idle_s: float) -> None:
@@ -190,9 +212,12 @@ def run(backend: str, runs: int, idle_s: float) -> None:
                 rss += [m1, m2]
                 peak += [p1, p2]
     med = statistics.median
-    print(f"{backend:>10}: ready in {med(first):.2f} s (fresh profile), {med(again):.2f} s (restart); "
-          f"idle RSS {med(rss):.0f} MiB (min {min(rss):.0f}, max {max(rss):.0f}), peak {med(peak):.0f} MiB "
-          f"— median of {runs} runs", flush=True)
+    print(
+        f"{backend:>10}: ready in {med(first):.2f} s (fresh profile), {med(again):.2f} s (restart); "
+        f"idle RSS {med(rss):.0f} MiB (min {min(rss):.0f}, max {max(rss):.0f}), peak {med(peak):.0f} MiB "
+        f"— median of {runs} runs",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -200,7 +225,9 @@ def main() -> None:
     ap.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--idle-s", type=float, default=5.0)
-    ap.add_argument("--chats", type=int, default=0, help="drive this many web chats, then measure (0: idle only)")
+    ap.add_argument(
+        "--chats", type=int, default=0, help="drive this many web chats, then measure (0: idle only)"
+    )
     ap.add_argument("--concurrency", type=int, default=50, help="--chats: conversations in flight at once")
     args = ap.parse_args()
     for backend in ("sqlite", "postgresql") if args.backend == "both" else (args.backend,):

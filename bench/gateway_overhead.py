@@ -26,12 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mnemo.app import open_app  # noqa: E402
-from mnemo.gateway.config import load_settings  # noqa: E402
-from mnemo.gateway.emulator import Emulator, Reply  # noqa: E402
-from mnemo.gateway.logs import configure_logging  # noqa: E402
-from mnemo.memory.sessions import NewMessage  # noqa: E402
-from tests.support.loopback import LoopbackAdapter  # noqa: E402
+from mnemo.app import open_app
+from mnemo.gateway.config import load_settings
+from mnemo.gateway.emulator import Emulator, Reply
+from mnemo.gateway.logs import configure_logging
+from mnemo.memory.sessions import NewMessage
+from tests.support.loopback import LoopbackAdapter
 
 OVERRIDES = {"access.allowed": ("loop:*",), "access.rate_limit_per_minute": 0, "gateway.debounce_s": 0.0}
 
@@ -55,12 +55,22 @@ async def seed_past(app, chat_key: str, user: str, n: int) -> None:
     while made < n:
         count = min(per_session, n - made)
         s = await app.store.create_session(
-            chat_key=chat_key, platform="loop", chat_id=user, thread_id=None, user_id=user,
-            agent_context="primary", source="chat", model="m", system_prompt="past",
+            chat_key=chat_key,
+            platform="loop",
+            chat_id=user,
+            thread_id=None,
+            user_id=user,
+            agent_context="primary",
+            source="chat",
+            model="m",
+            system_prompt="past",
         )
         msgs = [
-            NewMessage(role="user" if i % 2 == 0 else "assistant", content=f"past message {made + i} about things",
-                       created_at=start + timedelta(seconds=made + i))
+            NewMessage(
+                role="user" if i % 2 == 0 else "assistant",
+                content=f"past message {made + i} about things",
+                created_at=start + timedelta(seconds=made + i),
+            )
             for i in range(count)
         ]
         await app.store.append_messages(s.id, msgs)
@@ -74,7 +84,9 @@ async def per_message_ms(past: int, messages: int) -> float:
         responder = TimedResponder()
         async with Emulator(responder=responder) as emu:
             adapter = LoopbackAdapter()
-            async with open_app(settings, adapters=[adapter], llm_base_url=emu.base_url, api_key="k", trial=False) as app:
+            async with open_app(
+                settings, adapters=[adapter], llm_base_url=emu.base_url, api_key="k", trial=False
+            ) as app:
                 await seed_past(app, "loop:dm:ada", "ada", past)
                 llm_legs: list[float] = []
 
@@ -101,10 +113,14 @@ async def throughput(chats: int) -> float:
         settings = load_settings(Path(tmp), environ={}, overrides=OVERRIDES)
         async with Emulator(responder=TimedResponder()) as emu:
             adapter = LoopbackAdapter()
-            async with open_app(settings, adapters=[adapter], llm_base_url=emu.base_url, api_key="k", trial=False):
+            async with open_app(
+                settings, adapters=[adapter], llm_base_url=emu.base_url, api_key="k", trial=False
+            ):
                 t0 = time.perf_counter()
                 for round_ in range(2):
-                    await asyncio.gather(*(adapter.say(f"hello {round_}", user=f"u{c}") for c in range(chats)))
+                    await asyncio.gather(
+                        *(adapter.say(f"hello {round_}", user=f"u{c}") for c in range(chats))
+                    )
                     await adapter.wait_sent(chats * (round_ + 1), timeout=300)
                 elapsed = time.perf_counter() - t0
         return 2 * chats / elapsed

@@ -97,7 +97,9 @@ def latency(n_facts: int, users: int, queries: int, dim: int) -> None:
             # WAL short; after a bulk load it is long until checkpointed.
             db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         size_mb = (home / "providers" / "holographic" / "facts.db").stat().st_size / 1e6
-        print(f"\n{n_facts:,} facts, dim {dim}: inserted in {elapsed:.1f} s ({n_facts / elapsed:,.0f} facts/s), db {size_mb:.0f} MB")
+        print(
+            f"\n{n_facts:,} facts, dim {dim}: inserted in {elapsed:.1f} s ({n_facts / elapsed:,.0f} facts/s), db {size_mb:.0f} MB"
+        )
 
         def ctx() -> ProviderContext:
             user = UserRef.parse(rng.choice(owners))
@@ -106,8 +108,16 @@ def latency(n_facts: int, users: int, queries: int, dim: int) -> None:
         def question() -> str:
             return f"What do we know about {rng.choice(people)} and the {rng.choice(TOPICS)}?"
 
-        search = timed(lambda: provider.handle_tool_call("fact_store", {"action": "search", "query": question()}, ctx()), queries)
-        probe = timed(lambda: provider.handle_tool_call("fact_store", {"action": "probe", "entity": rng.choice(people)}, ctx()), queries)
+        search = timed(
+            lambda: provider.handle_tool_call("fact_store", {"action": "search", "query": question()}, ctx()),
+            queries,
+        )
+        probe = timed(
+            lambda: provider.handle_tool_call(
+                "fact_store", {"action": "probe", "entity": rng.choice(people)}, ctx()
+            ),
+            queries,
+        )
         prefetch = timed(lambda: provider.prefetch(question(), ctx()), queries)
         print(f"  search   {percentiles(search)}")
         print(f"  probe    {percentiles(probe)}")
@@ -135,11 +145,15 @@ def capacity(dims: list[int], sizes: list[int], candidates: int) -> None:
             acc, snr = measured(dim, n, candidates)
             predicted = hrr.expected_recall(dim, n, max(n, candidates))
             warn = "yes" if hrr.capacity_warning(dim, n) else ""
-            print(f"{dim:>5} {n:>5} {hrr.capacity_snr(dim, n):>8.2f} {snr:>9.2f} {predicted:>10.3f} {acc:>9.3f} {warn:>5}")
+            print(
+                f"{dim:>5} {n:>5} {hrr.capacity_snr(dim, n):>8.2f} {snr:>9.2f} {predicted:>10.3f} {acc:>9.3f} {warn:>5}"
+            )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("what", nargs="?", choices=("latency", "capacity", "all"), default="all")
     parser.add_argument("--facts", default="10000,100000")
     parser.add_argument("--users", type=int, default=50)
@@ -150,7 +164,9 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=1000)
     args = parser.parse_args()
     if args.what in ("capacity", "all"):
-        capacity([int(d) for d in args.dims.split(",")], [int(n) for n in args.sizes.split(",")], args.candidates)
+        capacity(
+            [int(d) for d in args.dims.split(",")], [int(n) for n in args.sizes.split(",")], args.candidates
+        )
     if args.what in ("latency", "all"):
         for n in (int(x) for x in args.facts.split(",")):
             latency(n, args.users, args.queries, args.dim)

@@ -28,12 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mnemo.gateway.emulator import Emulator, Reply  # noqa: E402
-from mnemo.gateway.llm.client import Usage, cost_usd  # noqa: E402
-from mnemo.gateway.logs import configure_logging  # noqa: E402
-from tests.adapters.telegram_harness import TelegramRig  # noqa: E402
-from tests.fakes.telegram_api import FakeTelegram  # noqa: E402
-from tests.fakes.telegram_world import jpeg  # noqa: E402
+from mnemo.gateway.emulator import Emulator, Reply
+from mnemo.gateway.llm.client import Usage, cost_usd
+from mnemo.gateway.logs import configure_logging
+from tests.adapters.telegram_harness import TelegramRig
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_world import jpeg
 
 CHAT = USER = 4711
 TOPICS = ["the garden", "a bike repair", "the kitchen shelf", "a hiking trail", "the cat's new bed"]
@@ -54,7 +54,9 @@ def reply_text(turn: int) -> str:
 
 def prompt_tokens(usage: dict | None) -> int:
     u = usage or {}
-    return sum(int(u.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    return sum(
+        int(u.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
 
 
 async def run(history_images: int, turns: int, images: int, side: int, model: str) -> Result:
@@ -76,17 +78,26 @@ async def run(history_images: int, turns: int, images: int, side: int, model: st
                         fake.push_image(CHAT, USER, content, width=side, height=side * 3 // 4,
                                         caption=f"turn {turn}: what do you think of this photo of {TOPICS[turn % 5]}?")  # fmt: skip
                     else:
-                        fake.push_text(CHAT, USER, f"turn {turn}: tell me more about {TOPICS[turn % 5]}, briefly.")
+                        fake.push_text(
+                            CHAT, USER, f"turn {turn}: tell me more about {TOPICS[turn % 5]}, briefly."
+                        )
                     await fake.wait_for_sent(turn + 1, timeout=60)
                 settings = app.settings
             chats = [r for r in emu.requests if r.usage is not None and r.body and r.body.get("tools")]
             u = emu.total_usage()
-            usage = Usage(u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens)
+            usage = Usage(
+                u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens
+            )
             blocks = sum(
                 1 for r in chats for m in r.body["messages"] if isinstance(m["content"], list)
                 for b in m["content"] if b.get("type") == "image"
             )  # fmt: skip
-            return Result(usage, cost_usd(settings.llm.prices, model, usage), blocks, max(prompt_tokens(r.usage) for r in chats))
+            return Result(
+                usage,
+                cost_usd(settings.llm.prices, model, usage),
+                blocks,
+                max(prompt_tokens(r.usage) for r in chats),
+            )
 
 
 async def main() -> None:

@@ -95,7 +95,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", type=int, default=1000, help="adds (and replaces) per run, in total")
     parser.add_argument("--procs", type=int, default=4, help="contending processes in the second run")
-    parser.add_argument("--dir", type=Path, default=None, help="where the temporary home goes (default: $TMPDIR)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where the temporary home goes (default: $TMPDIR)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-", dir=args.dir) as base:
         run(1, args.ops, Path(base))

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.session_store import SYSTEM_PROMPT, TextGen, corpus, pct
 from mnemo.gateway.storage import state_database
 from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
 from mnemo.memory.pg.db import PgDatabase
@@ -35,8 +36,6 @@ from mnemo.memory.pg.sessions import PgSessionStore
 from mnemo.memory.search import SessionSearch
 from mnemo.memory.semantic import configured_retriever
 from mnemo.memory.sessions import NewMessage, SessionStore
-
-from bench.session_store import SYSTEM_PROMPT, TextGen, corpus, pct
 
 
 async def build(stores: list, total: int, chats: int) -> None:
@@ -47,11 +46,20 @@ async def build(stores: list, total: int, chats: int) -> None:
         texts = gen.batch(min(20000, total - done))
         for i in range(0, len(texts), 60):
             chat = f"bench:dm:{rng.randrange(chats)}"
-            chunk = [NewMessage("user" if k % 2 == 0 else "assistant", x) for k, x in enumerate(texts[i : i + 60])]
+            chunk = [
+                NewMessage("user" if k % 2 == 0 else "assistant", x) for k, x in enumerate(texts[i : i + 60])
+            ]
             for store in stores:
                 row = await store.create_session(
-                    chat_key=chat, platform="bench", chat_id=chat, thread_id=None, user_id="u",
-                    agent_context="primary", source="chat", model="bench", system_prompt=SYSTEM_PROMPT,
+                    chat_key=chat,
+                    platform="bench",
+                    chat_id=chat,
+                    thread_id=None,
+                    user_id="u",
+                    agent_context="primary",
+                    source="chat",
+                    model="bench",
+                    system_prompt=SYSTEM_PROMPT,
                     started_at=start + timedelta(minutes=done // 10),
                 )
                 await store.append_messages(row.id, chunk)
@@ -79,7 +87,7 @@ async def timed(search, questions: list[str], keys: list[str], repeat: int) -> t
 async def run(total: int, chats: int, repeat: int, url: str | None) -> None:
     from tests.support.pgcluster import running_cluster
 
-    with tempfile.TemporaryDirectory() as tmp, (nullcontext(None) if url else running_cluster()) as cluster:
+    with tempfile.TemporaryDirectory() as tmp, nullcontext(None) if url else running_cluster() as cluster:
         lite = state_database(Path(tmp) / "state.db")
         await lite.open()
         pg = PgDatabase(url or cluster.fresh_database(), migrations=PG_MIGRATIONS)
@@ -94,13 +102,17 @@ async def run(total: int, chats: int, repeat: int, url: str | None) -> None:
         )
         pg_times, pg_tops = await timed(PgSessionSearch(pg), questions, keys, repeat)
         for name, times in (("sqlite", lite_times), ("postgresql", pg_times)):
-            print(f"search {name:>10}: {len(times)} queries  p50 {pct(times, 50):.1f} ms  p95 {pct(times, 95):.1f} ms"
-                  f"  p99 {pct(times, 99):.1f} ms")
+            print(
+                f"search {name:>10}: {len(times)} queries  p50 {pct(times, 50):.1f} ms  p95 {pct(times, 95):.1f} ms"
+                f"  p99 {pct(times, 99):.1f} ms"
+            )
         both = [n for n in lite_tops if lite_tops[n] or pg_tops[n]]
         overlap = [len(lite_tops[n] & pg_tops[n]) / max(len(lite_tops[n] | pg_tops[n]), 1) for n in both]
         top1 = sum(1 for n in both if lite_tops[n] and pg_tops[n] and lite_tops[n] & pg_tops[n])
-        print(f"ranking: mean Jaccard overlap of the top-10s {sum(overlap) / max(len(overlap), 1):.2f}"
-              f" over {len(both)} queries with hits; {top1} share at least one hit")
+        print(
+            f"ranking: mean Jaccard overlap of the top-10s {sum(overlap) / max(len(overlap), 1):.2f}"
+            f" over {len(both)} queries with hits; {top1} share at least one hit"
+        )
         await pg.close()
         await lite.close()
 

@@ -70,7 +70,9 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
-async def one_run(label: str, replicas: int, url: str | None, postmaster: int | None, args: argparse.Namespace) -> None:
+async def one_run(
+    label: str, replicas: int, url: str | None, postmaster: int | None, args: argparse.Namespace
+) -> None:
     home = Path(tempfile.mkdtemp(prefix="mnemo-bench-replicas-"))
     (home / "config.yaml").write_text(yaml.safe_dump({
         "access": {"allowed": ["telegram:*"], "rate_limit_per_minute": 0},
@@ -95,8 +97,11 @@ async def one_run(label: str, replicas: int, url: str | None, postmaster: int | 
         await proxy.start()
         try:
             for port in ports:
-                env = {k: v for k, v in os.environ.items()
-                       if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+                env = {
+                    k: v
+                    for k, v in os.environ.items()
+                    if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+                }
                 env.update(
                     MNEMO_HOME=str(home), MNEMO_WEB_PORT=str(port), MNEMO_LOG_LEVEL="warning",
                     TELEGRAM_BOT_TOKEN=fake.token, TELEGRAM_API_BASE_URL=fake.root,
@@ -139,8 +144,10 @@ async def one_run(label: str, replicas: int, url: str | None, postmaster: int | 
     latencies = [done[key] - queued[key] for key in queued]
     cpus = " ".join(f"{c:.1f}" for c in cpu)
     db = f", PostgreSQL {db_cpu:.1f} s" if db_cpu is not None else ""
-    print(f"{label:<14} {total / elapsed:7.1f} msg/s   p50 {pct(latencies, 50) * 1000:7.0f} ms   "
-          f"p99 {pct(latencies, 99) * 1000:7.0f} ms   CPU s per replica: {cpus}{db}   (wall {elapsed:.1f} s)")
+    print(
+        f"{label:<14} {total / elapsed:7.1f} msg/s   p50 {pct(latencies, 50) * 1000:7.0f} ms   "
+        f"p99 {pct(latencies, 99) * 1000:7.0f} ms   CPU s per replica: {cpus}{db}   (wall {elapsed:.1f} s)"
+    )
 
 
 async def ready(ports: list[int]) -> None:
@@ -163,8 +170,10 @@ async def main() -> None:
     parser.add_argument("--llm-delay", type=float, default=0.05)
     parser.add_argument("--url", help="a PostgreSQL database to use (emptied first)")
     args = parser.parse_args()
-    print(f"{args.chats} chats x {args.messages} messages, LLM answers after {args.llm_delay * 1000:.0f} ms, "
-          f"{os.cpu_count()} cores")
+    print(
+        f"{args.chats} chats x {args.messages} messages, LLM answers after {args.llm_delay * 1000:.0f} ms, "
+        f"{os.cpu_count()} cores"
+    )
     await one_run("SQLite, 1", 1, None, None, args)
     cluster_cm: Any = nullcontext(None) if args.url else running_cluster()
     with cluster_cm as cluster:

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mnemo.memory.db import Database
 from mnemo.gateway.storage import STATE_MIGRATIONS, state_database
+from mnemo.memory.db import Database
 from mnemo.memory.migrations import migrate
 from mnemo.memory.ranking import (
     ContextRetriever,
@@ -68,7 +68,23 @@ class TextGen:
         self.rng = np.random.default_rng(seed)
         self.sentences, _ = corpus()
         head = sorted({w.lower().strip(".,!?'") for s in self.sentences for w in s.split()} - {""})
-        syll = ["ka", "lo", "mi", "ren", "to", "sa", "vel", "dor", "ni", "qua", "bri", "est", "um", "tar", "po"]
+        syll = [
+            "ka",
+            "lo",
+            "mi",
+            "ren",
+            "to",
+            "sa",
+            "vel",
+            "dor",
+            "ni",
+            "qua",
+            "bri",
+            "est",
+            "um",
+            "tar",
+            "po",
+        ]
         tail = {"".join(self.rng.choice(syll, size=self.rng.integers(2, 5))) for _ in range(40000)}
         self.vocab = np.array(head + sorted(tail - set(head)))
         ranks = np.arange(1, len(self.vocab) + 1)
@@ -91,8 +107,16 @@ class TextGen:
 
 async def new_session(store: SessionStore, chat: str, started: datetime | None = None) -> str:
     row = await store.create_session(
-        chat_key=chat, platform="bench", chat_id=chat, thread_id=None, user_id="u", agent_context="primary",
-        source="chat", model="bench", system_prompt=SYSTEM_PROMPT, started_at=started,
+        chat_key=chat,
+        platform="bench",
+        chat_id=chat,
+        thread_id=None,
+        user_id="u",
+        agent_context="primary",
+        source="chat",
+        model="bench",
+        system_prompt=SYSTEM_PROMPT,
+        started_at=started,
     )
     return row.id
 
@@ -105,17 +129,24 @@ def raw_reference(texts: list[str]) -> None:
         conn.execute("PRAGMA synchronous=NORMAL")
         migrate(conn, STATE_MIGRATIONS)
         conn.execute("INSERT INTO chats(id, chat_key) VALUES (1, 'raw')")
-        conn.execute("INSERT INTO sessions(id, chat_no, chat_key, platform, chat_id, agent_context, source, model,"
-                     " system_prompt, started_at) VALUES ('s', 1, 'raw', 'b', 'b', 'primary', 'chat', 'm', 'p', 'x')")
+        conn.execute(
+            "INSERT INTO sessions(id, chat_no, chat_key, platform, chat_id, agent_context, source, model,"
+            " system_prompt, started_at) VALUES ('s', 1, 'raw', 'b', 'b', 'primary', 'chat', 'm', 'p', 'x')"
+        )
         t = time.perf_counter()
         for x in texts:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO messages(session_id, chat_no, role, content, created_at) VALUES ('s', 1, 'user', ?,"
-                         " '2024-01-01T00:00:00.000000+00:00')", (x,))
+            conn.execute(
+                "INSERT INTO messages(session_id, chat_no, role, content, created_at) VALUES ('s', 1, 'user', ?,"
+                " '2024-01-01T00:00:00.000000+00:00')",
+                (x,),
+            )
             conn.execute("COMMIT")
         dt = time.perf_counter() - t
         conn.close()
-    print(f"reference: raw sqlite3, same schema and triggers, one transaction per message: {len(texts) / dt:,.0f} msgs/s")
+    print(
+        f"reference: raw sqlite3, same schema and triggers, one transaction per message: {len(texts) / dt:,.0f} msgs/s"
+    )
 
 
 async def ingest(total: int, lanes_list: list[int]) -> None:
@@ -123,7 +154,9 @@ async def ingest(total: int, lanes_list: list[int]) -> None:
     texts = gen.batch(total)
     raw_reference(texts[: min(total, 20000)])
     # The schema before the contextual index (0008) first, on the same texts, for comparison.
-    runs = [(1, "before 0008", STATE_MIGRATIONS[:7])] + [(lanes, "", STATE_MIGRATIONS) for lanes in lanes_list]
+    runs = [(1, "before 0008", STATE_MIGRATIONS[:7])] + [
+        (lanes, "", STATE_MIGRATIONS) for lanes in lanes_list
+    ]
     for lanes, label, migrations in runs:
         with tempfile.TemporaryDirectory() as tmp:
             db = Database(Path(tmp) / "state.db", migrations=migrations)
@@ -142,8 +175,10 @@ async def ingest(total: int, lanes_list: list[int]) -> None:
             await asyncio.gather(*(lane(i) for i in range(lanes)))
             dt = time.perf_counter() - t
             n = per_lane * lanes
-            print(f"ingest one transaction per message, {lanes} lane(s){' ' + label if label else ''}: {n} msgs in {dt:.1f} s = {n / dt:,.0f} msgs/s"
-                  f" (busy retries {db.busy_retries})")
+            print(
+                f"ingest one transaction per message, {lanes} lane(s){' ' + label if label else ''}: {n} msgs in {dt:.1f} s = {n / dt:,.0f} msgs/s"
+                f" (busy retries {db.busy_retries})"
+            )
             await db.close()
     with tempfile.TemporaryDirectory() as tmp:
         db = state_database(Path(tmp) / "state.db")
@@ -213,8 +248,10 @@ async def search_bench(total: int, chats: int, db_path: Path | None, repeat: int
                     t = time.perf_counter()
                     await search.search(q, chat_keys=[key], limit=10)
                     times.append((time.perf_counter() - t) * 1000)
-            print(f"search {retriever.name:>8}: {len(times)} queries  p50 {pct(times, 50):.1f} ms"
-                  f"  p95 {pct(times, 95):.1f} ms  p99 {pct(times, 99):.1f} ms  max {max(times):.1f} ms")
+            print(
+                f"search {retriever.name:>8}: {len(times)} queries  p50 {pct(times, 50):.1f} ms"
+                f"  p95 {pct(times, 95):.1f} ms  p99 {pct(times, 99):.1f} ms  max {max(times):.1f} ms"
+            )
         await db.close()
 
 

@@ -49,8 +49,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply  # noqa: E402
-from tests.fakes.telegram_api import FakeTelegram  # noqa: E402
+from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply
+from tests.fakes.telegram_api import FakeTelegram
 
 MNEMO = [sys.executable, "-m", "mnemo"]
 _KEY = re.compile(r"c(\d+) m(\d+)")
@@ -128,7 +128,11 @@ def write_profile(home: Path, debounce: float) -> None:
 async def start_gateway(
     home: Path, fake: FakeTelegram, emulator: Emulator, log_name: str
 ) -> asyncio.subprocess.Process:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
     env.update(
         TELEGRAM_BOT_TOKEN=fake.token,
         TELEGRAM_API_BASE_URL=fake.root,
@@ -181,7 +185,9 @@ async def run(
         proc = await start_gateway(home, fake, emulator, "gateway-1.log")
         restarts: list[float] = []
         start = time.perf_counter()
-        talks = [asyncio.create_task(converse(fake, ledger, 1000 + c, messages, timeout=120)) for c in range(chats)]
+        talks = [
+            asyncio.create_task(converse(fake, ledger, 1000 + c, messages, timeout=120)) for c in range(chats)
+        ]
         try:
             for number, share in enumerate(kills, start=2):
                 await ledger.when_answered(max(1, int(total * share))).wait()
@@ -206,7 +212,9 @@ async def run(
                     await proc.wait()
         keys = [(1000 + c, n) for c in range(chats) for n in range(messages)]
         latencies = [
-            (ledger.first_answer_at[k] - ledger.pushed_at[k]) * 1000 for k in keys if k in ledger.first_answer_at
+            (ledger.first_answer_at[k] - ledger.pushed_at[k]) * 1000
+            for k in keys
+            if k in ledger.first_answer_at
         ]
         return RunResult(
             wall_s=wall,
@@ -241,11 +249,15 @@ def report(title: str, total: int, result: RunResult) -> None:
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--chats", type=int, default=200)
     parser.add_argument("--messages", type=int, default=20)
     parser.add_argument(
-        "--kill-at", default="0.5", help="comma-separated shares of the answers after which to kill, e.g. 0.25,0.5,0.75"
+        "--kill-at",
+        default="0.5",
+        help="comma-separated shares of the answers after which to kill, e.g. 0.25,0.5,0.75",
     )
     parser.add_argument("--debounce", type=float, default=0.0, help="gateway.debounce_s for the run")
     parser.add_argument("--seed", type=int, default=1)

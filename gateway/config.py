@@ -217,11 +217,15 @@ class DiscordSettings(Section):
             return v
         count = info.data.get("shard_count")
         if count is None:
-            raise ValueError("needs discord.shard_count (DISCORD_SHARD_COUNT), the bot's total number of shards")
+            raise ValueError(
+                "needs discord.shard_count (DISCORD_SHARD_COUNT), the bot's total number of shards"
+            )
         outside = sorted({i for i in v if not 0 <= i < count})
         if outside:
-            raise ValueError(f"shard ids run from 0 to {count - 1} (discord.shard_count is {count}); "
-                             f"outside that: {', '.join(map(str, outside))}")
+            raise ValueError(
+                f"shard ids run from 0 to {count - 1} (discord.shard_count is {count}); "
+                f"outside that: {', '.join(map(str, outside))}"
+            )
         if len(set(v)) != len(v):
             raise ValueError("lists a shard twice")
         return tuple(sorted(v))
@@ -304,7 +308,6 @@ TRIAL_BANNER = (
     "SCRIPTED model, not Claude. Set ANTHROPIC_API_KEY (in the environment or "
     "$MNEMO_HOME/.env) and restart for real answers."
 )
-
 
 
 class ProvidersSettings(Section):
@@ -391,7 +394,9 @@ class Settings(Section):
     def known_platforms(self) -> frozenset[str]:
         """Platforms a chat of this bot can be on: the adapters mnemo ships, and any
         platform the access lists name (an adapter added by a plugin or a test)."""
-        named = {entry.split(":", 1)[0] for entry in (*self.access.allowed, *self.access.admins) if ":" in entry}
+        named = {
+            entry.split(":", 1)[0] for entry in (*self.access.allowed, *self.access.admins) if ":" in entry
+        }
         return frozenset({"telegram", "discord", "web", "cli", *named})
 
     @property
@@ -598,7 +603,11 @@ def _check_home(root: Path, source: str) -> None:
         if path.is_dir():
             return
         if path.exists():
-            what = f"{root} is a file, not a folder" if path == root else f"{path} (in {root}) is a file, not a folder"
+            what = (
+                f"{root} is a file, not a folder"
+                if path == root
+                else f"{path} (in {root}) is a file, not a folder"
+            )
             raise ConfigError(f"{source}: {what}; point it at a folder for mnemo's profile")
 
 

@@ -8,7 +8,6 @@ session key is computed.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -210,13 +209,18 @@ def from_payload(data: dict[str, object]) -> InboundMessage:
         mentioned=bool(data.get("mentioned")),
         attachments=tuple(
             Attachment(
-                kind=str(a.get("kind", "")), name=str(a.get("name", "")), size=a.get("size"),
-                ref=str(a.get("ref", "")), media_type=str(a.get("media_type", "")),
+                kind=str(a.get("kind", "")),
+                name=str(a.get("name", "")),
+                size=a.get("size"),
+                ref=str(a.get("ref", "")),
+                media_type=str(a.get("media_type", "")),
             )
             for a in atts  # type: ignore[union-attr]
         ),
         reply_to=None if data.get("reply_to") is None else str(data["reply_to"]),
-        received_at=datetime.fromisoformat(str(data["received_at"])) if data.get("received_at") else datetime.now(UTC),
+        received_at=datetime.fromisoformat(str(data["received_at"]))
+        if data.get("received_at")
+        else datetime.now(UTC),
         agent_context=AgentContext(str(data.get("agent_context") or "primary")),
         shared_room=bool(data.get("shared_room")),
         private=bool(data.get("private")),

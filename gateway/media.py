@@ -40,7 +40,44 @@ PDF_PAGE_TOKENS = 1500  # text and page image of one PDF page
 IMAGE_TYPES = {"image/jpeg": "jpg", "image/png": "png", "image/gif": "gif", "image/webp": "webp"}
 _PIL_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
 TEXT_SUFFIXES = frozenset(
-    [".txt", ".md", ".markdown", ".csv", ".tsv", ".json", ".yaml", ".yml", ".toml", ".ini", ".log", ".xml", ".html", ".css", ".py", ".js", ".ts", ".tsx", ".jsx", ".java", ".c", ".h", ".cpp", ".hpp", ".cs", ".go", ".rs", ".rb", ".php", ".sh", ".sql", ".kt", ".swift", ".lua", ".r", ".tex"]
+    [
+        ".txt",
+        ".md",
+        ".markdown",
+        ".csv",
+        ".tsv",
+        ".json",
+        ".yaml",
+        ".yml",
+        ".toml",
+        ".ini",
+        ".log",
+        ".xml",
+        ".html",
+        ".css",
+        ".py",
+        ".js",
+        ".ts",
+        ".tsx",
+        ".jsx",
+        ".java",
+        ".c",
+        ".h",
+        ".cpp",
+        ".hpp",
+        ".cs",
+        ".go",
+        ".rs",
+        ".rb",
+        ".php",
+        ".sh",
+        ".sql",
+        ".kt",
+        ".swift",
+        ".lua",
+        ".r",
+        ".tex",
+    ]
 )
 OLD_IMAGE = "[an image was shared here earlier; it is no longer shown]"
 OLD_DOCUMENT = "[a PDF was shared here earlier; it is no longer shown]"
@@ -103,7 +140,10 @@ class MediaStore:
                 return note(name, "not valid UTF-8 text, not read")
             cut = ""
             if len(text) > MAX_INLINE_CHARS:
-                text, cut = text[:MAX_INLINE_CHARS], f"\n[cut: only the first {MAX_INLINE_CHARS:,} characters of {len(data):,} bytes are shown]"
+                text, cut = (
+                    text[:MAX_INLINE_CHARS],
+                    f"\n[cut: only the first {MAX_INLINE_CHARS:,} characters of {len(data):,} bytes are shown]",
+                )
             return Prepared(text=f"[file {name or 'attachment'}]\n```\n{text}\n```{cut}")
         return note(name, CANNOT_READ)
 
@@ -154,7 +194,9 @@ class MediaStore:
         (the last ``history_images`` user turns with media, as ``model_input`` picks
         them): text estimates do not see them, and one image costs as much as pages of text."""
         with_media = [r for r in rows if r.role == "user" and r.meta.get("media")]
-        return sum(ref_tokens(ref) for r in with_media[-max(1, self.history_images) :] for ref in r.meta["media"])
+        return sum(
+            ref_tokens(ref) for r in with_media[-max(1, self.history_images) :] for ref in r.meta["media"]
+        )
 
     # --- back to content blocks ---------------------------------------------------------
     def blocks(self, refs: list[Mapping[str, Any]], *, show: bool) -> list[dict[str, Any]]:
@@ -169,5 +211,10 @@ class MediaStore:
                 continue
             data = base64.b64encode(path.read_bytes()).decode("ascii")
             block_type = "image" if ref.get("kind") == "image" else "document"
-            out.append({"type": block_type, "source": {"type": "base64", "media_type": ref["media_type"], "data": data}})
+            out.append(
+                {
+                    "type": block_type,
+                    "source": {"type": "base64", "media_type": ref["media_type"], "data": data},
+                }
+            )
         return out

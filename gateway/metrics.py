@@ -24,7 +24,9 @@ class Metrics:
         r = self.registry
         self.messages_in = Counter("mnemo_messages_in", "Inbound messages accepted", ["platform"], registry=r)
         self.messages_out = Counter("mnemo_messages_out", "Replies delivered", ["platform"], registry=r)
-        self.refused = Counter("mnemo_messages_refused", "Inbound messages refused by access control", registry=r)
+        self.refused = Counter(
+            "mnemo_messages_refused", "Inbound messages refused by access control", registry=r
+        )
         self.errors = Counter("mnemo_errors", "Errors by kind", ["kind"], registry=r)
         self.llm_latency = Histogram(
             "mnemo_llm_latency_seconds",
@@ -34,7 +36,9 @@ class Metrics:
         )
         self.tokens = Counter("mnemo_llm_tokens", "LLM tokens by kind", ["kind"], registry=r)
         self.cache_hit_ratio = Gauge(
-            "mnemo_cache_hit_ratio", "Share of prompt tokens read from the prompt cache (process lifetime)", registry=r
+            "mnemo_cache_hit_ratio",
+            "Share of prompt tokens read from the prompt cache (process lifetime)",
+            registry=r,
         )
         self.queue_depth = Gauge("mnemo_queue_depth", "Work waiting, by queue", ["queue"], registry=r)
         # Pre-create the label values so every series is scraped from the start (a whole
@@ -47,9 +51,16 @@ class Metrics:
         self._cache_read = 0
         self._collectors: list[Callable[[], Awaitable[None] | None]] = []
 
-    def observe_llm(self, latency_s: float, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int) -> None:
+    def observe_llm(
+        self, latency_s: float, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int
+    ) -> None:
         self.llm_latency.observe(latency_s)
-        for kind, n in (("input", input_tokens), ("output", output_tokens), ("cache_read", cache_read), ("cache_write", cache_write)):
+        for kind, n in (
+            ("input", input_tokens),
+            ("output", output_tokens),
+            ("cache_read", cache_read),
+            ("cache_write", cache_write),
+        ):
             if n:
                 self.tokens.labels(kind).inc(n)
         self._prompt_tokens += input_tokens + cache_read + cache_write

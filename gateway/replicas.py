@@ -92,7 +92,9 @@ class ReplicaMonitor:
                 self.gateway.wake_delivery()
             requeued, failed = await self.jobs.requeue_orphans(now, max_attempts=self.max_attempts)
             if requeued or failed:
-                log.warning("replica_requeued_jobs", requeued=requeued, failed=failed, replica=self.replica_id)
+                log.warning(
+                    "replica_requeued_jobs", requeued=requeued, failed=failed, replica=self.replica_id
+                )
 
     async def _run(self) -> None:
         while True:

@@ -47,13 +47,19 @@ from typing import Any, TypeAlias
 from mnemo.gateway.budgets.schema import BUDGETS
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.schema import CRON_JOBS
-from mnemo.gateway.errors import StartupError
 from mnemo.gateway.delivery.schema import INBOX, OUTBOX, STREAMS
+from mnemo.gateway.errors import StartupError
 from mnemo.gateway.inbound.schema import PAIRINGS
 from mnemo.gateway.jobs.schema import JOBS
 from mnemo.gateway.people.schema import IDENTITY_LINKS
 from mnemo.memory.db import Database
-from mnemo.memory.migrations import CJK_VIEW, CONTEXTUAL_INDEX, MESSAGE_VECTORS, SESSIONS_AND_MESSAGES, Migration
+from mnemo.memory.migrations import (
+    CJK_VIEW,
+    CONTEXTUAL_INDEX,
+    MESSAGE_VECTORS,
+    SESSIONS_AND_MESSAGES,
+    Migration,
+)
 
 Transaction: TypeAlias = sqlite3.Connection
 
@@ -158,14 +164,24 @@ async def open_backend(settings: Settings, *, serve: bool = False) -> StorageBac
             from mnemo.memory.curated import MemoryFiles
 
             mem = settings.memory
-            return MemoryFiles(settings.memories_dir, mem.memory_char_limit, mem.user_char_limit, identities=identities)
+            return MemoryFiles(
+                settings.memories_dir, mem.memory_char_limit, mem.user_char_limit, identities=identities
+            )
 
         db = state_database(settings.state_db)
         await db.open()
         outbox = Outbox(db)
         return StorageBackend(
-            "sqlite", db, SessionStore(db), sqlite_search,
-            Inbox(db), outbox, JobStore(db), CronStore(db, outbox), PairingStore(db), streams=StreamRecords(db),
+            "sqlite",
+            db,
+            SessionStore(db),
+            sqlite_search,
+            Inbox(db),
+            outbox,
+            JobStore(db),
+            CronStore(db, outbox),
+            PairingStore(db),
+            streams=StreamRecords(db),
             curated=memory_files,
         )
     return await _open_postgresql(settings, serve=serve)
@@ -186,8 +202,8 @@ async def _open_postgresql(settings: Settings, *, serve: bool) -> StorageBackend
     from mnemo.gateway.storage_pg.outbox import PgOutbox
     from mnemo.gateway.storage_pg.pairings import PgPairingStore
     from mnemo.gateway.storage_pg.rate_limits import PgRateLimits
-    from mnemo.gateway.storage_pg.streams import PgStreamRecords
     from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
+    from mnemo.gateway.storage_pg.streams import PgStreamRecords
     from mnemo.memory.errors import StoreError
     from mnemo.memory.pg.db import PgDatabase
     from mnemo.memory.pg.search import PgSessionSearch
@@ -224,15 +240,29 @@ async def _open_postgresql(settings: Settings, *, serve: bool) -> StorageBackend
 
         mem = settings.memory
         rows = PgCuratedFiles(
-            db.url, mem.memory_char_limit, mem.user_char_limit, identities=identities,
+            db.url,
+            mem.memory_char_limit,
+            mem.user_char_limit,
+            identities=identities,
             connect_timeout_s=cfg.connect_timeout_s,
         )
         closers.append(rows.close)
         return rows
 
     return StorageBackend(
-        "postgresql", db, PgSessionStore(db), lambda: PgSessionSearch(db), PgInbox(db, owner=owner), outbox,
-        PgJobStore(db, owner=owner), PgCronStore(db, outbox), PgPairingStore(db), shared_lock=db.advisory_lock,
-        streams=PgStreamRecords(db), curated=curated_rows, closers=closers, replica=replica,
+        "postgresql",
+        db,
+        PgSessionStore(db),
+        lambda: PgSessionSearch(db),
+        PgInbox(db, owner=owner),
+        outbox,
+        PgJobStore(db, owner=owner),
+        PgCronStore(db, outbox),
+        PgPairingStore(db),
+        shared_lock=db.advisory_lock,
+        streams=PgStreamRecords(db),
+        curated=curated_rows,
+        closers=closers,
+        replica=replica,
         rate_limits=PgRateLimits(db),
     )

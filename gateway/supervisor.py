@@ -40,7 +40,9 @@ Sleep = Callable[[float], Awaitable[None]]
 Begin = Callable[[Adapter], Awaitable[None]]  # one attempt: e.g. ``adapter.start(sink, commands)``
 
 
-def backoff_delays(min_s: float, max_s: float, rng: Callable[[], float] = random.random) -> Callable[[int], float]:
+def backoff_delays(
+    min_s: float, max_s: float, rng: Callable[[], float] = random.random
+) -> Callable[[int], float]:
     """The wait before retry ``n`` (1-based): a random point in the upper half of
     ``min(max_s, min_s * 2**(n-1))``, so never below half the step and never above ``max_s``."""
 
@@ -69,7 +71,9 @@ class AdapterSupervisor:
         """First attempt of every adapter; raises the first ``StartupError`` (after
         stopping whatever did start — the caller's stack stops the rest)."""
         self._failed = asyncio.get_running_loop().create_future()
-        results = await asyncio.gather(*(self._attempt(a, begin, 1) for a in adapters), return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._attempt(a, begin, 1) for a in adapters), return_exceptions=True
+        )
         for result in results:
             if isinstance(result, BaseException):
                 raise result
@@ -100,7 +104,9 @@ class AdapterSupervisor:
             await begin(adapter)
         except PlatformError as e:
             wait = e.retry_after if isinstance(e, PlatformRateLimited) else self._delay(n)
-            log.warning("adapter_start_failed", adapter=adapter.name, attempt=n, error=str(e), retry_in=round(wait, 2))
+            log.warning(
+                "adapter_start_failed", adapter=adapter.name, attempt=n, error=str(e), retry_in=round(wait, 2)
+            )
             return wait
         log.info("adapter_started", adapter=adapter.name, attempt=n)
         return None

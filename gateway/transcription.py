@@ -6,6 +6,7 @@ marked as transcribed, so it is stored and searchable like anything typed."""
 from __future__ import annotations
 
 import aiohttp
+
 from mnemo.gateway.config import TranscriptionSettings
 
 TRANSCRIBED = "[voice message, transcribed]"

@@ -91,8 +91,10 @@ class WebServer:
         if e.errno in (errno.EACCES, errno.EPERM):
             return f"cannot listen on {shown}: permission denied (ports below 1024 need privileges); {fix}"
         if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(e, socket.gaierror):
-            return (f"cannot listen on {shown}: {host!r} is not an address of this machine; "
-                    "set MNEMO_WEB_HOST (web.host), e.g. 127.0.0.1")
+            return (
+                f"cannot listen on {shown}: {host!r} is not an address of this machine; "
+                "set MNEMO_WEB_HOST (web.host), e.g. 127.0.0.1"
+            )
         return f"cannot listen on {shown}: {e.strerror or e}; {fix}"
 
     async def stop(self) -> None:

@@ -82,7 +82,9 @@ def _acquire(fd: int, lock_path: Path, timeout: float) -> None:
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise MemoryRefused(f"{lock_path.name} is held by another writer for over {timeout:g} s.") from None
+                raise MemoryRefused(
+                    f"{lock_path.name} is held by another writer for over {timeout:g} s."
+                ) from None
             time.sleep(delay)
             delay = min(delay * 2, 0.002)
 

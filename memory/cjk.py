@@ -31,7 +31,9 @@ _RUN = re.compile(
 )
 # Thai/Lao/Myanmar/Khmer combining marks are not letters for unicode61: it would cut
 # a run at each one, so they are dropped from the indexed text (and from queries).
-_MARKS = re.compile("[\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec8-\u0ecd\u102b-\u103e\u17b4-\u17d3]")
+_MARKS = re.compile(
+    "[\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec8-\u0ecd\u102b-\u103e\u17b4-\u17d3]"
+)
 
 
 def runs(text: str) -> list[str]:

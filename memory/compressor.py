@@ -117,7 +117,9 @@ _HEADER = (
     "are no longer current.]"
 )
 
-_FILE = re.compile(r"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|md|txt|json|yaml|yml|toml|js|ts|go|rs|sh|sql|csv|html|css)\b")
+_FILE = re.compile(
+    r"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|md|txt|json|yaml|yml|toml|js|ts|go|rs|sh|sql|csv|html|css)\b"
+)
 
 
 def row_tokens(row: Row) -> int:
@@ -262,7 +264,9 @@ class ContextCompressor:
     def over_threshold(self, rows: Sequence[Row], overhead_tokens: int = 0) -> bool:
         return rows_tokens(rows) + overhead_tokens >= self.policy.threshold_tokens
 
-    def plan(self, rows: Sequence[Row], *, overhead_tokens: int = 0, force: bool = False) -> CompressionPlan | None:
+    def plan(
+        self, rows: Sequence[Row], *, overhead_tokens: int = 0, force: bool = False
+    ) -> CompressionPlan | None:
         """Where to cut, or None when the history stays unchanged: under the threshold
         (unless ``force``: the API already measured it over), or nothing to summarise."""
         rows = tuple(rows)
@@ -301,7 +305,10 @@ class ContextCompressor:
             spent += cost
             t -= 1
         limit = n
-        for index in (_last_index(rows, head_end, "user"), _last_index(rows, head_end, "assistant", reply_only=True)):
+        for index in (
+            _last_index(rows, head_end, "user"),
+            _last_index(rows, head_end, "assistant", reply_only=True),
+        ):
             if index is not None:
                 limit = min(limit, index)
         t = min(t, limit)
@@ -356,7 +363,8 @@ class ContextCompressor:
                 "This summary was made without the summarisation model, from the message list only."
                 + (f"\nEarlier summary, kept as it was:\n{previous}" if previous else "")
             ),
-            "## Tools & Patterns": ", ".join(f"{name} ×{n}" for name, n in sorted(tools.items())) or "None used.",
+            "## Tools & Patterns": ", ".join(f"{name} ×{n}" for name, n in sorted(tools.items()))
+            or "None used.",
         }
         text = "\n".join(f"{heading}\n{body}" if body else heading for heading, body in sections.items())
         return clip(text, plan.summary_budget * 4)
@@ -381,7 +389,12 @@ class ContextCompressor:
         summary_row = NewMessage(
             role="user",
             content=content,
-            meta={SUMMARY_KEY: True, "summary": summary, "summarised_messages": len(plan.middle), **(meta or {})},
+            meta={
+                SUMMARY_KEY: True,
+                "summary": summary,
+                "summarised_messages": len(plan.middle),
+                **(meta or {}),
+            },
         )
         head = [self._carry(r, prune=True) for r in plan.head]
         tail = [self._carry(r, prune=False) for r in rows[plan.tail_start :]]

@@ -120,7 +120,9 @@ class Snapshot:
 
     @property
     def shown_entries(self) -> tuple[str, ...]:
-        return tuple(e if t is None else f"[BLOCKED: {t.category}]" for e, t in zip(self.entries, self.threats))
+        return tuple(
+            e if t is None else f"[BLOCKED: {t.category}]" for e, t in zip(self.entries, self.threats)
+        )
 
     def render_block(self) -> str:
         """The system-prompt block; "" for an empty file so no empty frame is sent."""
@@ -286,15 +288,21 @@ class CuratedFile:
             if isinstance(found, WriteResult):
                 return found
             if current[found] == entry:
-                return self._result(True, Action.REPLACE, current, "The entry already says that; nothing changed.")
+                return self._result(
+                    True, Action.REPLACE, current, "The entry already says that; nothing changed."
+                )
             new = parse_entries(join_entries((*current[:found], entry, *current[found + 1 :])))
             # A file already over its limit (edited by hand) may still shrink by a replace.
             grows = len(join_entries(new)) > len(join_entries(current))
             over = self._over_limit(Action.REPLACE, current, new, len(entry)) if grows else None
             if over is not None:
                 return over
-            merged = " It now equals another entry, so the two were merged." if len(new) < len(current) else ""
-            return _Change(new, f"Entry replaced in {self.path.name}.{merged}", entry=entry, old_entry=current[found])
+            merged = (
+                " It now equals another entry, so the two were merged." if len(new) < len(current) else ""
+            )
+            return _Change(
+                new, f"Entry replaced in {self.path.name}.{merged}", entry=entry, old_entry=current[found]
+            )
 
         return self._transact(Action.REPLACE, decide)
 
@@ -312,8 +320,12 @@ class CuratedFile:
         return self._transact(Action.REMOVE, decide)
 
     # --- decisions -------------------------------------------------------------------
-    def _result(self, success: bool, action: Action, current: tuple[str, ...], message: str, **kw: Any) -> WriteResult:
-        return WriteResult(success, message, action, self.target, len(join_entries(current)), self.limit, **kw)
+    def _result(
+        self, success: bool, action: Action, current: tuple[str, ...], message: str, **kw: Any
+    ) -> WriteResult:
+        return WriteResult(
+            success, message, action, self.target, len(join_entries(current)), self.limit, **kw
+        )
 
     def _refused(self, action: Action, current: tuple[str, ...], message: str, **kw: Any) -> WriteResult:
         return self._result(False, action, current, message, **kw)
@@ -324,7 +336,9 @@ class CuratedFile:
     def _check_content(self, action: Action, current: tuple[str, ...], entry: str) -> WriteResult | None:
         if any(line.strip() == "§" for line in entry.split("\n")):
             # A line holding only the separator would split the entry in two on disk.
-            return self._refused(action, current, "Content cannot contain a line with only '§' (the entry separator).")
+            return self._refused(
+                action, current, "Content cannot contain a line with only '§' (the entry separator)."
+            )
         threat = scan(entry)
         if threat is not None:
             return self._refused(
@@ -358,7 +372,9 @@ class CuratedFile:
                 return i
         hits = [i for i, entry in enumerate(current) if old in entry]
         if not hits:
-            return self._with_entries(action, current, f"No entry matched {old!r}. Current entries are listed.")
+            return self._with_entries(
+                action, current, f"No entry matched {old!r}. Current entries are listed."
+            )
         if len({current[i] for i in hits}) > 1:
             return self._refused(
                 action,
@@ -369,7 +385,9 @@ class CuratedFile:
         return hits[0]
 
     # --- the transaction -------------------------------------------------------------
-    def _transact(self, action: Action, decide: Callable[[tuple[str, ...]], _Change | WriteResult]) -> WriteResult:
+    def _transact(
+        self, action: Action, decide: Callable[[tuple[str, ...]], _Change | WriteResult]
+    ) -> WriteResult:
         try:
             ensure_folder(self.path.parent, self._root)
             with exclusive_lock(self.lock_path, self._lock_timeout):
@@ -377,7 +395,8 @@ class CuratedFile:
                     current = self._read()
                 except MemoryUnreadable as e:
                     return self._failure(
-                        action, f"{e}: every write is refused until a human fixes it, so nothing is overwritten."
+                        action,
+                        f"{e}: every write is refused until a human fixes it, so nothing is overwritten.",
                     )
                 outcome = decide(current)
                 if isinstance(outcome, WriteResult):
@@ -500,7 +519,9 @@ class MemoryFiles:
         # UserRef already rejects separators and "..": this catches a symlink in the tree.
         if not path.resolve().is_relative_to(self.users_dir.resolve()):
             raise InvalidIdentifier(f"the USER.md of {ref} would resolve outside {self.users_dir}")
-        return CuratedFile(Target.USER, path, self.user_limit, root=self.users_dir, lock_timeout=self._lock_timeout)
+        return CuratedFile(
+            Target.USER, path, self.user_limit, root=self.users_dir, lock_timeout=self._lock_timeout
+        )
 
     def copy_own(self, source: UserRef, dest: UserRef) -> None:
         """``dest``'s own USER.md becomes a copy of ``source``'s own (removed if there is

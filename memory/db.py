@@ -187,7 +187,9 @@ class Database:
             writer.shutdown(wait=True)
             raise
         self._writer = writer
-        self._reader_pool = ThreadPoolExecutor(max_workers=self._readers, thread_name_prefix="mnemo-db-reader")
+        self._reader_pool = ThreadPoolExecutor(
+            max_workers=self._readers, thread_name_prefix="mnemo-db-reader"
+        )
 
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves; check_same_thread=False
@@ -283,7 +285,7 @@ class Database:
             return
         try:
             outcomes = self._retry(lambda: self._transaction(jobs))
-        except BaseException as e:  # noqa: BLE001 - delivered to every waiting caller
+        except BaseException as e:
             outcomes = [(False, e)] * len(jobs)
         else:
             self._writes_since_checkpoint += 1
@@ -333,7 +335,7 @@ class Database:
             conn.execute("ROLLBACK TO write")
             conn.execute("RELEASE write")
             return (False, e)
-        except Exception as e:  # noqa: BLE001 - handed to the caller of this write
+        except Exception as e:
             conn.execute("ROLLBACK TO write")
             conn.execute("RELEASE write")
             return (False, e)

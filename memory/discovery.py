@@ -141,7 +141,7 @@ def _resolve(name: str, where: str, load: Callable[[], Any]) -> type[MemoryProvi
         cls = _check_class(load(), where)
     except ProviderError:
         raise
-    except Exception as e:  # noqa: BLE001 - a broken plugin is reported, not fatal
+    except Exception as e:
         raise ProviderError(f"{where}: failed to load: {type(e).__name__}: {e}") from e
     if cls.name != name:
         raise ProviderError(f"{where}: registered as {name!r} but its name is {cls.name!r}")
@@ -170,7 +170,7 @@ def _availability(cls: type[MemoryProvider], home: Path) -> tuple[bool, str]:
         provider = cls()
         config = read_provider_config(home, cls.name, provider.get_config_schema())
         result = provider.is_available(home, config)
-    except Exception as e:  # noqa: BLE001 - reported to the user as the reason
+    except Exception as e:
         return False, f"{type(e).__name__}: {e}"
     if not isinstance(result, Availability):
         return False, f"is_available returned {type(result).__name__}, not Availability"

@@ -90,7 +90,9 @@ class DurableWrites(ABC):
     error) to be tried again with backoff."""
 
     @abstractmethod
-    def prepare_write(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any] | None: ...
+    def prepare_write(
+        self, op: str, data: Mapping[str, Any], ctx: ProviderContext
+    ) -> dict[str, Any] | None: ...
 
     @abstractmethod
     def apply_write(self, payload: Mapping[str, Any]) -> None: ...
@@ -144,7 +146,11 @@ class ProviderHealth:
                 pass  # health is advisory; never fail a call over it
 
     def as_dict(self) -> dict[str, Any]:
-        return {"reachable": self.reachable, "last_error": self.last_error, "last_error_at": self.last_error_at}
+        return {
+            "reachable": self.reachable,
+            "last_error": self.last_error,
+            "last_error_at": self.last_error_at,
+        }
 
 
 def read_status(folder: Path) -> dict[str, Any]:

@@ -1,15 +1,15 @@
 """The memory layer's exception tree (memory/ never imports gateway/).
 
-    MemoryLayerError
-    ├── InvalidIdentifier        a platform or user id that could escape its folder
-    ├── MemoryRefused(reason)    a curated-memory write refused (limit, scan, policy)
-    ├── MemoryUnreadable         a memory file exists but cannot be read or decoded
-    ├── StoreError               the session store failed
-    │   ├── StoreBusy            still locked after the bounded retries
-    │   └── SchemaTooNew         state.db was written by a newer mnemo
-    ├── InvalidSearchQuery       an empty or unusable search query
-    ├── InvalidDataset           a recall dataset file that cannot be read
-    └── ProviderError            a memory provider failed (isolated by the manager)
+MemoryLayerError
+├── InvalidIdentifier        a platform or user id that could escape its folder
+├── MemoryRefused(reason)    a curated-memory write refused (limit, scan, policy)
+├── MemoryUnreadable         a memory file exists but cannot be read or decoded
+├── StoreError               the session store failed
+│   ├── StoreBusy            still locked after the bounded retries
+│   └── SchemaTooNew         state.db was written by a newer mnemo
+├── InvalidSearchQuery       an empty or unusable search query
+├── InvalidDataset           a recall dataset file that cannot be read
+└── ProviderError            a memory provider failed (isolated by the manager)
 """
 
 from __future__ import annotations

@@ -58,9 +58,9 @@ _RULES = (
     "How to save: call the memory tool with action 'add' — target 'user' for facts about the person "
     "in this conversation, target 'memory' for your own notes shared with every user (environment "
     "facts, conventions; never one person's details). Write short declarative facts (\"User prefers "
-    "concise answers\"). Only add what the current memory below does not already say; replace and "
+    'concise answers"). Only add what the current memory below does not already say; replace and '
     "remove are not available here. Do not save task progress, outcomes, TODO state or raw dumps — "
-    "past conversations can be searched. If nothing is worth saving, answer \"Nothing to save.\" "
+    'past conversations can be searched. If nothing is worth saving, answer "Nothing to save." '
     "without calling the tool."
 )
 

@@ -43,8 +43,11 @@ def words(text: str) -> list[str]:
     out = []
     for w in WORD.findall(text):
         # Split mixed tokens like "我的dog" so the Latin part is searched as a word.
-        for part in re.split(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
-                             r"\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003134f]+", w):
+        for part in re.split(
+            r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
+            r"\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003134f]+",
+            w,
+        ):
             if part:
                 out.append(part.lower())
     return out

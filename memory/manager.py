@@ -44,8 +44,8 @@ from mnemo.memory.fence import fence, sanitize_recall, strip_fences
 from mnemo.memory.identity import Identities
 from mnemo.memory.provider import (
     Availability,
-    Messages,
     MemoryProvider,
+    Messages,
     ProviderContext,
     Recall,
     RecallIndicator,
@@ -170,16 +170,25 @@ class MemoryManager:
         t = self.limits.init_timeout_s
         if slot.config is None:
             schema = slot.provider.get_config_schema()
-            slot.config = await self._run(slot, "read_config", read_provider_config, (self.home, slot.name, schema), t)
+            slot.config = await self._run(
+                slot, "read_config", read_provider_config, (self.home, slot.name, schema), t
+            )
             if slot.config is _FAILED:
-                log.error("memory provider settings unreadable; its tools are not offered", provider=slot.name)
+                log.error(
+                    "memory provider settings unreadable; its tools are not offered", provider=slot.name
+                )
                 return False
         avail = await self._run(slot, "is_available", slot.provider.is_available, (self.home, slot.config), t)
         if not isinstance(avail, Availability) or not avail.ok:
             reason = avail.reason if isinstance(avail, Availability) else "availability check failed"
-            log.error("memory provider unavailable; its tools are not offered", provider=slot.name, reason=reason)
+            log.error(
+                "memory provider unavailable; its tools are not offered", provider=slot.name, reason=reason
+            )
             return False
-        if await self._run(slot, "initialize", slot.provider.initialize, (self.home, slot.config), t) is _FAILED:
+        if (
+            await self._run(slot, "initialize", slot.provider.initialize, (self.home, slot.config), t)
+            is _FAILED
+        ):
             log.error("memory provider failed to initialize; its tools are not offered", provider=slot.name)
             return False
         schemas = await self._run(slot, "get_tool_schemas", slot.provider.get_tool_schemas, (), t)
@@ -187,18 +196,28 @@ class MemoryManager:
         if schemas is _FAILED or block is _FAILED:
             return False
         if not isinstance(schemas, (list, tuple)):
-            log.warning("memory provider returned no tool list", provider=slot.name, got=type(schemas).__name__)
+            log.warning(
+                "memory provider returned no tool list", provider=slot.name, got=type(schemas).__name__
+            )
             schemas = ()
         for schema in schemas:
             self._register_tool(slot, schema)
         slot.prompt_block = block if isinstance(block, str) else ""
         slot.ready = True
-        log.info("memory provider ready", provider=slot.name, tools=[n for n, (s, _) in self._tools.items() if s is slot])
+        log.info(
+            "memory provider ready",
+            provider=slot.name,
+            tools=[n for n, (s, _) in self._tools.items() if s is slot],
+        )
         return True
 
     def _register_tool(self, slot: _Slot, schema: Any) -> None:
         if not isinstance(schema, ToolSchema) or not _TOOL_NAME.match(schema.name):
-            log.warning("memory provider offered an invalid tool schema", provider=slot.name, schema=repr(schema)[:200])
+            log.warning(
+                "memory provider offered an invalid tool schema",
+                provider=slot.name,
+                schema=repr(schema)[:200],
+            )
             return
         if schema.name in self._tools:
             owner = self._tools[schema.name][0].name
@@ -277,15 +296,22 @@ class MemoryManager:
         """Route durable providers' writes to ``sink(provider_name, payload)``."""
         self._write_sink = sink
 
-    def _durable(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> list[Coroutine[Any, Any, None]]:
+    def _durable(
+        self, op: str, data: Mapping[str, Any], ctx: ProviderContext
+    ) -> list[Coroutine[Any, Any, None]]:
         out: list[Coroutine[Any, Any, None]] = []
         for slot in self._slots:
             if not (slot.ready and isinstance(slot.provider, DurableWrites)):
                 continue
             try:
                 payload = slot.provider.prepare_write(op, data, ctx)
-            except Exception as e:  # noqa: BLE001 - isolation boundary
-                log.warning("memory provider failed", provider=slot.name, call=f"prepare_write:{op}", error=f"{type(e).__name__}: {e}")
+            except Exception as e:
+                log.warning(
+                    "memory provider failed",
+                    provider=slot.name,
+                    call=f"prepare_write:{op}",
+                    error=f"{type(e).__name__}: {e}",
+                )
                 continue
             if payload is None:
                 continue
@@ -298,8 +324,13 @@ class MemoryManager:
     async def _apply_logged(self, name: str, payload: dict[str, Any]) -> None:
         try:
             await self.apply_write(name, payload)
-        except Exception as e:  # noqa: BLE001 - no queue: the write is lost, say so once
-            log.warning("memory provider write failed", provider=name, op=payload.get("op"), error=f"{type(e).__name__}: {e}")
+        except Exception as e:
+            log.warning(
+                "memory provider write failed",
+                provider=name,
+                op=payload.get("op"),
+                error=f"{type(e).__name__}: {e}",
+            )
 
     def _queue_durable(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> None:
         for coro in self._durable(op, data, ctx):
@@ -324,7 +355,9 @@ class MemoryManager:
             return None
         slots = [s for s in self._slots if s.ready]
         t = self.limits.prefetch_timeout_s
-        results = await asyncio.gather(*(self._run(s, "prefetch", s.provider.prefetch, (query, ctx), t) for s in slots))
+        results = await asyncio.gather(
+            *(self._run(s, "prefetch", s.provider.prefetch, (query, ctx), t) for s in slots)
+        )
         parts: list[str] = []
         labels: list[str] = []
         count = 0
@@ -333,7 +366,11 @@ class MemoryManager:
             if result is _FAILED:
                 continue
             if not isinstance(result, Recall) or not isinstance(result.text, str):
-                log.warning("memory provider returned garbage from prefetch", provider=slot.name, got=type(result).__name__)
+                log.warning(
+                    "memory provider returned garbage from prefetch",
+                    provider=slot.name,
+                    got=type(result).__name__,
+                )
                 continue
             text = sanitize_recall(result.text)
             if not text:
@@ -378,11 +415,18 @@ class MemoryManager:
         refused = _durable_refusal(schema, args)
         if refused is not None:
             return _error(refused)
-        result = await self._run(slot, name, slot.provider.handle_tool_call, (name, dict(args), ctx), self.limits.tool_timeout_s)
+        result = await self._run(
+            slot, name, slot.provider.handle_tool_call, (name, dict(args), ctx), self.limits.tool_timeout_s
+        )
         if result is _FAILED:
             return _error(f"{name} failed; the memory provider {slot.name!r} is unavailable right now")
         if not isinstance(result, str):
-            log.warning("memory provider returned garbage from a tool", provider=slot.name, tool=name, got=type(result).__name__)
+            log.warning(
+                "memory provider returned garbage from a tool",
+                provider=slot.name,
+                tool=name,
+                got=type(result).__name__,
+            )
             return _error(f"{name} returned an invalid result")
         try:
             json.loads(result)
@@ -398,14 +442,18 @@ class MemoryManager:
 
     async def on_session_switch(self, previous_session_id: str, ctx: ProviderContext) -> None:
         ctx = self._scoped(ctx)
-        await self._each("on_session_switch", lambda s: s.provider.on_session_switch, (previous_session_id, ctx))
+        await self._each(
+            "on_session_switch", lambda s: s.provider.on_session_switch, (previous_session_id, ctx)
+        )
 
     async def on_session_end(self, messages: Messages, ctx: ProviderContext) -> None:
         ctx = self._scoped(ctx)
         if ctx.may_write:
             await asyncio.gather(*self._durable("session_end", {"messages": list(messages)}, ctx))
             t = self.limits.background_timeout_s
-            await self._each("on_session_end", lambda s: s.provider.on_session_end, (messages, ctx), timeout=t)
+            await self._each(
+                "on_session_end", lambda s: s.provider.on_session_end, (messages, ctx), timeout=t
+            )
 
     async def on_memory_write(self, write: MemoryWrite, ctx: ProviderContext) -> None:
         """Mirror a successful built-in write to the external provider (awaited, so a
@@ -413,7 +461,9 @@ class MemoryManager:
         ctx = self._scoped(ctx)
         if ctx.may_write:
             await asyncio.gather(*self._durable("memory", {"write": write}, ctx))
-            await self._each("on_memory_write", lambda s: s.provider.on_memory_write, (write, ctx), external_only=True)
+            await self._each(
+                "on_memory_write", lambda s: s.provider.on_memory_write, (write, ctx), external_only=True
+            )
 
     def on_delegation(self, task: str, result: str, ctx: ProviderContext) -> None:
         ctx = self._scoped(ctx)
@@ -430,7 +480,9 @@ class MemoryManager:
         await asyncio.gather(*self._durable("pre_compress", {"messages": list(messages)}, ctx))
         t = self.limits.background_timeout_s
         for slot in [s for s in self._slots if s.ready]:
-            result = await self._run(slot, "on_pre_compress", slot.provider.on_pre_compress, (messages, ctx), t)
+            result = await self._run(
+                slot, "on_pre_compress", slot.provider.on_pre_compress, (messages, ctx), t
+            )
             if result is _FAILED and slot.provider.checkpoint_version >= 2:
                 log.error("fail-closed memory checkpoint failed; compression must wait", provider=slot.name)
                 ok = False
@@ -450,7 +502,9 @@ class MemoryManager:
         t = self.limits.provider_timeout_s if timeout is None else timeout
         await asyncio.gather(*(self._run(s, what, method(s), args, t) for s in slots))
 
-    def _background(self, what: str, method: Callable[[_Slot], Callable[..., Any]], args: tuple[Any, ...]) -> None:
+    def _background(
+        self, what: str, method: Callable[[_Slot], Callable[..., Any]], args: tuple[Any, ...]
+    ) -> None:
         if self._closed:
             log.warning("memory manager is shut down; background call dropped", call=what)
             return
@@ -479,7 +533,12 @@ class MemoryManager:
         """``fn(*args)`` in a daemon thread; the value, or ``_FAILED`` (logged)."""
         with slot.lock:
             if slot.inflight >= self.limits.max_inflight:
-                log.warning("memory provider saturated; call skipped", provider=slot.name, call=what, inflight=slot.inflight)
+                log.warning(
+                    "memory provider saturated; call skipped",
+                    provider=slot.name,
+                    call=what,
+                    inflight=slot.inflight,
+                )
                 return _FAILED
             slot.inflight += 1
         loop = asyncio.get_running_loop()
@@ -496,7 +555,7 @@ class MemoryManager:
         def target() -> None:
             try:
                 outcome: tuple[bool, Any] = (True, fn(*args))
-            except BaseException as e:  # noqa: BLE001 - isolation boundary: reported below
+            except BaseException as e:
                 outcome = (False, e)
             finally:
                 with slot.lock:
@@ -514,6 +573,8 @@ class MemoryManager:
                 return await future
         except TimeoutError:
             log.warning("memory provider timed out", provider=slot.name, call=what, timeout_s=timeout)
-        except Exception as e:  # noqa: BLE001 - isolation boundary: the turn goes on
-            log.warning("memory provider failed", provider=slot.name, call=what, error=f"{type(e).__name__}: {e}")
+        except Exception as e:
+            log.warning(
+                "memory provider failed", provider=slot.name, call=what, error=f"{type(e).__name__}: {e}"
+            )
         return _FAILED

@@ -75,7 +75,10 @@ MEMORY_TOOL_SCHEMA: dict[str, Any] = {
                 "enum": ["memory", "user"],
                 "description": "'user': the current speaker's profile; 'memory': your shared notes.",
             },
-            "content": {"type": "string", "description": "The entry to add, or the whole new entry for replace."},
+            "content": {
+                "type": "string",
+                "description": "The entry to add, or the whole new entry for replace.",
+            },
             "old_text": {
                 "type": "string",
                 "description": "For replace/remove: a short substring that identifies exactly one existing entry.",
@@ -167,7 +170,9 @@ def _parse(args: Mapping[str, Any]) -> _Call | str:
     if action not in {a.value for a in Action}:
         return f"Unknown action {action!r}: use 'add', 'replace' or 'remove'."
     if target not in {t.value for t in Target}:
-        return f"Unknown target {target!r}: use 'memory' (your shared notes) or 'user' (the speaker's profile)."
+        return (
+            f"Unknown target {target!r}: use 'memory' (your shared notes) or 'user' (the speaker's profile)."
+        )
     fields: dict[str, str | None] = {}
     for name in ("content", "old_text"):
         value = args.get(name)
@@ -248,7 +253,9 @@ async def run_memory_tool(
     refusal = policy_refusal(call.action, call.target, ctx)
     if refusal is not None:
         usage = await asyncio.to_thread(_usage, file) if file is not None else None
-        log.info("memory.refused", action=str(call.action), target=str(call.target), context=str(ctx.agent_context))
+        log.info(
+            "memory.refused", action=str(call.action), target=str(call.target), context=str(ctx.agent_context)
+        )
         return _fail(attempts, refusal, usage)
     assert file is not None  # policy_refusal refuses a user write without a speaker
     result = await asyncio.to_thread(_execute, file, call)

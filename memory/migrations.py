@@ -57,7 +57,9 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
-def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], *, path: Path | str = "state.db") -> int:
+def migrate(
+    conn: sqlite3.Connection, migrations: Sequence[Migration], *, path: Path | str = "state.db"
+) -> int:
     """Apply the pending migrations in order; return the resulting version.
 
     ``conn`` must be in autocommit mode (``isolation_level=None``). Raises
@@ -103,7 +105,9 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], *, path: 
     return len(migrations)
 
 
-def _check_history(conn: sqlite3.Connection, migrations: Sequence[Migration], current: int, path: Path | str) -> None:
+def _check_history(
+    conn: sqlite3.Connection, migrations: Sequence[Migration], current: int, path: Path | str
+) -> None:
     """The steps a database has applied must be this list's first ``current`` ones: a
     list assembled in another order would otherwise skip or re-run a step silently."""
     if current == 0:
@@ -253,8 +257,20 @@ CJK_VIEW = Migration("0003_cjk_view", _CJK_VIEW, python=_backfill_cjk)
 
 # --- 0008: the contextual index -----------------------------------------------------------
 
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December")
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 
 
 def context_sql(m: str) -> str:

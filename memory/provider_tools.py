@@ -50,10 +50,14 @@ class ProviderState:
 
 def profile_tool(prefix: str, description: str) -> ToolSchema:
     """``<prefix>_profile``, no arguments."""
-    return ToolSchema(name=f"{prefix}_profile", description=description, input_schema={"type": "object", "properties": {}})
+    return ToolSchema(
+        name=f"{prefix}_profile", description=description, input_schema={"type": "object", "properties": {}}
+    )
 
 
-def search_tool(prefix: str, label: str, *, description: str | None = None, max_limit: int = SEARCH_MAX_LIMIT) -> ToolSchema:
+def search_tool(
+    prefix: str, label: str, *, description: str | None = None, max_limit: int = SEARCH_MAX_LIMIT
+) -> ToolSchema:
     """``<prefix>_search``: a required ``query`` and an optional ``limit``; the description
     defaults to a search of ``label``'s long-term memories of the speaker."""
     return ToolSchema(
@@ -85,7 +89,9 @@ def _sentence_tool(name: str, description: str, arg: str) -> ToolSchema:
 
 def remember_tool(prefix: str, label: str) -> ToolSchema:
     """``<prefix>_remember``: one durable fact or preference (``content``)."""
-    return _sentence_tool(f"{prefix}_remember", f"Store one durable fact or preference about the user in {label}.", "content")
+    return _sentence_tool(
+        f"{prefix}_remember", f"Store one durable fact or preference about the user in {label}.", "content"
+    )
 
 
 def conclude_tool(prefix: str, label: str) -> ToolSchema:

@@ -48,10 +48,10 @@ from typing import Protocol
 from mnemo.memory.fts_query import (
     WORD,
     ParsedQuery,
+    Scope,
     any_of,
     cjk_expression,
     naive_expression,
-    Scope,
     term_expression,
 )
 from mnemo.memory.lexicon import STOPWORDS
@@ -70,8 +70,7 @@ class Retriever(Protocol):
     name: str
     distinct_texts: bool
 
-    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, scope: Scope, pool: int) -> Ranked:
-        ...
+    def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, scope: Scope, pool: int) -> Ranked: ...
 
 
 def fts_scores(conn: sqlite3.Connection, table: str, expr: str | None, scope: Scope, pool: int) -> Ranked:
@@ -221,9 +220,20 @@ CTX_TABLE = "messages_ctx"
 MONTH_NUMBERS = {
     name: n
     for n, names in enumerate(
-        (("january", "jan"), ("february", "feb"), ("march",), ("april", "apr"), ("may",), ("june", "jun"),
-         ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"),
-         ("november", "nov"), ("december", "dec")),
+        (
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march",),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ),
         1,
     )
     for name in names
@@ -242,7 +252,9 @@ def create_legacy_index(conn: sqlite3.Connection) -> None:
     conn.execute(f"INSERT INTO {LEGACY_TABLE}({LEGACY_TABLE}) VALUES ('rebuild')")
 
 
-_BEFORE_MONTH = frozenset({"in", "during", "of", "since", "before", "after", "until", "by", "early", "late", "mid"})
+_BEFORE_MONTH = frozenset(
+    {"in", "during", "of", "since", "before", "after", "until", "by", "early", "late", "mid"}
+)
 
 
 def named_months(raw: Sequence[str]) -> set[int]:
@@ -357,7 +369,9 @@ class ContextRetriever:
             # The question names a participant: their own turns are likelier evidence.
             # It names a month ("in January"): turns of that month are (stored dates).
             marks = ",".join("?" * len(final))
-            rows = conn.execute(f"SELECT id, author_name, created_at FROM messages WHERE id IN ({marks})", tuple(final))
+            rows = conn.execute(
+                f"SELECT id, author_name, created_at FROM messages WHERE id IN ({marks})", tuple(final)
+            )
             for i, who, created in rows:
                 if named and who and any(w.lower() in named for w in WORD.findall(who)):
                     final[i] *= 1.0 + self.speaker_boost

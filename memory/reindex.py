@@ -114,7 +114,7 @@ class SearchMaintenance:
     async def _run(self) -> None:
         try:
             self.progress = await reindex_in_background(self._db, progress=self._note)
-        except Exception as e:  # noqa: BLE001 - background: log, keep serving from the old index
+        except Exception as e:
             log.error("search.reindex_failed", error=repr(e))
             return
         embedder = getattr(self._retriever, "embedder", None)
@@ -127,7 +127,7 @@ class SearchMaintenance:
                 n = await embed_pending(self._db, embedder)
                 if n:
                     log.info("search.embedded", messages=n)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 log.error("search.embed_failed", error=repr(e))
             await asyncio.sleep(self._every)
 

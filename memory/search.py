@@ -156,7 +156,9 @@ class SessionSearch:
         excluded: frozenset[str],
     ) -> SearchResult:
         marks = ",".join("?" * len(keys))
-        chat_nos = tuple(r[0] for r in conn.execute(f"SELECT id FROM chats WHERE chat_key IN ({marks})", keys))
+        chat_nos = tuple(
+            r[0] for r in conn.execute(f"SELECT id FROM chats WHERE chat_key IN ({marks})", keys)
+        )
         if not chat_nos:
             return SearchResult(query, (), ())
         every = conn.execute("SELECT count(*) FROM chats").fetchone()[0] == len(chat_nos)
@@ -223,7 +225,9 @@ def _with_window(
             text = " ".join(r["content"].split())
             if len(text) > SNIPPET_CHARS:
                 text = text[:SNIPPET_CHARS].rstrip() + "…"
-            turns[r["id"]] = ContextTurn(r["id"], r["author_name"] or r["author_id"] or r["role"], created, text)
+            turns[r["id"]] = ContextTurn(
+                r["id"], r["author_name"] or r["author_id"] or r["role"], created, text
+            )
     out = []
     for hit, row in hits:
         prev, nxt = around.get(hit.message_id, (None, None))
@@ -260,7 +264,9 @@ def _group(hits: Sequence[tuple[SearchHit, sqlite3.Row]]) -> tuple[SessionHits, 
         started = from_db_time(r["started_at"])
         assert started is not None
         group = members[sid]
-        out.append(SessionHits(sid, r["chat_key"], r["source"], r["title"], started, group[0].score, tuple(group)))
+        out.append(
+            SessionHits(sid, r["chat_key"], r["source"], r["title"], started, group[0].score, tuple(group))
+        )
     return tuple(out)
 
 
@@ -279,7 +285,11 @@ SESSION_SEARCH_TOOL_SCHEMA: dict[str, Any] = {
         "type": "object",
         "properties": {
             "query": {"type": "string", "description": "Words to look for, e.g. 'dog vet appointment'."},
-            "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of messages to return."},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Maximum number of messages to return.",
+            },
         },
         "required": ["query"],
     },
@@ -301,8 +311,11 @@ def result_to_json(result: SearchResult, *, with_snippets: bool = True) -> list[
                 m["text"] = h.snippet
                 for key, turn in (("before", h.before), ("after", h.after)):
                     if turn is not None:
-                        m[key] = {"who": turn.speaker, "date": turn.created_at.isoformat(timespec="seconds"),
-                                  "text": turn.text}
+                        m[key] = {
+                            "who": turn.speaker,
+                            "date": turn.created_at.isoformat(timespec="seconds"),
+                            "text": turn.text,
+                        }
             matches.append(m)
         item: dict[str, Any] = {
             "session_id": s.session_id,
@@ -357,7 +370,7 @@ async def run_session_search_tool(
     if digest is not None:
         try:
             summary = await digest.summarize(query, result)
-        except Exception as e:  # noqa: BLE001 - a plugin boundary: fall back, never fail the tool
+        except Exception as e:
             log.warning("session_search.digest_failed", error=repr(e))
         else:
             payload["summary"] = summary

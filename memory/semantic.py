@@ -75,8 +75,13 @@ class MiniLMEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
-            out = self._model.encode(list(texts), batch_size=64, normalize_embeddings=True, convert_to_numpy=True,
-                                     show_progress_bar=False)
+            out = self._model.encode(
+                list(texts),
+                batch_size=64,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         return np.asarray(out, dtype=np.float32)
 
 
@@ -111,6 +116,7 @@ def load_embedder() -> Embedder:
 
 # --- vectors in state.db -------------------------------------------------------------------
 
+
 def _pending_rows(conn: sqlite3.Connection, model: str, batch: int) -> list[tuple[int, int, str]]:
     row = conn.execute("SELECT max(id) FROM message_vectors WHERE model = ?", (model,)).fetchone()
     after = row[0] or 0
@@ -135,7 +141,10 @@ async def embed_pending(db: Database, embedder: Embedder, *, batch: int = 256) -
         def store(conn: sqlite3.Connection, rows=rows, vecs=vecs) -> None:
             conn.executemany(
                 "INSERT OR REPLACE INTO message_vectors(id, chat_no, model, vec) VALUES (?, ?, ?, ?)",
-                [(i, chat, embedder.name, v.astype(np.float32).tobytes()) for (i, chat, _), v in zip(rows, vecs)],
+                [
+                    (i, chat, embedder.name, v.astype(np.float32).tobytes())
+                    for (i, chat, _), v in zip(rows, vecs)
+                ],
             )
 
         await db.write(store)
@@ -232,5 +241,7 @@ def configured_retriever(semantic: bool) -> ContextRetriever | SemanticRetriever
     except SemanticUnavailable as e:
         import structlog
 
-        structlog.get_logger(__name__).warning("search.semantic_unavailable", error=str(e), using="contextual")
+        structlog.get_logger(__name__).warning(
+            "search.semantic_unavailable", error=str(e), using="contextual"
+        )
         return ContextRetriever()

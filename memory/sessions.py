@@ -177,7 +177,9 @@ def session_from_row(r: sqlite3.Row) -> SessionRow:
     )
 
 
-def message_from_row(r: Mapping[str, Any], to_time: Callable[[Any], datetime | None] = from_db_time) -> MessageRow:
+def message_from_row(
+    r: Mapping[str, Any], to_time: Callable[[Any], datetime | None] = from_db_time
+) -> MessageRow:
     """A stored message row (SQLite's, or another backend's with its own ``to_time``)."""
     calls = json.loads(r["tool_calls"]) if r["tool_calls"] else []
     created = to_time(r["created_at"])
@@ -242,11 +244,14 @@ class SessionStore:
         sid = session_id or new_session_id(started)
 
         def tx(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT INTO chats(chat_key) VALUES (?) ON CONFLICT(chat_key) DO NOTHING", (chat_key,))
+            conn.execute(
+                "INSERT INTO chats(chat_key) VALUES (?) ON CONFLICT(chat_key) DO NOTHING", (chat_key,)
+            )
             chat_no = conn.execute("SELECT id FROM chats WHERE chat_key = ?", (chat_key,)).fetchone()[0]
-            if parent_session_id is not None and not conn.execute(
-                "SELECT 1 FROM sessions WHERE id = ?", (parent_session_id,)
-            ).fetchone():
+            if (
+                parent_session_id is not None
+                and not conn.execute("SELECT 1 FROM sessions WHERE id = ?", (parent_session_id,)).fetchone()
+            ):
                 raise StoreError(f"parent session {parent_session_id!r} does not exist")
             conn.execute(
                 "INSERT INTO sessions (id, chat_no, chat_key, platform, chat_id, thread_id, user_id, agent_context,"
@@ -277,7 +282,9 @@ class SessionStore:
 
     async def get_session(self, session_id: str) -> SessionRow | None:
         def q(conn: sqlite3.Connection) -> SessionRow | None:
-            r = conn.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            r = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
             return None if r is None else session_from_row(r)
 
         return await self._db.read(q)
@@ -305,7 +312,9 @@ class SessionStore:
             )
         )
 
-    async def switch_session(self, old_id: str, new_id: str, *, pending_source: str, reason: str = "compression") -> bool:
+    async def switch_session(
+        self, old_id: str, new_id: str, *, pending_source: str, reason: str = "compression"
+    ) -> bool:
         """A rollover's commit point, in one transaction: end ``old_id`` and publish
         ``new_id`` (assembled under ``pending_source``, so never the chat's active
         session before this) as a ``chat`` session; end any leftover of an earlier
@@ -330,7 +339,9 @@ class SessionStore:
         return await self._db.write(tx)
 
     async def set_title(self, session_id: str, title: str | None) -> None:
-        await self._db.write(lambda c: c.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id)))
+        await self._db.write(
+            lambda c: c.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+        )
 
     async def list_sessions(self, chat_key: str | None, limit: int = 20) -> list[SessionRow]:
         """Newest first; ``chat_key=None`` lists every chat's sessions."""
@@ -440,7 +451,9 @@ class SessionStore:
         messages (the idle/daily reset policy then counts from its start)."""
 
         def q(conn: sqlite3.Connection) -> datetime | None:
-            row = conn.execute("SELECT MAX(created_at) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
+            row = conn.execute(
+                "SELECT MAX(created_at) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()
             return from_db_time(row[0]) if row and row[0] is not None else None
 
         return await self._db.read(q)
@@ -452,7 +465,9 @@ class SessionStore:
             marks = ",".join("?" * len(ids))
             found = {
                 r["id"]: message_from_row(r)
-                for r in conn.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id IN ({marks})", tuple(ids))
+                for r in conn.execute(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id IN ({marks})", tuple(ids)
+                )
             }
             return [found[i] for i in ids if i in found]
 

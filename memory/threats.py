@@ -143,7 +143,8 @@ _SHELL_READERS = (
     r"cat|less|more|head|tail|grep|egrep|source|base64|xxd|od|strings|curl|wget|scp|rsync|cp|tar|zip|nc|type"
 )
 _READ_VERBS = (
-    _SHELL_READERS + r"|read|open|print|show|dump|output|display|upload|send|post|leak|reveal|share|copy|paste"
+    _SHELL_READERS
+    + r"|read|open|print|show|dump|output|display|upload|send|post|leak|reveal|share|copy|paste"
     r"|exfiltrate|include|attach"
 )
 _SECRET_FILES = (
@@ -151,7 +152,9 @@ _SECRET_FILES = (
     r"|\.aws/credentials\b|\.docker/config\.json\b|\.kube/config\b|/etc/shadow\b"
     r"|\bid_(?:rsa|dsa|ecdsa|ed25519)\b|\bcredentials\.(?:json|ya?ml|csv|txt|ini|xml)\b"
 )
-_EDIT_VERBS = r"edit|modify|change|update|overwrite|rewrite|replace|append\s+to|write\s+to|delete|remove|truncate|patch"
+_EDIT_VERBS = (
+    r"edit|modify|change|update|overwrite|rewrite|replace|append\s+to|write\s+to|delete|remove|truncate|patch"
+)
 _HOME_DIRS = r"(?:~|\$HOME|\$\{HOME\}|/home/[^/\s]+|/root)"
 _SECRET_NAMES = (
     r"api[_-]?key|apikey|secret[_-]?key|access[_-]?key(?:[_-]?id)?|private[_-]?key|client[_-]?secret"
@@ -422,7 +425,9 @@ _INSTRUCTION_CATEGORIES = frozenset(
 )
 # Three or more single letters or digits with the same separator between each:
 # "I-g-n-o-r-e", "i g n o r e", "i.g.n.o.r.e", "i _ g _ n".
-_LETTER_RUN = re.compile(r"(?<![^\W_])[^\W_](?P<sep>\s*[-_.*·•|+~/\\:=]\s*|\s)(?:[^\W_](?P=sep))+[^\W_](?![^\W_])")
+_LETTER_RUN = re.compile(
+    r"(?<![^\W_])[^\W_](?P<sep>\s*[-_.*·•|+~/\\:=]\s*|\s)(?:[^\W_](?P=sep))+[^\W_](?![^\W_])"
+)
 _LEET = {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b", "9": "g",
          "@": "a", "$": "s", "!": "i", "|": "l", "+": "t"}  # fmt: skip
 _LEET_I = str.maketrans(_LEET)
@@ -476,7 +481,12 @@ def _character_threat(text: str) -> Threat | None:
                 "and control characters are not allowed in stored text",
             )
         if is_variation_selector(ch):
-            if not previous or previous.isspace() or is_variation_selector(previous) or is_invisible(previous):
+            if (
+                not previous
+                or previous.isspace()
+                or is_variation_selector(previous)
+                or is_invisible(previous)
+            ):
                 return Threat(
                     ThreatCategory.INVISIBLE_UNICODE,
                     f"contains the variation selector U+{cp:04X} where it selects nothing "
@@ -513,7 +523,10 @@ def scan(text: str) -> Threat | None:
         squashed = "".join(ch for ch in copy.lower() if ch.isalpha())
         m = _SQUASHED_INJECTION.search(squashed)
         if m is not None:
-            return Threat(ThreatCategory.PROMPT_INJECTION, f"tells the model to ignore its instructions ({_excerpt(m)!r})")
+            return Threat(
+                ThreatCategory.PROMPT_INJECTION,
+                f"tells the model to ignore its instructions ({_excerpt(m)!r})",
+            )
     return None
 
 

@@ -25,8 +25,7 @@ TRIVIAL_PHRASES: tuple[str, ...] = (
 _PHRASE = re.compile(
     "(?:"
     + "|".join(
-        r"\s+".join(re.escape(w) for w in p.split())
-        for p in sorted(TRIVIAL_PHRASES, key=len, reverse=True)
+        r"\s+".join(re.escape(w) for w in p.split()) for p in sorted(TRIVIAL_PHRASES, key=len, reverse=True)
     )
     + ")",
     re.IGNORECASE,

@@ -23,53 +23,53 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mnemo.gateway.media import MediaStore
 from mnemo.gateway.budgets.command import usage_command
 from mnemo.gateway.budgets.gate import BudgetGate
 from mnemo.gateway.budgets.ledger import Clock, SqliteBudgets, utc_now
+from mnemo.gateway.config import TRIAL_BANNER, Settings
+from mnemo.gateway.cron.scheduler import CronRunner, CronScheduler
+from mnemo.gateway.cron.service import CronJobs
+from mnemo.gateway.cron.tool import CronCommand, cronjob_tool
+from mnemo.gateway.delivery import Ledgers
+from mnemo.gateway.delivery.inbox import Inbox
+from mnemo.gateway.delivery.outbox import Outbox
+from mnemo.gateway.errors import StartupError
 from mnemo.gateway.inbound.access import AccessControl
+from mnemo.gateway.inbound.commands import Command, CommandDeps, CommandRegistry, default_commands
+from mnemo.gateway.inbound.pipeline import Gateway
+from mnemo.gateway.jobs.housekeeping import Housekeeping
+from mnemo.gateway.jobs.provider_hooks import ProviderSessionHooks
+from mnemo.gateway.jobs.queue import JobQueue
+from mnemo.gateway.jobs.skill_review import SkillReview
+from mnemo.gateway.llm.client import LLMClient
+from mnemo.gateway.logs import get_logger
+from mnemo.gateway.media import MediaStore
+from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.people.command import ForgetMe
 from mnemo.gateway.people.erasure import Erasure
 from mnemo.gateway.people.link_command import link_command
 from mnemo.gateway.people.links import IdentityLinks
-from mnemo.memory.identity import Identities
-from mnemo.gateway.turns.builtin_tools import register_builtin_tools
-from mnemo.gateway.turns.skill_tools import SkillsCommand, skill_tools
-from mnemo.memory.skills import SkillStore
-from mnemo.gateway.inbound.commands import Command, CommandDeps, CommandRegistry, default_commands
-from mnemo.gateway.config import TRIAL_BANNER, Settings
-from mnemo.gateway.cron.service import CronJobs
-from mnemo.gateway.cron.scheduler import CronRunner, CronScheduler
-from mnemo.gateway.cron.tool import CronCommand, cronjob_tool
-from mnemo.gateway.turns.digest import LLMSearchDigest
-from mnemo.gateway.errors import StartupError
-from mnemo.gateway.delivery import Ledgers
-from mnemo.gateway.inbound.pipeline import Gateway
-from mnemo.gateway.turns.agent import AgentDeps
-from mnemo.gateway.turns.sessions import SessionResolver
-from mnemo.gateway.jobs.housekeeping import Housekeeping
-from mnemo.gateway.jobs.skill_review import SkillReview
-from mnemo.gateway.llm.client import LLMClient
-from mnemo.gateway.logs import get_logger
-from mnemo.gateway.metrics import Metrics
-from mnemo.gateway.delivery.outbox import Outbox
-from mnemo.gateway.jobs.provider_hooks import ProviderSessionHooks
 from mnemo.gateway.ports import Adapter, Leadership, SoleLeadership, UsesLeadership
+from mnemo.gateway.storage import open_backend
 from mnemo.gateway.supervisor import AdapterSupervisor
+from mnemo.gateway.turns.agent import AgentDeps
+from mnemo.gateway.turns.builtin_tools import register_builtin_tools
+from mnemo.gateway.turns.digest import LLMSearchDigest
+from mnemo.gateway.turns.sessions import SessionResolver
+from mnemo.gateway.turns.skill_tools import SkillsCommand, skill_tools
 from mnemo.gateway.turns.tools import Tool, ToolRegistry, ToolResult, TurnContext
 from mnemo.gateway.webserver import WebServer
-from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.db import Database
-from mnemo.gateway.storage import open_backend
 from mnemo.memory.discovery import load_provider
 from mnemo.memory.errors import ProviderError
-from mnemo.gateway.delivery.inbox import Inbox
+from mnemo.memory.identity import Identities
 from mnemo.memory.manager import ManagerLimits, MemoryManager
 from mnemo.memory.memory_tool import MemoryWrite
-from mnemo.memory.search import SessionSearch
 from mnemo.memory.reindex import SearchMaintenance
+from mnemo.memory.search import SessionSearch
 from mnemo.memory.sessions import SessionStore
+from mnemo.memory.skills import SkillStore
 
 log = get_logger(__name__)
 
@@ -318,17 +318,37 @@ async def open_app(
                 linked_dms=links.linked_dm_keys if links is not None and settings.search.linked_dms else None,
             ),
             extra=[
-                Command("cron", "scheduled jobs: list, add, pause, resume, remove", CronCommand(cron), takes_args=True),
-                Command("skills", "skills: list; admins: promote NAME PLATFORM:ID", SkillsCommand(skill_store), takes_args=True),
+                Command(
+                    "cron",
+                    "scheduled jobs: list, add, pause, resume, remove",
+                    CronCommand(cron),
+                    takes_args=True,
+                ),
+                Command(
+                    "skills",
+                    "skills: list; admins: promote NAME PLATFORM:ID",
+                    SkillsCommand(skill_store),
+                    takes_args=True,
+                ),
                 *([usage_command(budgets)] if budgets is not None else []),
                 *([link_command(links)] if links is not None else []),
             ],
         )
         sessions = SessionResolver(
-            settings, store, files, providers=providers, jobs=jobs, shared_lock=backend.shared_lock, links=links
+            settings,
+            store,
+            files,
+            providers=providers,
+            jobs=jobs,
+            shared_lock=backend.shared_lock,
+            links=links,
         )
         agent = AgentDeps(
-            llm=llm, store=store, tools=tools, sessions=settings.sessions, memory=settings.memory,
+            llm=llm,
+            store=store,
+            tools=tools,
+            sessions=settings.sessions,
+            memory=settings.memory,
             media=MediaStore(settings.home, history_images=settings.media.history_images),
         )
         gateway = Gateway(
@@ -368,7 +388,9 @@ async def open_app(
         cron_scheduler = None
         if scheduler:
             await cron.sync_declared(settings.cron.jobs)
-            cron_scheduler = CronScheduler(cron, cron_runner, settings.cron, drain_s=settings.worker.drain_timeout_s)
+            cron_scheduler = CronScheduler(
+                cron, cron_runner, settings.cron, drain_s=settings.worker.drain_timeout_s
+            )
             await cron_scheduler.start()
             stack.push_async_callback(cron_scheduler.stop)
         if scheduler and settings.backup.enabled and backend.name == "sqlite":
@@ -390,8 +412,13 @@ async def open_app(
             from mnemo.gateway.storage_pg.heartbeats import HEARTBEAT_S
 
             replicas = ReplicaMonitor(
-                backend.replica, gateway=gateway, inbox=inbox, outbox=outbox, jobs=backend.jobs,
-                max_attempts=settings.worker.max_attempts, interval_s=HEARTBEAT_S,
+                backend.replica,
+                gateway=gateway,
+                inbox=inbox,
+                outbox=outbox,
+                jobs=backend.jobs,
+                max_attempts=settings.worker.max_attempts,
+                interval_s=HEARTBEAT_S,
             )
             await replicas.start()
             stack.push_async_callback(replicas.stop)
@@ -408,9 +435,20 @@ async def open_app(
             from mnemo.dashboard import mount_dashboard  # /admin: the operator's dashboard
 
             mount_dashboard(
-                web, settings, sqlite=backend.name == "sqlite", db=db, store=store, search=search, files=files,
-                skills=skill_store, cron=cron, jobs=jobs, budgets=budgets, health=gateway.health,
-                is_admin=access.is_admin, linked=links.members if links is not None else None,
+                web,
+                settings,
+                sqlite=backend.name == "sqlite",
+                db=db,
+                store=store,
+                search=search,
+                files=files,
+                skills=skill_store,
+                cron=cron,
+                jobs=jobs,
+                budgets=budgets,
+                health=gateway.health,
+                is_admin=access.is_admin,
+                linked=links.members if links is not None else None,
             )
             await web.start()
             stack.push_async_callback(web.stop)

@@ -56,9 +56,7 @@ Sleep = Callable[[float], Awaitable[None]]
 
 def backup_dir(settings: Settings) -> Path:
     folder = (
-        settings.backup.dir.expanduser()
-        if settings.backup.dir is not None
-        else settings.home / "backups"
+        settings.backup.dir.expanduser() if settings.backup.dir is not None else settings.home / "backups"
     )
     ensure_folder(folder)
     os.chmod(folder, 0o700)
@@ -113,18 +111,14 @@ def verify_archive(archive: Path) -> int:
         names = {rel.as_posix() for rel in written}
         missing = sorted(set(manifest.get("files", [])) - names)
         if missing:
-            raise BackupRefused(
-                f"files listed in the manifest are missing: {', '.join(missing[:5])}"
-            )
+            raise BackupRefused(f"files listed in the manifest are missing: {', '.join(missing[:5])}")
         for rel in written:
             path = Path(scratch).joinpath(*rel.parts)
             expected = checksums.get(rel.as_posix())
             if expected is None:
                 raise BackupRefused(f"{rel} has no checksum in the manifest")
             if file_sha256(path) != expected:
-                raise BackupRefused(
-                    f"{rel} does not match its checksum: the archive is corrupted"
-                )
+                raise BackupRefused(f"{rel} does not match its checksum: the archive is corrupted")
             if _is_database(rel, path):
                 verify_database(rel, path)
     return len(written)
@@ -178,17 +172,13 @@ def _utc_now() -> datetime:
 class BackupScheduler:
     """Takes a backup at every ``backup.schedule`` time while the app runs."""
 
-    def __init__(
-        self, settings: Settings, *, clock: Clock = _utc_now, sleep: Sleep = _real_sleep
-    ) -> None:
+    def __init__(self, settings: Settings, *, clock: Clock = _utc_now, sleep: Sleep = _real_sleep) -> None:
         from mnemo.gateway.cron.schedules import cron_trigger, zone
 
         self._settings = settings
         self._clock = clock
         self._sleep = sleep
-        self._trigger = cron_trigger(
-            settings.backup.schedule, zone(settings.gateway.timezone)
-        )
+        self._trigger = cron_trigger(settings.backup.schedule, zone(settings.gateway.timezone))
         self._task: asyncio.Task[None] | None = None
         self.last: Path | None = None
         self.last_error: str | None = None
@@ -196,9 +186,7 @@ class BackupScheduler:
     def next_run(self, after: datetime) -> datetime:
         """The first scheduled time strictly after ``after`` (APScheduler's own answer
         includes ``after`` itself, which would take the same backup again)."""
-        fire = self._trigger.get_next_fire_time(
-            None, after.replace(microsecond=0) + timedelta(seconds=1)
-        )
+        fire = self._trigger.get_next_fire_time(None, after.replace(microsecond=0) + timedelta(seconds=1))
         assert fire is not None  # a crontab expression always fires again
         return fire.astimezone(UTC)
 
@@ -244,7 +232,9 @@ def scrub_backups(settings: Settings, accounts: Sequence[UserRef], *, delete: bo
     from mnemo.gateway.people.erasure import Erasure
     from mnemo.gateway.storage import state_database
 
-    folder = settings.backup.dir.expanduser() if settings.backup.dir is not None else settings.home / "backups"
+    folder = (
+        settings.backup.dir.expanduser() if settings.backup.dir is not None else settings.home / "backups"
+    )
     archives = [b.path for b in list_backups(folder)]
     if not delete:
         return len(archives)

@@ -91,7 +91,9 @@ class StateReads:
     async def chats(self) -> list[str]:
         if not self.sqlite:
             return []
-        return await self.db.read(lambda c: [r[0] for r in c.execute("SELECT chat_key FROM chats ORDER BY chat_key")])
+        return await self.db.read(
+            lambda c: [r[0] for r in c.execute("SELECT chat_key FROM chats ORDER BY chat_key")]
+        )
 
     async def daily(self, days: int) -> list[DayActivity]:
         tz = zone(self.settings.gateway.timezone)
@@ -102,9 +104,16 @@ class StateReads:
         since = datetime.combine(first, datetime.min.time(), tz).astimezone(zone("UTC")).isoformat()
 
         def q(conn: Any) -> tuple[list[str], dict[str, float]]:
-            stamps = [r[0] for r in conn.execute("SELECT created_at FROM messages WHERE created_at >= ?", (since,))]
-            cost = {r[0]: float(r[1]) for r in conn.execute(
-                "SELECT day, cost_usd FROM usage_days WHERE payer = '*' AND day >= ?", (first.isoformat(),))}
+            stamps = [
+                r[0] for r in conn.execute("SELECT created_at FROM messages WHERE created_at >= ?", (since,))
+            ]
+            cost = {
+                r[0]: float(r[1])
+                for r in conn.execute(
+                    "SELECT day, cost_usd FROM usage_days WHERE payer = '*' AND day >= ?",
+                    (first.isoformat(),),
+                )
+            }
             return stamps, cost
 
         stamps, cost = await self.db.read(q)

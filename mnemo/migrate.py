@@ -44,7 +44,18 @@ LEDGER = "mnemo_profile_migration"
 # pg_advisory_lock key: one `mnemo migrate` at a time into a database.
 MIGRATE_LOCK = "mnemo-migrate"
 # Parents before children: these go first, in this order; any other common table after.
-ORDER = ("chats", "sessions", "messages", "inbox", "outbox", "pairings", "jobs", "cron_jobs", "cron_runs", "streams")
+ORDER = (
+    "chats",
+    "sessions",
+    "messages",
+    "inbox",
+    "outbox",
+    "pairings",
+    "jobs",
+    "cron_jobs",
+    "cron_runs",
+    "streams",
+)
 # Rows here mean the target already serves a bot (or holds another profile).
 DATA_TABLES = ("chats", "sessions", "inbox", "outbox", "jobs", "cron_jobs", "pairings")
 # SQLite search's own derived state (rebuilt from messages there; PostgreSQL indexes
@@ -75,8 +86,12 @@ class TableCopy:
         return self.present == self.source_rows
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"source": self.source_rows, "copied": self.copied, "present": self.present,
-                               "verified": self.verified}
+        out: dict[str, Any] = {
+            "source": self.source_rows,
+            "copied": self.copied,
+            "present": self.present,
+            "verified": self.verified,
+        }
         if self.left_out_columns:
             out["left_out_columns"] = list(self.left_out_columns)
         return out
@@ -185,8 +200,13 @@ class Source:
         return int(conn.execute(f'SELECT count(*) FROM "{table.name}"{where}', args).fetchone()[0])
 
     @staticmethod
-    def batch(conn: sqlite3.Connection, table: SourceTable, columns: Sequence[str],
-              after: Sequence[Any] | None, limit: int) -> list[tuple[Any, ...]]:
+    def batch(
+        conn: sqlite3.Connection,
+        table: SourceTable,
+        columns: Sequence[str],
+        after: Sequence[Any] | None,
+        limit: int,
+    ) -> list[tuple[Any, ...]]:
         """``limit`` rows after the key ``after``: the order columns first, then ``columns``."""
         where, args = _after(table, after)
         order = ", ".join(table.order)
@@ -201,8 +221,12 @@ def _renamed(table: SourceTable) -> SourceTable:
     names = RENAMED.get(table.name)
     if not names:
         return table
-    return SourceTable(table.name, tuple(names.get(c, c) for c in table.columns),
-                       tuple(names.get(c, c) for c in table.key), table.order)
+    return SourceTable(
+        table.name,
+        tuple(names.get(c, c) for c in table.columns),
+        tuple(names.get(c, c) for c in table.key),
+        table.order,
+    )
 
 
 def _after(table: SourceTable, after: Sequence[Any] | None) -> tuple[str, tuple[Any, ...]]:
@@ -229,11 +253,13 @@ class TargetTable:
 
 
 async def _target_tables(conn: Any) -> dict[str, TargetTable]:
-    rows = await (await conn.execute(
-        "SELECT c.table_name, c.column_name, c.is_identity, c.is_generated FROM information_schema.columns c"
-        " JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name"
-        " WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'"
-    )).fetchall()
+    rows = await (
+        await conn.execute(
+            "SELECT c.table_name, c.column_name, c.is_identity, c.is_generated FROM information_schema.columns c"
+            " JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name"
+            " WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'"
+        )
+    ).fetchall()
     cols: dict[str, set[str]] = {}
     ident: dict[str, set[str]] = {}
     for r in rows:
@@ -258,10 +284,14 @@ async def _ledger(conn: Any, source_id: str) -> dict[str, Any] | None:
     found = await (await conn.execute("SELECT to_regclass(%s) AS t", (LEDGER,))).fetchone()
     if found["t"] is None:
         return None
-    others = await (await conn.execute(f"SELECT source FROM {LEDGER} WHERE source <> %s", (source_id,))).fetchall()
+    others = await (
+        await conn.execute(f"SELECT source FROM {LEDGER} WHERE source <> %s", (source_id,))
+    ).fetchall()
     if others:
-        raise MigrateRefused(f"another profile ({others[0]['source'].split('#')[0]}) was migrated into this database; "
-                             "migrate into an empty database")
+        raise MigrateRefused(
+            f"another profile ({others[0]['source'].split('#')[0]}) was migrated into this database; "
+            "migrate into an empty database"
+        )
     return await (await conn.execute(f"SELECT * FROM {LEDGER} WHERE source = %s", (source_id,))).fetchone()
 
 
@@ -288,8 +318,9 @@ async def _refuse_if_occupied(conn: Any, present: set[str]) -> None:
 
 
 class Migration:
-    def __init__(self, state_db: Path, url: str, *, batch_size: int = DEFAULT_BATCH,
-                 progress: Progress | None = None) -> None:
+    def __init__(
+        self, state_db: Path, url: str, *, batch_size: int = DEFAULT_BATCH, progress: Progress | None = None
+    ) -> None:
         self.state_db = state_db
         self.url = url
         self.batch_size = batch_size
@@ -313,8 +344,11 @@ class Migration:
         try:
             conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row)
             try:
-                got = await (await conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0)) AS ok",
-                                                (MIGRATE_LOCK,))).fetchone()
+                got = await (
+                    await conn.execute(
+                        "SELECT pg_try_advisory_lock(hashtextextended(%s, 0)) AS ok", (MIGRATE_LOCK,)
+                    )
+                ).fetchone()
                 if not got["ok"]:
                     raise MigrateRefused("another `mnemo migrate` is copying into this database right now")
                 await self._copy(source, conn, receipt)
@@ -342,10 +376,15 @@ class Migration:
         names = _plan(src_tables, tgt_tables)
         for name in sorted(set(src_tables) - set(names)):
             n = await source.run(lambda c, t=src_tables[name]: Source.count(c, t))
-            why = ("SQLite search's own index, derived from the messages (PostgreSQL indexes them itself)"
-                   if name in DERIVED else "no PostgreSQL table for it yet: it stays in state.db")
+            why = (
+                "SQLite search's own index, derived from the messages (PostgreSQL indexes them itself)"
+                if name in DERIVED
+                else "no PostgreSQL table for it yet: it stays in state.db"
+            )
             receipt.not_migrated.append(NotMigrated(f"table {name} ({n} rows)", why))
-        copies = {n: TableCopy(n, await source.run(lambda c, t=src_tables[n]: Source.count(c, t))) for n in names}
+        copies = {
+            n: TableCopy(n, await source.run(lambda c, t=src_tables[n]: Source.count(c, t))) for n in names
+        }
         receipt.tables = list(copies.values())
         total = sum(t.source_rows for t in receipt.tables)
         done = 0
@@ -360,8 +399,9 @@ class Migration:
             columns = tuple(c for c in table.columns if c in target.columns)
             copies[name].left_out_columns = tuple(c for c in table.columns if c not in target.columns)
             if not receipt.already_complete:
-                done = await self._copy_table(source, conn, table, target, columns, cursors.get(name),
-                                              copies[name], done, total)
+                done = await self._copy_table(
+                    source, conn, table, target, columns, cursors.get(name), copies[name], done, total
+                )
                 if name == "sessions" and "parent_session_id" in columns:
                     await self._link_parents(source, conn)
                 if target.identity & set(columns):
@@ -371,24 +411,40 @@ class Migration:
         if not receipt.already_complete and receipt.verified:
             await conn.execute(f"UPDATE {LEDGER} SET finished_at = now() WHERE source = %s", (source_id,))
 
-    async def _copy_table(self, source: Source, conn: Any, table: SourceTable, target: TargetTable,
-                          columns: tuple[str, ...], after: Any, copy: TableCopy, done: int, total: int) -> int:
+    async def _copy_table(
+        self,
+        source: Source,
+        conn: Any,
+        table: SourceTable,
+        target: TargetTable,
+        columns: tuple[str, ...],
+        after: Any,
+        copy: TableCopy,
+        done: int,
+        total: int,
+    ) -> int:
         cols = ", ".join(f'"{c}"' for c in columns)
         tmp = f"mnemo_migrate_{table.name}"
         await conn.execute(f'DROP TABLE IF EXISTS "{tmp}"')
-        await conn.execute(f'CREATE TEMP TABLE "{tmp}" ON COMMIT DELETE ROWS AS SELECT {cols} FROM "{table.name}" '
-                           "WITH NO DATA")
+        await conn.execute(
+            f'CREATE TEMP TABLE "{tmp}" ON COMMIT DELETE ROWS AS SELECT {cols} FROM "{table.name}" '
+            "WITH NO DATA"
+        )
         overriding = " OVERRIDING SYSTEM VALUE" if target.identity & set(columns) else ""
         select = cols
         if table.name == "sessions" and "parent_session_id" in columns:
             # A parent not copied yet is linked after every session is in (_link_parents).
             select = ", ".join(
-                f'"{c}"' if c != "parent_session_id" else
-                f'CASE WHEN EXISTS (SELECT 1 FROM sessions p WHERE p.id = n.parent_session_id) OR EXISTS '
+                f'"{c}"'
+                if c != "parent_session_id"
+                else f"CASE WHEN EXISTS (SELECT 1 FROM sessions p WHERE p.id = n.parent_session_id) OR EXISTS "
                 f'(SELECT 1 FROM "{tmp}" q WHERE q.id = n.parent_session_id) THEN n.parent_session_id END'
-                for c in columns)
-        insert = (f'INSERT INTO "{table.name}" ({cols}){overriding} SELECT {select} FROM "{tmp}" n '
-                  "ON CONFLICT DO NOTHING")
+                for c in columns
+            )
+        insert = (
+            f'INSERT INTO "{table.name}" ({cols}){overriding} SELECT {select} FROM "{tmp}" n '
+            "ON CONFLICT DO NOTHING"
+        )
         width = len(table.order)
         while True:
             rows = await source.run(lambda c: Source.batch(c, table, columns, after, self.batch_size))
@@ -411,10 +467,13 @@ class Migration:
             self.progress(table.name, done, total)
 
     async def _link_parents(self, source: Source, conn: Any) -> None:
-        pairs = await source.run(lambda c: c.execute(
-            "SELECT id, parent_session_id FROM sessions WHERE parent_session_id IS NOT NULL").fetchall())
+        pairs = await source.run(
+            lambda c: c.execute(
+                "SELECT id, parent_session_id FROM sessions WHERE parent_session_id IS NOT NULL"
+            ).fetchall()
+        )
         for i in range(0, len(pairs), self.batch_size):
-            chunk = pairs[i:i + self.batch_size]
+            chunk = pairs[i : i + self.batch_size]
             await conn.execute(
                 "UPDATE sessions s SET parent_session_id = v.parent"
                 " FROM unnest(%s::text[], %s::text[]) AS v(id, parent)"
@@ -429,8 +488,9 @@ class Migration:
         width = len(table.order)
         async with conn.transaction():
             await conn.execute(f'DROP TABLE IF EXISTS "{tmp}"')
-            await conn.execute(f'CREATE TEMP TABLE "{tmp}" ON COMMIT DROP AS SELECT {cols} FROM "{table.name}" '
-                               "WITH NO DATA")
+            await conn.execute(
+                f'CREATE TEMP TABLE "{tmp}" ON COMMIT DROP AS SELECT {cols} FROM "{table.name}" WITH NO DATA'
+            )
             after = None
             async with conn.cursor() as cur:
                 async with cur.copy(f'COPY "{tmp}" ({cols}) FROM STDIN') as pipe:
@@ -441,9 +501,11 @@ class Migration:
                             await pipe.write_row([_text(v) for v in row[width:]])
                         after = list(rows[-1][:width])
             match = " AND ".join(f't."{c}" = k."{c}"' for c in table.key)
-            row = await (await conn.execute(
-                f'SELECT count(*) AS n FROM "{tmp}" k WHERE EXISTS (SELECT 1 FROM "{table.name}" t WHERE {match})'
-            )).fetchone()
+            row = await (
+                await conn.execute(
+                    f'SELECT count(*) AS n FROM "{tmp}" k WHERE EXISTS (SELECT 1 FROM "{table.name}" t WHERE {match})'
+                )
+            ).fetchone()
         return int(row["n"])
 
 
@@ -474,8 +536,13 @@ class MemoryCopy:
     refused: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
 
     def to_json(self) -> dict[str, Any]:
-        return {"files": self.files, "entries": self.entries, "copied": self.copied, "present": self.present,
-                "refused": [{"file": f, "reason": r} for f, r in self.refused]}
+        return {
+            "files": self.files,
+            "entries": self.entries,
+            "copied": self.copied,
+            "present": self.present,
+            "refused": [{"file": f, "reason": r} for f, r in self.refused],
+        }
 
 
 def curated_files(memories_dir: Path) -> list[tuple[Path, Any]]:
@@ -538,6 +605,8 @@ def provider_data(providers_dir: Path) -> list[str]:
     if not providers_dir.is_dir():
         return []
     return sorted(
-        d.name for d in providers_dir.iterdir()
-        if d.is_dir() and any(f.name not in ("config.json", "secrets.json") for f in d.rglob("*") if f.is_file())
+        d.name
+        for d in providers_dir.iterdir()
+        if d.is_dir()
+        and any(f.name not in ("config.json", "secrets.json") for f in d.rglob("*") if f.is_file())
     )

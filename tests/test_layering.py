@@ -52,7 +52,9 @@ def modules(package: str) -> list[Path]:
     return sorted(p for p in (ROOT / package).rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def violations(packages: tuple[str, ...], forbidden: tuple[str, ...], *, skip: tuple[str, ...] = ()) -> list[str]:
+def violations(
+    packages: tuple[str, ...], forbidden: tuple[str, ...], *, skip: tuple[str, ...] = ()
+) -> list[str]:
     bad = []
     for package in packages:
         for path in modules(package):

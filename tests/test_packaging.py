@@ -57,16 +57,23 @@ def test_entry_points_name_the_namespace() -> None:
 def test_the_wheel_holds_only_mnemo_and_its_dist_info(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
-        check=True, capture_output=True, timeout=600,
+        check=True,
+        capture_output=True,
+        timeout=600,
     )
     (wheel,) = tmp_path.glob("mnemo-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert {n.split("/", 1)[0] for n in names} == {"mnemo", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
+    assert {n.split("/", 1)[0] for n in names} == {
+        "mnemo",
+        f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info",
+    }
     assert "mnemo/adapters/web_static/index.html" in names
     assert "mnemo/gateway/llm/client.py" in names
 
 
 def test_python_dash_m_mnemo_is_the_mnemo_command() -> None:
-    out = subprocess.run([sys.executable, "-m", "mnemo", "--help"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "mnemo", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: mnemo ")

@@ -55,7 +55,9 @@ class Sessions:
 
     def open(self) -> tuple[str, AdminSession]:
         sid = secrets.token_urlsafe(32)
-        session = AdminSession(csrf=secrets.token_urlsafe(32), label=secrets.token_hex(4), last_seen=self._clock())
+        session = AdminSession(
+            csrf=secrets.token_urlsafe(32), label=secrets.token_hex(4), last_seen=self._clock()
+        )
         self._by_id[sid] = session
         return sid, session
 
@@ -120,4 +122,6 @@ def check_host_and_origin(request: web.Request, *, loopback_bind: bool) -> None:
 
 
 def csrf_matches(session: AdminSession, given: object) -> bool:
-    return isinstance(given, str) and bool(given) and hmac.compare_digest(given.encode(), session.csrf.encode())
+    return (
+        isinstance(given, str) and bool(given) and hmac.compare_digest(given.encode(), session.csrf.encode())
+    )

@@ -40,7 +40,7 @@ def activity_svg(days: Sequence[DayActivity]) -> str:
         if i % 2 == 0 or i == len(days) - 1:
             parts.append(
                 f'<text class="label" x="{cx:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">'
-                f'{d.day.strftime("%m-%d")}</text>'
+                f"{d.day.strftime('%m-%d')}</text>"
             )
     parts.append(f'<polyline class="cost-line" points="{" ".join(points)}"/>')
     parts.extend(

@@ -93,7 +93,9 @@ def _back(location: str) -> web.HTTPSeeOther:
 
 
 class AdminDashboard:
-    def __init__(self, server: WebServer, deps: AdminDeps, *, token: str | None, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, server: WebServer, deps: AdminDeps, *, token: str | None, clock: Clock = time.monotonic
+    ) -> None:
         self.deps = deps
         self._token = token
         self._loopback_bind = is_loopback(server.settings.host)
@@ -144,8 +146,9 @@ class AdminDashboard:
             form = await request.post()
             if not csrf_matches(session, form.get("csrf")):
                 log.warning("admin_csrf_refused", actor=ACTOR, session=session.label, path=request.path)
-                raise web.HTTPForbidden(text="missing or wrong CSRF token: reload the page and try again\n",
-                                        headers=_HEADERS)
+                raise web.HTTPForbidden(
+                    text="missing or wrong CSRF token: reload the page and try again\n", headers=_HEADERS
+                )
             return await handler(request, session, form)
 
         return serve
@@ -163,9 +166,13 @@ class AdminDashboard:
     # --- sign-in -------------------------------------------------------------------------
     def _signin_page(self, message: str | None = None, status: int = 200) -> web.Response:
         note = f'<p class="flash error" role="alert">{esc(message)}</p>' if message else ""
-        missing = "" if self._token else (
-            '<p class="flash error" role="alert">No admin token is set: set web.admin_token, or start '
-            "<code>mnemo run</code>, which generates one in $MNEMO_HOME/admin_token.</p>"
+        missing = (
+            ""
+            if self._token
+            else (
+                '<p class="flash error" role="alert">No admin token is set: set web.admin_token, or start '
+                "<code>mnemo run</code>, which generates one in $MNEMO_HOME/admin_token.</p>"
+            )
         )
         body = (
             f"{missing}{note}"
@@ -200,8 +207,9 @@ class AdminDashboard:
         sid, session = self.sessions.open()
         log.info("admin_signed_in", actor=ACTOR, session=session.label, client=client)
         response = web.HTTPSeeOther(location="/admin", headers=_HEADERS)
-        response.set_cookie(COOKIE, sid, httponly=True, samesite="Strict", path="/admin",
-                            secure=request.secure)
+        response.set_cookie(
+            COOKIE, sid, httponly=True, samesite="Strict", path="/admin", secure=request.secure
+        )
         raise response
 
     async def _signout(
@@ -220,36 +228,51 @@ class AdminDashboard:
             d.health(), d.jobs.counts(), d.reads.daily(CHART_DAYS), d.reads.last_backup()
         )
         adapters = health.get("adapters", {})
-        adapter_rows = [(esc(name), badge("connected", "ok") if up else badge("not connected", "bad"))
-                        for name, up in sorted(adapters.items())]
+        adapter_rows = [
+            (esc(name), badge("connected", "ok") if up else badge("not connected", "bad"))
+            for name, up in sorted(adapters.items())
+        ]
         provider = d.settings.memory.provider
         state = str(health.get("provider", "unknown"))
-        provider_html = (badge("built-in memory only") if not provider
-                         else f"{esc(provider)} {badge(state, 'ok' if state == 'ok' else 'bad')}")
+        provider_html = (
+            badge("built-in memory only")
+            if not provider
+            else f"{esc(provider)} {badge(state, 'ok' if state == 'ok' else 'bad')}"
+        )
         today = days[-1] if days else None
-        tiles = cards([
-            ("Status", badge(str(health.get("status", "?")), "ok" if health.get("status") == "ok" else "bad")),
-            ("Queued messages", esc(health.get("queued_messages", 0))),
-            ("Outbox pending", esc(health.get("outbox_pending", 0))),
-            ("Outbox failed", esc(health.get("outbox_failed", 0))),
-            ("Jobs queued / running", f"{counts.get('queued', 0)} / {counts.get('running', 0)}"),
-            ("Jobs failed", f'<a href="/admin/jobs">{counts.get("failed", 0)}</a>'),
-            ("Memory provider", provider_html),
-            ("Today's cost", usd(today.cost_usd if today else 0.0)),
-            ("Today's messages", esc(today.messages if today else 0)),
-        ])
+        tiles = cards(
+            [
+                (
+                    "Status",
+                    badge(str(health.get("status", "?")), "ok" if health.get("status") == "ok" else "bad"),
+                ),
+                ("Queued messages", esc(health.get("queued_messages", 0))),
+                ("Outbox pending", esc(health.get("outbox_pending", 0))),
+                ("Outbox failed", esc(health.get("outbox_failed", 0))),
+                ("Jobs queued / running", f"{counts.get('queued', 0)} / {counts.get('running', 0)}"),
+                ("Jobs failed", f'<a href="/admin/jobs">{counts.get("failed", 0)}</a>'),
+                ("Memory provider", provider_html),
+                ("Today's cost", usd(today.cost_usd if today else 0.0)),
+                ("Today's messages", esc(today.messages if today else 0)),
+            ]
+        )
         if backup is None:
             backup_html = '<p class="muted">No backup yet (see backup.schedule).</p>'
         else:
             state = badge("verified", "ok") if backup.verified else badge("verification failed", "bad")
             where = _shown_path(Path(backup.path), d.settings.home)
-            backup_html = (f"<p>{esc(backup.created.strftime('%Y-%m-%d %H:%M UTC'))} · {esc(where)} · "
-                           f"{backup.size:,} bytes · {state} <span class=\"muted\">{esc(backup.detail)}</span></p>")
+            backup_html = (
+                f"<p>{esc(backup.created.strftime('%Y-%m-%d %H:%M UTC'))} · {esc(where)} · "
+                f'{backup.size:,} bytes · {state} <span class="muted">{esc(backup.detail)}</span></p>'
+            )
         body = (
             tiles
-            + "<h2>Adapters</h2>" + table(("Adapter", "State"), adapter_rows, empty="No adapter.")
-            + f"<h2>Last {CHART_DAYS} days</h2>" + activity_svg(days)
-            + "<h2>Last backup</h2>" + backup_html
+            + "<h2>Adapters</h2>"
+            + table(("Adapter", "State"), adapter_rows, empty="No adapter.")
+            + f"<h2>Last {CHART_DAYS} days</h2>"
+            + activity_svg(days)
+            + "<h2>Last backup</h2>"
+            + backup_html
         )
         return _html(layout("Overview", body, active="overview", session=session))
 
@@ -265,13 +288,15 @@ class AdminDashboard:
                 continue
             spend = await d.budgets.ledger.spend(person) if d.budgets is not None else None
             profile = await asyncio.to_thread(lambda r=ref: d.files.user(r).path.exists())
-            rows.append((
-                f'<a href="{href("/admin/users/" + seg(person))}">{esc(person)}</a>'
-                + (" " + badge("admin", "") if d.is_admin(ref.platform, ref.user_id) else ""),
-                "yes" if profile else "no",
-                usd(spend.day_usd) if spend else "—",
-                usd(spend.month_usd) if spend else "—",
-            ))
+            rows.append(
+                (
+                    f'<a href="{href("/admin/users/" + seg(person))}">{esc(person)}</a>'
+                    + (" " + badge("admin", "") if d.is_admin(ref.platform, ref.user_id) else ""),
+                    "yes" if profile else "no",
+                    usd(spend.day_usd) if spend else "—",
+                    usd(spend.month_usd) if spend else "—",
+                )
+            )
         body = table(("Person", "USER.md", "Spend today", "Spend this month"), rows, empty="Nobody yet.")
         return _html(layout("Users", body, active="users", session=session))
 
@@ -289,18 +314,34 @@ class AdminDashboard:
             limits = await d.budgets.limits(ref, admin=admin)
             spend = await d.budgets.ledger.spend(person)
             own = await d.budgets.ledger.override(person)
-            parts.append(cards([
-                ("Role", "admin" if admin else "user"),
-                ("Sessions", esc(facts.get("sessions", 0))),
-                ("Messages written", esc(facts.get("messages", 0))),
-                ("Today", f"{usd(spend.day_usd)} of {_cap(limits.daily_usd, limits.exempt)}"),
-                ("Tokens today", f"{spend.day_tokens:,} of {_cap(limits.daily_tokens, limits.exempt, money=False)}"),
-                ("This month", f"{usd(spend.month_usd)} of {_cap(limits.monthly_usd, limits.exempt)}"),
-                ("Caps", "own" if own else "default"),
-            ]))
+            parts.append(
+                cards(
+                    [
+                        ("Role", "admin" if admin else "user"),
+                        ("Sessions", esc(facts.get("sessions", 0))),
+                        ("Messages written", esc(facts.get("messages", 0))),
+                        ("Today", f"{usd(spend.day_usd)} of {_cap(limits.daily_usd, limits.exempt)}"),
+                        (
+                            "Tokens today",
+                            f"{spend.day_tokens:,} of {_cap(limits.daily_tokens, limits.exempt, money=False)}",
+                        ),
+                        (
+                            "This month",
+                            f"{usd(spend.month_usd)} of {_cap(limits.monthly_usd, limits.exempt)}",
+                        ),
+                        ("Caps", "own" if own else "default"),
+                    ]
+                )
+            )
         else:
-            parts.append(cards([("Sessions", esc(facts.get("sessions", 0))),
-                                ("Messages written", esc(facts.get("messages", 0)))]))
+            parts.append(
+                cards(
+                    [
+                        ("Sessions", esc(facts.get("sessions", 0))),
+                        ("Messages written", esc(facts.get("messages", 0))),
+                    ]
+                )
+            )
         try:
             profile = d.files.user(ref)
         except InvalidIdentifier as e:  # a symlink in the tree pointing elsewhere
@@ -311,13 +352,20 @@ class AdminDashboard:
             others = [m for m in await d.linked(ref) if m != ref]
             parts.append("<h2>Linked identities</h2>")
             parts.append(
-                "<ul>" + "".join(f'<li><a href="{href("/admin/users/" + seg(str(m)))}">{esc(m)}</a></li>'
-                                 for m in others) + "</ul>"
+                "<ul>"
+                + "".join(
+                    f'<li><a href="{href("/admin/users/" + seg(str(m)))}">{esc(m)}</a></li>' for m in others
+                )
+                + "</ul>"
                 + '<p class="muted">Linked accounts share this USER.md and budget.</p>'
-                if others else '<p class="muted">Not linked to another account (/link).</p>'
+                if others
+                else '<p class="muted">Not linked to another account (/link).</p>'
             )
-        sessions = [s for s in await d.store.list_sessions(None, limit=500)
-                    if s.platform == ref.platform and s.user_id == ref.user_id]
+        sessions = [
+            s
+            for s in await d.store.list_sessions(None, limit=500)
+            if s.platform == ref.platform and s.user_id == ref.user_id
+        ]
         parts.append("<h2>Sessions</h2>")
         parts.append(_session_table(sessions))
         return _html(layout(person, "".join(parts), active="users", session=session))
@@ -327,27 +375,39 @@ class AdminDashboard:
         body = await self._memory_editor(session, self.deps.files.shared(), target="memory", user=None)
         return _html(layout("Shared memory (MEMORY.md)", body, active="memory", session=session))
 
-    async def _memory_editor(self, session: AdminSession, file: CuratedFile, *, target: str, user: str | None) -> str:
+    async def _memory_editor(
+        self, session: AdminSession, file: CuratedFile, *, target: str, user: str | None
+    ) -> str:
         snap = await asyncio.to_thread(file.load)
         fields = {"target": target, **({"user": user} if user else {})}
         warn = "".join(f'<p class="flash error">{esc(w)}</p>' for w in snap.warnings)
-        usage = (f'<p>{snap.chars:,} / {snap.limit:,} characters ({snap.pct}%) '
-                 f'<meter min="0" max="{snap.limit}" value="{min(snap.chars, snap.limit)}"></meter></p>')
+        usage = (
+            f"<p>{snap.chars:,} / {snap.limit:,} characters ({snap.pct}%) "
+            f'<meter min="0" max="{snap.limit}" value="{min(snap.chars, snap.limit)}"></meter></p>'
+        )
         items = []
         for i, (entry, threat) in enumerate(zip(snap.entries, snap.threats)):
             flag = badge(f"blocked from prompts: {threat}", "bad") if threat is not None else ""
             edit = (
                 f'<details><summary>Edit</summary><form method="post" action="/admin/memory">'
                 f"{pages.csrf_field(session)}"
-                + "".join(f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">' for k, v in fields.items())
+                + "".join(
+                    f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">' for k, v in fields.items()
+                )
                 + '<input type="hidden" name="action" value="replace">'
                 f'<input type="hidden" name="old_text" value="{esc(entry)}">'
                 f'<label for="entry-{i}">Entry {i + 1}</label>'
                 f'<textarea id="entry-{i}" name="content" rows="3">{esc(entry)}</textarea>'
                 '<button type="submit">Save</button></form></details>'
             )
-            remove = post_button(session, "/admin/memory", "Remove", {**fields, "action": "remove", "old_text": entry},
-                                 confirm="Remove this entry?", kind="danger")
+            remove = post_button(
+                session,
+                "/admin/memory",
+                "Remove",
+                {**fields, "action": "remove", "old_text": entry},
+                confirm="Remove this entry?",
+                kind="danger",
+            )
             items.append(
                 f'<li class="entry"><pre>{esc(entry)}</pre>{flag}<div class="actions">{edit}{remove}</div></li>'
             )
@@ -359,11 +419,15 @@ class AdminDashboard:
             f'<textarea id="new-{esc(target)}" name="content" rows="3" required></textarea>'
             '<button type="submit">Add entry</button></form>'
         )
-        note = ('<p class="muted">Edits go through the memory tool: the same character limit, threat scan and '
-                "results. A session sees a change from its next start.</p>")
+        note = (
+            '<p class="muted">Edits go through the memory tool: the same character limit, threat scan and '
+            "results. A session sees a change from its next start.</p>"
+        )
         where = _shown_path(file.path, self.deps.settings.home)
-        return (f'<section class="memory" data-target="{esc(target)}"><p class="muted">{esc(where)}</p>'
-                f"{warn}{usage}{entries}{add}{note}</section>")
+        return (
+            f'<section class="memory" data-target="{esc(target)}"><p class="muted">{esc(where)}</p>'
+            f"{warn}{usage}{entries}{add}{note}</section>"
+        )
 
     async def _memory_write(
         self, request: web.Request, session: AdminSession, form: MultiDictProxy[Any]
@@ -384,11 +448,21 @@ class AdminDashboard:
             value = form.get(name)
             if isinstance(value, str):
                 args[name] = value.replace("\r\n", "\n")
-        ctx = MemoryCallContext(speaker=ref, agent_context=AgentContext.PRIMARY, is_admin=True,
-                                shared_write=self.deps.settings.memory.shared_write)
+        ctx = MemoryCallContext(
+            speaker=ref,
+            agent_context=AgentContext.PRIMARY,
+            is_admin=True,
+            shared_write=self.deps.settings.memory.shared_write,
+        )
         result = await run_memory_tool(self.deps.files, args, ctx, WriteAttempts())
-        self._audit(session, f"memory.{action}", target=target, user=str(ref) if ref else None,
-                    success=result["success"], threat=result.get("threat"))
+        self._audit(
+            session,
+            f"memory.{action}",
+            target=target,
+            user=str(ref) if ref else None,
+            success=result["success"],
+            threat=result.get("threat"),
+        )
         session.flash.append(("ok" if result["success"] else "error", str(result["message"])))
         raise _back(back)
 
@@ -411,8 +485,10 @@ class AdminDashboard:
             when = esc(m.created_at.strftime("%Y-%m-%d %H:%M:%S"))
             if m.role == "tool":
                 kind = " (error)" if m.is_error else ""
-                items.append(f'<li class="msg tool"><details><summary>tool result · {esc(m.tool_name)}{kind} '
-                             f'<span class="muted">{when}</span></summary><pre>{esc(m.content)}</pre></details></li>')
+                items.append(
+                    f'<li class="msg tool"><details><summary>tool result · {esc(m.tool_name)}{kind} '
+                    f'<span class="muted">{when}</span></summary><pre>{esc(m.content)}</pre></details></li>'
+                )
                 continue
             calls = "".join(
                 f'<details class="call"><summary>tool call · {esc(c.name)}</summary>'
@@ -421,16 +497,20 @@ class AdminDashboard:
             )
             who = esc(m.author_name or m.author_id or m.role)
             text = f"<pre>{esc(m.content)}</pre>" if m.content else ""
-            items.append(f'<li class="msg {esc(m.role)}"><div class="who">{who} <span class="muted">{when} · #{m.id}'
-                         f"</span></div>{text}{calls}</li>")
-        head = cards([
-            ("Chat", f'<a href="{href("/admin/sessions", chat=row.chat_key)}">{esc(row.chat_key)}</a>'),
-            ("Source", esc(row.source)),
-            ("Started", esc(row.started_at.strftime("%Y-%m-%d %H:%M"))),
-            ("State", esc(f"ended ({row.end_reason})" if row.is_ended else "active")),
-            ("Messages", esc(row.message_count)),
-            ("Cost", usd(row.estimated_cost_usd)),
-        ])
+            items.append(
+                f'<li class="msg {esc(m.role)}"><div class="who">{who} <span class="muted">{when} · #{m.id}'
+                f"</span></div>{text}{calls}</li>"
+            )
+        head = cards(
+            [
+                ("Chat", f'<a href="{href("/admin/sessions", chat=row.chat_key)}">{esc(row.chat_key)}</a>'),
+                ("Source", esc(row.source)),
+                ("Started", esc(row.started_at.strftime("%Y-%m-%d %H:%M"))),
+                ("State", esc(f"ended ({row.end_reason})" if row.is_ended else "active")),
+                ("Messages", esc(row.message_count)),
+                ("Cost", usd(row.estimated_cost_usd)),
+            ]
+        )
         body = head + f'<ol class="transcript">{"".join(items)}</ol>'
         return _html(layout(row.title or f"Session {row.id}", body, active="sessions", session=session))
 
@@ -447,8 +527,10 @@ class AdminDashboard:
             except InvalidSearchQuery as e:
                 session.flash.append(("error", str(e)))
                 result = None
-            parts.append(f'<p class="scope">Scope: <strong>{esc(scope)}</strong> · '
-                         f"{len(result.hits) if result else 0} matches</p>")
+            parts.append(
+                f'<p class="scope">Scope: <strong>{esc(scope)}</strong> · '
+                f"{len(result.hits) if result else 0} matches</p>"
+            )
             for s in result.sessions if result else ():
                 hits = "".join(
                     f'<li><span class="muted">#{h.message_id} {esc(h.created_at.strftime("%Y-%m-%d %H:%M"))} '
@@ -480,9 +562,15 @@ class AdminDashboard:
             owner = "" if skill.owner is None else str(skill.owner)
             actions = []
             if skill.owner is not None:
-                actions.append(post_button(session, "/admin/skills/promote", "Promote to shared",
-                                           {"name": skill.name, "owner": owner},
-                                           confirm=f"Promote {skill.name} to the shared skills?"))
+                actions.append(
+                    post_button(
+                        session,
+                        "/admin/skills/promote",
+                        "Promote to shared",
+                        {"name": skill.name, "owner": owner},
+                        confirm=f"Promote {skill.name} to the shared skills?",
+                    )
+                )
             if versions:
                 choices = "".join(
                     f'<option value="{n}"{" selected" if n == versions[-1] else ""}>v{n}</option>'
@@ -496,13 +584,15 @@ class AdminDashboard:
                     f'<label class="inline">Version <select name="to">{choices}</select></label>'
                     '<button type="submit">Roll back</button></form>'
                 )
-            rows.append((
-                f'<a href="{href("/admin/skills/view", name=skill.name, owner=owner)}">{esc(skill.name)}</a>',
-                esc(skill.scope) + (f" · {esc(owner)}" if owner else ""),
-                esc(skill.meta.description),
-                esc(", ".join(map(str, versions)) or "—"),
-                "".join(actions),
-            ))
+            rows.append(
+                (
+                    f'<a href="{href("/admin/skills/view", name=skill.name, owner=owner)}">{esc(skill.name)}</a>',
+                    esc(skill.scope) + (f" · {esc(owner)}" if owner else ""),
+                    esc(skill.meta.description),
+                    esc(", ".join(map(str, versions)) or "—"),
+                    "".join(actions),
+                )
+            )
         body = table(("Skill", "Scope", "Description", "Kept versions", ""), rows, empty="No skills yet.")
         return _html(layout("Skills", body, active="skills", session=session))
 
@@ -533,11 +623,16 @@ class AdminDashboard:
         if found is None:
             raise web.HTTPNotFound(text="no such skill\n", headers=_HEADERS)
         skill, text, files, versions = found
-        body = cards([
-            ("Scope", esc(skill.scope) + (f" · {esc(owner)}" if owner else "")),
-            ("Files", esc(", ".join(files) or "SKILL.md only")),
-            ("Kept versions", esc(", ".join(map(str, versions)) or "—")),
-        ]) + f"<h2>SKILL.md</h2><pre class=\"doc\">{esc(text)}</pre>"
+        body = (
+            cards(
+                [
+                    ("Scope", esc(skill.scope) + (f" · {esc(owner)}" if owner else "")),
+                    ("Files", esc(", ".join(files) or "SKILL.md only")),
+                    ("Kept versions", esc(", ".join(map(str, versions)) or "—")),
+                ]
+            )
+            + f'<h2>SKILL.md</h2><pre class="doc">{esc(text)}</pre>'
+        )
         return _html(layout(f"Skill {skill.name}", body, active="skills", session=session))
 
     async def _skill_write(
@@ -559,10 +654,14 @@ class AdminDashboard:
                 n = await asyncio.to_thread(store.rollback, name, owner, int(to) if to else None)
                 message = f"{name} restored to version {n}"
         except SkillRefused as e:
-            self._audit(session, f"skills.{verb}", skill=name, owner=str(owner) if owner else None, success=False)
+            self._audit(
+                session, f"skills.{verb}", skill=name, owner=str(owner) if owner else None, success=False
+            )
             session.flash.append(("error", e.reason))
         else:
-            self._audit(session, f"skills.{verb}", skill=name, owner=str(owner) if owner else None, success=True)
+            self._audit(
+                session, f"skills.{verb}", skill=name, owner=str(owner) if owner else None, success=True
+            )
             session.flash.append(("ok", message))
         raise _back("/admin/skills")
 
@@ -576,16 +675,28 @@ class AdminDashboard:
                 actions.append(post_button(session, f"/admin/cron/{seg(job.id)}/pause", "Pause"))
             elif s["state"] == "paused":
                 actions.append(post_button(session, f"/admin/cron/{seg(job.id)}/resume", "Resume"))
-            actions.append(post_button(session, f"/admin/cron/{seg(job.id)}/run", "Run now",
-                                       confirm=f"Run {job.id} now?"))
-            rows.append((
-                f"<code>{esc(s['id'])}</code>", esc(s["chat"]), esc(s["schedule"]), esc(s["state"]),
-                esc(s["next_run"] or "—"), esc(s["last_result"] or "—"),
-                f'<span class="prompt">{esc(s["prompt"])}</span>',
-                "".join(actions),
-            ))
-        body = table(("Job", "Chat", "Schedule", "State", "Next run", "Last result", "Prompt", ""), rows,
-                     empty="No scheduled jobs.")
+            actions.append(
+                post_button(
+                    session, f"/admin/cron/{seg(job.id)}/run", "Run now", confirm=f"Run {job.id} now?"
+                )
+            )
+            rows.append(
+                (
+                    f"<code>{esc(s['id'])}</code>",
+                    esc(s["chat"]),
+                    esc(s["schedule"]),
+                    esc(s["state"]),
+                    esc(s["next_run"] or "—"),
+                    esc(s["last_result"] or "—"),
+                    f'<span class="prompt">{esc(s["prompt"])}</span>',
+                    "".join(actions),
+                )
+            )
+        body = table(
+            ("Job", "Chat", "Schedule", "State", "Next run", "Last result", "Prompt", ""),
+            rows,
+            empty="No scheduled jobs.",
+        )
         return _html(layout("Cron", body, active="cron", session=session))
 
     async def _cron_write(
@@ -615,17 +726,47 @@ class AdminDashboard:
         failed = [j for j in all_jobs if j.state is JobState.FAILED]
         done = sum(1 for j in all_jobs if j.state is JobState.DONE)
         when = _stamp
-        pending_rows = [(esc(j.id), esc(j.kind), f"<code>{esc(j.session_id)}</code>", esc(j.state.value),
-                         esc(j.attempts), esc(when(j.not_before))) for j in pending]
-        failed_rows = [(esc(j.id), esc(j.kind), f"<code>{esc(j.session_id)}</code>", esc(j.attempts),
-                        esc(when(j.finished_at or j.updated_at)), f'<pre class="error">{esc(j.error)}</pre>',
-                        post_button(session, f"/admin/jobs/{j.id}/retry", "Retry")) for j in failed]
+        pending_rows = [
+            (
+                esc(j.id),
+                esc(j.kind),
+                f"<code>{esc(j.session_id)}</code>",
+                esc(j.state.value),
+                esc(j.attempts),
+                esc(when(j.not_before)),
+            )
+            for j in pending
+        ]
+        failed_rows = [
+            (
+                esc(j.id),
+                esc(j.kind),
+                f"<code>{esc(j.session_id)}</code>",
+                esc(j.attempts),
+                esc(when(j.finished_at or j.updated_at)),
+                f'<pre class="error">{esc(j.error)}</pre>',
+                post_button(session, f"/admin/jobs/{j.id}/retry", "Retry"),
+            )
+            for j in failed
+        ]
         body = (
-            cards([("Pending", esc(len(pending))), ("Failed", esc(len(failed))), ("Done (kept 30 days)", esc(done))])
-            + "<h2>Pending</h2>" + table(("Job", "Kind", "Session", "State", "Attempts", "Due"), pending_rows,
-                                         empty="Nothing pending.")
-            + "<h2>Failed</h2>" + table(("Job", "Kind", "Session", "Attempts", "Failed at", "Error", ""), failed_rows,
-                                        empty="No failed jobs.")
+            cards(
+                [
+                    ("Pending", esc(len(pending))),
+                    ("Failed", esc(len(failed))),
+                    ("Done (kept 30 days)", esc(done)),
+                ]
+            )
+            + "<h2>Pending</h2>"
+            + table(
+                ("Job", "Kind", "Session", "State", "Attempts", "Due"), pending_rows, empty="Nothing pending."
+            )
+            + "<h2>Failed</h2>"
+            + table(
+                ("Job", "Kind", "Session", "Attempts", "Failed at", "Error", ""),
+                failed_rows,
+                empty="No failed jobs.",
+            )
         )
         return _html(layout("Jobs", body, active="jobs", session=session))
 
@@ -670,12 +811,18 @@ def _cap(value: float | int | None, exempt: bool, *, money: bool = True) -> str:
 def _session_table(rows: Any) -> str:
     return table(
         ("Session", "Chat", "Source", "Started", "Messages", "State", "Cost"),
-        [(
-            f'<a href="{href("/admin/sessions/" + seg(s.id))}">{esc(s.title or s.id)}</a>',
-            f'<a href="{href("/admin/sessions", chat=s.chat_key)}">{esc(s.chat_key)}</a>',
-            esc(s.source), esc(s.started_at.strftime("%Y-%m-%d %H:%M")), esc(s.message_count),
-            esc(f"ended ({s.end_reason})" if s.is_ended else "active"), usd(s.estimated_cost_usd),
-        ) for s in rows],
+        [
+            (
+                f'<a href="{href("/admin/sessions/" + seg(s.id))}">{esc(s.title or s.id)}</a>',
+                f'<a href="{href("/admin/sessions", chat=s.chat_key)}">{esc(s.chat_key)}</a>',
+                esc(s.source),
+                esc(s.started_at.strftime("%Y-%m-%d %H:%M")),
+                esc(s.message_count),
+                esc(f"ended ({s.end_reason})" if s.is_ended else "active"),
+                usd(s.estimated_cost_usd),
+            )
+            for s in rows
+        ],
         empty="No sessions.",
     )
 

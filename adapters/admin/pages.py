@@ -81,7 +81,9 @@ def post_button(
     confirm: str | None = None,
     kind: str = "",
 ) -> str:
-    hidden = "".join(f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">' for k, v in (fields or {}).items())
+    hidden = "".join(
+        f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">' for k, v in (fields or {}).items()
+    )
     data = f' data-confirm="{esc(confirm)}"' if confirm else ""
     cls = f' class="{esc(kind)}"' if kind else ""
     return (
@@ -102,7 +104,8 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, empty: str =
 def cards(items: Iterable[tuple[str, str]]) -> str:
     """(label, ready HTML value) tiles."""
     tiles = "".join(
-        f'<div class="card"><div class="label">{esc(k)}</div><div class="value">{v}</div></div>' for k, v in items
+        f'<div class="card"><div class="label">{esc(k)}</div><div class="value">{v}</div></div>'
+        for k, v in items
     )
     return f'<div class="cards">{tiles}</div>'
 

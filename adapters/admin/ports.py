@@ -61,8 +61,7 @@ class ProfileReads(Protocol):
         """Messages and cost per local day, the last ``days`` days, oldest first."""
         ...
 
-    async def last_backup(self) -> BackupStatus | None:
-        ...
+    async def last_backup(self) -> BackupStatus | None: ...
 
 
 @dataclass(frozen=True)

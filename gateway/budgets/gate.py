@@ -35,7 +35,9 @@ class Limits:
 
     @property
     def capped(self) -> bool:
-        return not self.exempt and any(v is not None for v in (self.daily_usd, self.monthly_usd, self.daily_tokens))
+        return not self.exempt and any(
+            v is not None for v in (self.daily_usd, self.monthly_usd, self.daily_tokens)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,11 @@ def _in(delta: timedelta) -> str:
     minutes = max(1, int(delta.total_seconds() // 60))
     days, rest = divmod(minutes, 24 * 60)
     hours, mins = divmod(rest, 60)
-    parts = ([f"{days} d"] if days else []) + ([f"{hours} h"] if hours else []) + ([f"{mins} min"] if mins else [])
+    parts = (
+        ([f"{days} d"] if days else [])
+        + ([f"{hours} h"] if hours else [])
+        + ([f"{mins} min"] if mins else [])
+    )
     return "in " + " ".join(parts)
 
 
@@ -154,5 +160,7 @@ class BudgetGate:
             lines.append("No personal cap (admin).")
         elif not limits.capped:
             lines.append("No personal cap is set.")
-        lines.append(f"Daily counters reset {next_day(now):%Y-%m-%d %H:%M}, monthly {next_month(now):%Y-%m-%d}.")
+        lines.append(
+            f"Daily counters reset {next_day(now):%Y-%m-%d %H:%M}, monthly {next_month(now):%Y-%m-%d}."
+        )
         return "\n".join(lines)

@@ -150,8 +150,14 @@ class SqliteBudgets:
                 " COALESCE(SUM(cost_usd), 0), COALESCE(SUM(tokens), 0),"
                 " COALESCE(SUM(CASE WHEN day = ? THEN requests END), 0)"
                 f" FROM usage_days WHERE payer IN ({','.join('?' * len(payers))}) AND day >= ? AND day <= ?",
-                (today.isoformat(), today.isoformat(), today.isoformat(), *payers,
-                 today.replace(day=1).isoformat(), today.isoformat()),
+                (
+                    today.isoformat(),
+                    today.isoformat(),
+                    today.isoformat(),
+                    *payers,
+                    today.replace(day=1).isoformat(),
+                    today.isoformat(),
+                ),
             ).fetchone()
             return Spend(float(row[0]), int(row[1]), float(row[2]), int(row[3]), int(row[4]))
 

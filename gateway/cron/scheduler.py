@@ -44,17 +44,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent, JobSubmissionEvent
+from apscheduler.events import (
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    JobExecutionEvent,
+    JobSubmissionEvent,
+)
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from mnemo.gateway.config import CronSettings
+from mnemo.gateway.cron.schedules import local_time, utc, zone
 from mnemo.gateway.cron.service import OPERATOR_USER, CronJobs
 from mnemo.gateway.cron.store import Claimed, CronJob, CronRepository, JobSource, JobState, RunState
 from mnemo.gateway.events import SILENT, ChatType, InboundMessage, OutboundMessage
-from mnemo.gateway.turns.agent import TurnResult
 from mnemo.gateway.logs import get_logger
-from mnemo.gateway.cron.schedules import local_time, utc, zone
+from mnemo.gateway.turns.agent import TurnResult
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.memory.sessions import Clock, utc_now
 
@@ -120,7 +125,9 @@ class RunAccess(Protocol):
 
 
 class CronRunner:
-    def __init__(self, turns: ScheduledTurns, access: RunAccess, store: CronRepository, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, turns: ScheduledTurns, access: RunAccess, store: CronRepository, *, clock: Clock = utc_now
+    ) -> None:
         self.turns = turns
         self.access = access
         self.store = store
@@ -142,8 +149,9 @@ class CronRunner:
             raise
         except Exception as e:  # loop boundary: one broken run never stops the scheduler
             log.exception("cron_run_error", job=job.id, run=run_id)
-            await self.store.finish_run(run_id, RunState.FAILED, self.clock(), detail=f"{type(e).__name__}: {e}",
-                                        job_done=job_done)
+            await self.store.finish_run(
+                run_id, RunState.FAILED, self.clock(), detail=f"{type(e).__name__}: {e}", job_done=job_done
+            )
             return RunState.FAILED
         delivery = None
         if result.failed:
@@ -159,7 +167,12 @@ class CronRunner:
                 scheduled=True,
             )
         outbox_id = await self.store.finish_run(
-            run_id, state, self.clock(), detail=detail, session_id=result.session_id, delivery=delivery,
+            run_id,
+            state,
+            self.clock(),
+            detail=detail,
+            session_id=result.session_id,
+            delivery=delivery,
             job_done=job_done,
         )
         if outbox_id is not None:
@@ -174,7 +187,9 @@ class CronRunner:
         # A group job of the operator's speaks for nobody; any other run speaks for its
         # user, who must still be allowed (in a DM, that user is the chat).
         operator_group_job = job.source in (JobSource.CLI, JobSource.CONFIG) and job.user_id == OPERATOR_USER
-        if not operator_group_job and not await access.user_allowed(UserRef(job.target.platform, job.user_id)):
+        if not operator_group_job and not await access.user_allowed(
+            UserRef(job.target.platform, job.user_id)
+        ):
             return f"{job.target.platform}:{job.user_id} is no longer authorized"
         return None
 
@@ -241,8 +256,12 @@ class CronScheduler:
         await self._recover()
         await self.reconcile()
         self._poll = asyncio.create_task(self._poll_loop(), name="cron-poll")
-        log.info("cron_scheduler_started", jobs=len(self._seen), grace_s=self.settings.misfire_grace_s,
-                 coalesce=self.settings.coalesce)
+        log.info(
+            "cron_scheduler_started",
+            jobs=len(self._seen),
+            grace_s=self.settings.misfire_grace_s,
+            coalesce=self.settings.coalesce,
+        )
 
     async def stop(self) -> None:
         aps, self._aps = self._aps, None
@@ -313,7 +332,7 @@ class CronScheduler:
         assert self._aps is not None
         try:
             trigger = job.schedule.trigger()
-        except Exception as e:  # noqa: BLE001 - a job that cannot be scheduled is logged, the rest run
+        except Exception as e:
             log.error("cron_job_unschedulable", job=job.id, error=f"{type(e).__name__}: {e}")
             return
         self._aps.add_job(
@@ -346,9 +365,13 @@ class CronScheduler:
         if seen is None:
             return
         new_next = self._aps_next(job_id)
-        claimed = await self.store.claim_scheduled(job_id, seen.rev, seen.next_run_at, new_next, self.clock(), self.pid)
+        claimed = await self.store.claim_scheduled(
+            job_id, seen.rev, seen.next_run_at, new_next, self.clock(), self.pid
+        )
         if claimed is None:
-            log.info("cron_slot_not_claimed", job=job_id, reason="changed meanwhile, or run by another process")
+            log.info(
+                "cron_slot_not_claimed", job=job_id, reason="changed meanwhile, or run by another process"
+            )
             self.poke()
             return
         self._seen[job_id] = _Seen(claimed.job.rev, new_next)
@@ -385,8 +408,13 @@ class CronScheduler:
             f"missed the run of {local_time(slot, job.schedule.timezone)}: {late_s} s late, more than the "
             f"misfire grace of {self.settings.misfire_grace_s} s"
         )
-        log.warning("cron_run_missed", job=job_id, scheduled_for=slot.isoformat(), late_s=late_s,
-                    grace_s=self.settings.misfire_grace_s)
+        log.warning(
+            "cron_run_missed",
+            job=job_id,
+            scheduled_for=slot.isoformat(),
+            late_s=late_s,
+            grace_s=self.settings.misfire_grace_s,
+        )
         new_next = self._aps_next(job_id)
         if await self.store.record_missed(job_id, seen.rev, seen.next_run_at, new_next, now, detail):
             self._seen[job_id] = _Seen(seen.rev + int(new_next is None), new_next)

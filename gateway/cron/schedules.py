@@ -96,7 +96,9 @@ def zone(name: str) -> ZoneInfo:
 def parse_duration(text: str) -> timedelta:
     """``90s``, ``15m``, ``2h``, ``1d``, ``1w``, ``1h30m``, ``2 hours`` → timedelta."""
     if not _DURATION.match(text or ""):
-        raise InvalidJob(f"invalid duration {text!r}: use a number and a unit, such as 90s, 15m, 2h, 1d or 1h30m")
+        raise InvalidJob(
+            f"invalid duration {text!r}: use a number and a unit, such as 90s, 15m, 2h, 1d or 1h30m"
+        )
     total = 0
     for amount, unit in _DURATION_PART.findall(text):
         seconds = _UNITS.get(unit.lower())

@@ -31,10 +31,6 @@ from datetime import datetime
 from typing import Any
 
 from mnemo.gateway.config import CronSettings
-from mnemo.gateway.cron.store import CronJob, CronRepository, JobSource, JobState, JobTarget
-from mnemo.gateway.errors import ConfigError, CronError, InvalidJob, JobNotAllowed, JobNotFound
-from mnemo.gateway.events import ChatType
-from mnemo.gateway.logs import get_logger
 from mnemo.gateway.cron.schedules import (
     Schedule,
     ScheduleKind,
@@ -45,10 +41,14 @@ from mnemo.gateway.cron.schedules import (
     parse_duration,
     zone,
 )
-from mnemo.memory.threats import scan
+from mnemo.gateway.cron.store import CronJob, CronRepository, JobSource, JobState, JobTarget
+from mnemo.gateway.errors import ConfigError, CronError, InvalidJob, JobNotAllowed, JobNotFound
+from mnemo.gateway.events import ChatType
+from mnemo.gateway.logs import get_logger
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import validate_id
 from mnemo.memory.sessions import Clock, utc_now
+from mnemo.memory.threats import scan
 
 log = get_logger(__name__)
 
@@ -82,7 +82,9 @@ class Caller:
             return True
         c = self.chat
         return c is not None and (job.target.platform, job.target.chat_id, job.target.thread_id) == (
-            c.platform, c.chat_id, c.thread_id,
+            c.platform,
+            c.chat_id,
+            c.thread_id,
         )
 
     def may_change(self, job: CronJob) -> bool:
@@ -114,8 +116,12 @@ def parse_chat(text: str) -> JobTarget:
 
 
 def _check_target(target: JobTarget, user_id: str | None) -> None:
-    for kind, value in (("platform", target.platform), ("chat", target.chat_id), ("thread", target.thread_id),
-                        ("user", user_id)):
+    for kind, value in (
+        ("platform", target.platform),
+        ("chat", target.chat_id),
+        ("thread", target.thread_id),
+        ("user", user_id),
+    ):
         if value is None:
             continue
         validate_id(kind, value)
@@ -128,7 +134,9 @@ def check_prompt(prompt: str, limit: int) -> str:
     if not text:
         raise InvalidJob("the prompt is empty: say what the job should do at each run")
     if len(text) > limit:
-        raise InvalidJob(f"the prompt has {len(text):,} characters; the limit is {limit:,} (cron.max_prompt_chars)")
+        raise InvalidJob(
+            f"the prompt has {len(text):,} characters; the limit is {limit:,} (cron.max_prompt_chars)"
+        )
     # A job's prompt is stored and replayed as a user turn at every run: the same
     # scan as every other durable text the model (or a chat) can write.
     threat = scan(text)
@@ -174,7 +182,9 @@ def parse_declared(
     return job_id, (target, user_id, prompt, kind, when, tz)
 
 
-def declared_job_problems(settings: CronSettings, default_timezone: str, now: datetime | None = None) -> list[str]:
+def declared_job_problems(
+    settings: CronSettings, default_timezone: str, now: datetime | None = None
+) -> list[str]:
     """Every problem in ``cron.jobs`` at once, one line per bad entry (``cron.jobs[i] (id):
     reason``), without a database: what ``load_settings`` reports before anything runs.
     An ``at`` time already past is not a problem here (the job may have run); creating
@@ -193,7 +203,9 @@ def declared_job_problems(settings: CronSettings, default_timezone: str, now: da
             problems.append(str(e))
             continue
         if job_id in first_at:
-            problems.append(f"cron.jobs[{i}]: id {job_id!r} is used twice (first at cron.jobs[{first_at[job_id]}])")
+            problems.append(
+                f"cron.jobs[{i}]: id {job_id!r} is used twice (first at cron.jobs[{first_at[job_id]}])"
+            )
             continue
         first_at[job_id] = i
         try:
@@ -246,7 +258,11 @@ class CronJobs:
         if kind not in SCHEDULE_KINDS:
             raise InvalidJob(f"unknown schedule kind {kind!r} (use one of: {', '.join(SCHEDULE_KINDS)})")
         return make_schedule(
-            kind, text, timezone or self.default_timezone, self.clock(), min_interval_s=self.settings.min_interval_s
+            kind,
+            text,
+            timezone or self.default_timezone,
+            self.clock(),
+            min_interval_s=self.settings.min_interval_s,
         )
 
     async def create(
@@ -300,8 +316,13 @@ class CronJobs:
                 created_at=now,
             )
             if await self.store.insert(job):
-                log.info("cron_job_created", job=job.id, target=str(target), schedule=schedule.describe(),
-                         by=caller.name)
+                log.info(
+                    "cron_job_created",
+                    job=job.id,
+                    target=str(target),
+                    schedule=schedule.describe(),
+                    by=caller.name,
+                )
                 self._changed()
                 return job
         raise CronError("could not allocate a job id; try again")
@@ -346,7 +367,9 @@ class CronJobs:
         # Runs missed while paused are not made up for: the job continues from now.
         next_run = job.schedule.next_run(now)
         if next_run is None:
-            raise InvalidJob(f"job {job.id} was due {job.schedule.describe()}, which has passed; remove it instead")
+            raise InvalidJob(
+                f"job {job.id} was due {job.schedule.describe()}, which has passed; remove it instead"
+            )
         await self.store.set_state(job.id, JobState.ACTIVE, next_run, now, result="resumed")
         log.info("cron_job_resumed", job=job.id, by=caller.name)
         self._changed()
@@ -388,7 +411,9 @@ class CronJobs:
         for i, (job_id, (target, user_id, prompt, kind, when, tz)) in enumerate(wanted.items()):
             old = existing.get(job_id)
             if old is not None and not old.declared:
-                raise ConfigError(f"cron.jobs[{i}]: id {job_id!r} is taken by a job created with {old.source.value}")
+                raise ConfigError(
+                    f"cron.jobs[{i}]: id {job_id!r} is taken by a job created with {old.source.value}"
+                )
             if old is not None and self._same(old, target, user_id, prompt, kind, when, tz):
                 continue
             try:
@@ -396,9 +421,19 @@ class CronJobs:
             except InvalidJob as e:
                 raise ConfigError(f"cron.jobs[{i}] ({job_id}): {e}") from None
             job = CronJob(
-                id=job_id, target=target, user_id=user_id, source=JobSource.CONFIG, created_by=operator.name,
-                prompt=prompt, schedule=schedule, state=JobState.ACTIVE, next_run_at=schedule.next_run(now),
-                last_run_at=None, last_result=None, rev=1, created_at=now,
+                id=job_id,
+                target=target,
+                user_id=user_id,
+                source=JobSource.CONFIG,
+                created_by=operator.name,
+                prompt=prompt,
+                schedule=schedule,
+                state=JobState.ACTIVE,
+                next_run_at=schedule.next_run(now),
+                last_run_at=None,
+                last_result=None,
+                rev=1,
+                created_at=now,
             )
             if old is None:
                 await self.store.insert(job)
@@ -415,12 +450,22 @@ class CronJobs:
             self._changed()
         return added, redefined, removed
 
-    def _declared(self, i: int, entry: Mapping[str, Any]) -> tuple[str, tuple[JobTarget, str, str, str, str, str]]:
+    def _declared(
+        self, i: int, entry: Mapping[str, Any]
+    ) -> tuple[str, tuple[JobTarget, str, str, str, str, str]]:
         return parse_declared(i, entry, self.settings, self.default_timezone)
 
-    def _same(self, job: CronJob, target: JobTarget, user_id: str, prompt: str, kind: str, when: str, tz: str) -> bool:
+    def _same(
+        self, job: CronJob, target: JobTarget, user_id: str, prompt: str, kind: str, when: str, tz: str
+    ) -> bool:
         s = job.schedule
-        if (job.target, job.user_id, job.prompt, s.kind.value, s.timezone) != (target, user_id, prompt, kind, tz):
+        if (job.target, job.user_id, job.prompt, s.kind.value, s.timezone) != (
+            target,
+            user_id,
+            prompt,
+            kind,
+            tz,
+        ):
             return False
         try:
             if s.kind is ScheduleKind.CRON:
@@ -458,4 +503,3 @@ def job_line(job: CronJob, *, with_chat: bool = False) -> str:
     chat = f"{job.target}  " if with_chat else ""
     last = f"  last: {job.last_result}" if job.last_result else ""
     return f"{job.id}  {job.state.value:<6}  {chat}{job.schedule.describe()}  {when}  “{prompt}”{last}"
-

@@ -29,9 +29,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
-from mnemo.gateway.events import ChatRef, ChatType, OutboundMessage
-from mnemo.gateway.delivery.outbox import OutboxQueue
 from mnemo.gateway.cron.schedules import Schedule, ScheduleKind
+from mnemo.gateway.delivery.outbox import OutboxQueue
+from mnemo.gateway.events import ChatRef, ChatType, OutboundMessage
 from mnemo.memory.db import Database
 
 
@@ -185,7 +185,12 @@ class CronJobRepository(Protocol):
     async def in_chat(self, target: JobTarget) -> list[CronJob]: ...
 
     async def set_state(
-        self, job_id: str, state: JobState, next_run_at: datetime | None, now: datetime, result: str | None = None
+        self,
+        job_id: str,
+        state: JobState,
+        next_run_at: datetime | None,
+        now: datetime,
+        result: str | None = None,
     ) -> bool: ...
 
     async def delete(self, job_id: str) -> bool:
@@ -199,11 +204,23 @@ class CronRunRepository(Protocol):
     or run, exactly one gets a ``Claimed``. Raises ``StoreError``."""
 
     async def claim_scheduled(
-        self, job_id: str, rev: int, seen_next: datetime | None, new_next: datetime | None, now: datetime, pid: int
+        self,
+        job_id: str,
+        rev: int,
+        seen_next: datetime | None,
+        new_next: datetime | None,
+        now: datetime,
+        pid: int,
     ) -> Claimed | None: ...
 
     async def record_missed(
-        self, job_id: str, rev: int, seen_next: datetime | None, new_next: datetime | None, now: datetime, detail: str
+        self,
+        job_id: str,
+        rev: int,
+        seen_next: datetime | None,
+        new_next: datetime | None,
+        now: datetime,
+        detail: str,
     ) -> bool: ...
 
     async def finish_run(
@@ -230,7 +247,9 @@ class CronRunRepository(Protocol):
         """Runs requested, running or interrupted, oldest first."""
         ...
 
-    async def mark_run(self, run_id: int, state: RunState, now: datetime, detail: str | None = None) -> None: ...
+    async def mark_run(
+        self, run_id: int, state: RunState, now: datetime, detail: str | None = None
+    ) -> None: ...
 
     async def get_run(self, run_id: int) -> CronRun | None: ...
 
@@ -260,10 +279,23 @@ class CronStore:
                 " prompt, schedule_kind, schedule, timezone, start_at, state, next_run_at, created_at, updated_at)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING",
                 (
-                    job.id, job.target.platform, job.target.chat_id, job.target.chat_type.value,
-                    job.target.thread_id, job.user_id, job.source.value, job.created_by, job.prompt,
-                    s.kind.value, s.value, s.timezone, _ts(s.start), job.state.value, _ts(job.next_run_at),
-                    _ts(job.created_at), _ts(job.created_at),
+                    job.id,
+                    job.target.platform,
+                    job.target.chat_id,
+                    job.target.chat_type.value,
+                    job.target.thread_id,
+                    job.user_id,
+                    job.source.value,
+                    job.created_by,
+                    job.prompt,
+                    s.kind.value,
+                    s.value,
+                    s.timezone,
+                    _ts(s.start),
+                    job.state.value,
+                    _ts(job.next_run_at),
+                    _ts(job.created_at),
+                    _ts(job.created_at),
                 ),
             )
             return cur.rowcount == 1
@@ -279,19 +311,34 @@ class CronStore:
                 " schedule_kind=?, schedule=?, timezone=?, start_at=?, state=?, next_run_at=?, rev=rev+1,"
                 " updated_at=? WHERE id=?",
                 (
-                    job.target.platform, job.target.chat_id, job.target.chat_type.value, job.target.thread_id,
-                    job.user_id, job.prompt, s.kind.value, s.value, s.timezone, _ts(s.start), job.state.value,
-                    _ts(job.next_run_at), _ts(now), job.id,
+                    job.target.platform,
+                    job.target.chat_id,
+                    job.target.chat_type.value,
+                    job.target.thread_id,
+                    job.user_id,
+                    job.prompt,
+                    s.kind.value,
+                    s.value,
+                    s.timezone,
+                    _ts(s.start),
+                    job.state.value,
+                    _ts(job.next_run_at),
+                    _ts(now),
+                    job.id,
                 ),
             )
         )
 
     async def get(self, job_id: str) -> CronJob | None:
-        r = await self.db.read(lambda c: c.execute("SELECT * FROM cron_jobs WHERE id = ?", (job_id,)).fetchone())
+        r = await self.db.read(
+            lambda c: c.execute("SELECT * FROM cron_jobs WHERE id = ?", (job_id,)).fetchone()
+        )
         return None if r is None else _job(r)
 
     async def all(self) -> list[CronJob]:
-        rows = await self.db.read(lambda c: c.execute("SELECT * FROM cron_jobs ORDER BY created_at, id").fetchall())
+        rows = await self.db.read(
+            lambda c: c.execute("SELECT * FROM cron_jobs ORDER BY created_at, id").fetchall()
+        )
         return [_job(r) for r in rows]
 
     async def in_chat(self, target: JobTarget) -> list[CronJob]:
@@ -305,7 +352,12 @@ class CronStore:
         return [_job(r) for r in rows]
 
     async def set_state(
-        self, job_id: str, state: JobState, next_run_at: datetime | None, now: datetime, result: str | None = None
+        self,
+        job_id: str,
+        state: JobState,
+        next_run_at: datetime | None,
+        now: datetime,
+        result: str | None = None,
     ) -> bool:
         def tx(c: sqlite3.Connection) -> bool:
             cur = c.execute(
@@ -318,11 +370,19 @@ class CronStore:
         return await self.db.write(tx)
 
     async def delete(self, job_id: str) -> bool:
-        return bool(await self.db.write(lambda c: c.execute("DELETE FROM cron_jobs WHERE id = ?", (job_id,)).rowcount))
+        return bool(
+            await self.db.write(lambda c: c.execute("DELETE FROM cron_jobs WHERE id = ?", (job_id,)).rowcount)
+        )
 
     # --- scheduled runs ---------------------------------------------------------------
     async def claim_scheduled(
-        self, job_id: str, rev: int, seen_next: datetime | None, new_next: datetime | None, now: datetime, pid: int
+        self,
+        job_id: str,
+        rev: int,
+        seen_next: datetime | None,
+        new_next: datetime | None,
+        now: datetime,
+        pid: int,
     ) -> Claimed | None:
         """Start the run of the slot ``seen_next``: advance the job to ``new_next`` and
         insert a running run row, only if the job is unchanged (module docstring)."""
@@ -346,7 +406,13 @@ class CronStore:
         return await self.db.write(tx)
 
     async def record_missed(
-        self, job_id: str, rev: int, seen_next: datetime | None, new_next: datetime | None, now: datetime, detail: str
+        self,
+        job_id: str,
+        rev: int,
+        seen_next: datetime | None,
+        new_next: datetime | None,
+        now: datetime,
+        detail: str,
     ) -> bool:
         """A slot later than the misfire grace: skipped, and recorded as such."""
 
@@ -460,7 +526,9 @@ class CronStore:
         )
 
     async def get_run(self, run_id: int) -> CronRun | None:
-        r = await self.db.read(lambda c: c.execute("SELECT * FROM cron_runs WHERE id = ?", (run_id,)).fetchone())
+        r = await self.db.read(
+            lambda c: c.execute("SELECT * FROM cron_runs WHERE id = ?", (run_id,)).fetchone()
+        )
         return None if r is None else _run(r)
 
     async def runs(self, job_id: str | None = None) -> list[CronRun]:

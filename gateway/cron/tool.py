@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mnemo.gateway.cron.service import SCHEDULE_KINDS, Caller, CronJobs, job_line, job_summary
 from mnemo.gateway.cron.store import CronJob, JobSource, JobTarget
 from mnemo.gateway.errors import CronError
-from mnemo.gateway.events import ChatType, InboundMessage
+from mnemo.gateway.events import ChatType
 from mnemo.gateway.turns.tools import Tool, TurnContext
 from mnemo.memory.scope import AgentContext
 
@@ -64,7 +64,9 @@ def _target(platform: str, chat_id: str, is_dm: bool, thread_id: str | None) -> 
 
 def turn_caller(ctx: TurnContext) -> Caller:
     user_id = ctx.speaker.user_id if ctx.speaker is not None else None
-    return Caller(JobSource.TOOL, _target(ctx.platform, ctx.chat_id, ctx.is_dm, ctx.thread_id), user_id, ctx.is_admin)
+    return Caller(
+        JobSource.TOOL, _target(ctx.platform, ctx.chat_id, ctx.is_dm, ctx.thread_id), user_id, ctx.is_admin
+    )
 
 
 def cronjob_tool(jobs: CronJobs) -> Tool:
@@ -77,7 +79,10 @@ def cronjob_tool(jobs: CronJobs) -> Tool:
                 if len(kinds) != 1:
                     return {"success": False, "error": "give exactly one of cron, every, at or in"}
                 job = await jobs.create(
-                    caller, kind=kinds[0], when=str(args[kinds[0]]), prompt=str(args.get("prompt") or ""),
+                    caller,
+                    kind=kinds[0],
+                    when=str(args[kinds[0]]),
+                    prompt=str(args.get("prompt") or ""),
                     timezone=args.get("timezone") or None,
                 )
                 return {"success": True, "created": job_summary(job)}
@@ -86,7 +91,10 @@ def cronjob_tool(jobs: CronJobs) -> Tool:
                 return {"success": True, "count": len(listed), "jobs": [job_summary(j) for j in listed]}
             job_id = str(args.get("job_id") or "").strip()
             if not job_id:
-                return {"success": False, "error": f"'{action}' needs job_id (use action 'list' to see the ids)"}
+                return {
+                    "success": False,
+                    "error": f"'{action}' needs job_id (use action 'list' to see the ids)",
+                }
             changed = await _change(jobs, caller, action, job_id)
             return {"success": True, action + "d": job_summary(changed)}
         except CronError as e:
@@ -168,8 +176,12 @@ class CronCommand:
 
     async def __call__(self, call: CommandCall) -> str:
         msg, args, admin = call.msg, call.args, call.admin
-        caller = Caller(JobSource.COMMAND, _target(msg.platform, msg.chat_id, msg.is_dm, msg.thread_id),
-                        msg.user_id, admin)
+        caller = Caller(
+            JobSource.COMMAND,
+            _target(msg.platform, msg.chat_id, msg.is_dm, msg.thread_id),
+            msg.user_id,
+            admin,
+        )
         verb, _, rest = args.strip().partition(" ")
         verb = verb.lower() or "list"
         try:

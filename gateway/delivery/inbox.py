@@ -119,7 +119,9 @@ class Inbox:
             )
             if cur.rowcount == 0:
                 return None
-            return _row(conn.execute(f"SELECT {_COLUMNS} FROM inbox WHERE id = ?", (cur.lastrowid,)).fetchone())
+            return _row(
+                conn.execute(f"SELECT {_COLUMNS} FROM inbox WHERE id = ?", (cur.lastrowid,)).fetchone()
+            )
 
         return await self._db.write(tx)
 

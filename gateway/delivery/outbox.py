@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited
 from mnemo.gateway.delivery.streams import StreamLedger
+from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited
 from mnemo.gateway.events import ChatRef, OutboundMessage
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.ports import Adapter
@@ -111,7 +111,12 @@ class OutboxQueue(Protocol):
     Raises ``StoreError`` (``StoreBusy``) when the store cannot be written."""
 
     async def enqueue(
-        self, message: OutboundMessage, *, kind: str = "reply", session_id: str | None = None, inbox_id: int | None = None
+        self,
+        message: OutboundMessage,
+        *,
+        kind: str = "reply",
+        session_id: str | None = None,
+        inbox_id: int | None = None,
     ) -> int:
         """Queue ``message``; return its row id. Idempotent per ``inbox_id``: a second
         reply to the same inbox row returns the first one's id."""
@@ -253,18 +258,22 @@ class Outbox:
     async def recover_in_flight(self) -> int:
         """At start-up: rows left in 'sending' may have gone out; re-queue them labelled."""
         return await self.db.write(
-            lambda c: c.execute(
-                "UPDATE outbox SET state = 'queued', possible_duplicate = 1 WHERE state = 'sending'"
-            ).rowcount
+            lambda c: (
+                c.execute(
+                    "UPDATE outbox SET state = 'queued', possible_duplicate = 1 WHERE state = 'sending'"
+                ).rowcount
+            )
         )
 
     async def claim(self, row_id: int) -> bool:
         return bool(
             await self.db.write(
-                lambda c: c.execute(
-                    "UPDATE outbox SET state = 'sending', attempts = attempts + 1 WHERE id = ? AND state = 'queued'",
-                    (row_id,),
-                ).rowcount
+                lambda c: (
+                    c.execute(
+                        "UPDATE outbox SET state = 'sending', attempts = attempts + 1 WHERE id = ? AND state = 'queued'",
+                        (row_id,),
+                    ).rowcount
+                )
             )
         )
 
@@ -295,15 +304,19 @@ class Outbox:
         """Make the chat's waiting rows due now (the chat became reachable again)."""
         now = self._clock()
         return await self.db.write(
-            lambda c: c.execute(
-                "UPDATE outbox SET not_before = ? WHERE state = 'queued' AND platform = ? AND chat_id = ?"
-                " AND not_before > ?",
-                (now, chat.platform, chat.chat_id, now),
-            ).rowcount
+            lambda c: (
+                c.execute(
+                    "UPDATE outbox SET not_before = ? WHERE state = 'queued' AND platform = ? AND chat_id = ?"
+                    " AND not_before > ?",
+                    (now, chat.platform, chat.chat_id, now),
+                ).rowcount
+            )
         )
 
     async def counts(self) -> dict[str, int]:
-        rows = await self.db.read(lambda c: c.execute("SELECT state, COUNT(*) FROM outbox GROUP BY state").fetchall())
+        rows = await self.db.read(
+            lambda c: c.execute("SELECT state, COUNT(*) FROM outbox GROUP BY state").fetchall()
+        )
         return {r[0]: r[1] for r in rows}
 
 
@@ -438,8 +451,12 @@ class DeliveryLoop:
         except PlatformError as e:
             # The platform is down or flaky: the reply waits, however long that takes.
             attempts = row.attempts + 1
-            log.warning("outbox_send_failed", outbox_id=row.id, attempts=attempts, error=f"{type(e).__name__}: {e}")
-            await self.outbox.mark_retry(row.id, min(MAX_BACKOFF_S, 0.5 * 2**attempts), f"{type(e).__name__}: {e}")
+            log.warning(
+                "outbox_send_failed", outbox_id=row.id, attempts=attempts, error=f"{type(e).__name__}: {e}"
+            )
+            await self.outbox.mark_retry(
+                row.id, min(MAX_BACKOFF_S, 0.5 * 2**attempts), f"{type(e).__name__}: {e}"
+            )
             return False
         except Exception as e:  # loop boundary: a bug in an adapter; retry a few times, then give up loudly
             attempts = row.attempts + 1
@@ -447,7 +464,9 @@ class DeliveryLoop:
             if attempts >= MAX_UNEXPECTED_ATTEMPTS:
                 await self.outbox.mark_failed(row.id, f"{type(e).__name__}: {e}")
             else:
-                await self.outbox.mark_retry(row.id, min(MAX_BACKOFF_S, 0.5 * 2**attempts), f"{type(e).__name__}: {e}")
+                await self.outbox.mark_retry(
+                    row.id, min(MAX_BACKOFF_S, 0.5 * 2**attempts), f"{type(e).__name__}: {e}"
+                )
             return False
         await self.outbox.mark_sent(row.id, ids)
         if stream is not None:

@@ -52,7 +52,9 @@ class StreamLedger(Protocol):
 
 
 def _record(r: sqlite3.Row) -> StreamRecord:
-    return StreamRecord(r["inbox_id"], ChatRef(r["platform"], r["chat_id"], r["thread_id"]), r["message_id"], r["created_at"])
+    return StreamRecord(
+        r["inbox_id"], ChatRef(r["platform"], r["chat_id"], r["thread_id"]), r["message_id"], r["created_at"]
+    )
 
 
 class StreamRecords:
@@ -74,7 +76,9 @@ class StreamRecords:
         )
 
     async def get(self, inbox_id: int) -> StreamRecord | None:
-        r = await self.db.read(lambda c: c.execute("SELECT * FROM streams WHERE inbox_id = ?", (inbox_id,)).fetchone())
+        r = await self.db.read(
+            lambda c: c.execute("SELECT * FROM streams WHERE inbox_id = ?", (inbox_id,)).fetchone()
+        )
         return _record(r) if r is not None else None
 
     async def forget(self, inbox_id: int) -> None:
@@ -82,8 +86,10 @@ class StreamRecords:
 
     async def purge_delivered(self) -> int:
         return await self.db.write(
-            lambda c: c.execute(
-                "DELETE FROM streams WHERE inbox_id IN"
-                " (SELECT inbox_id FROM outbox WHERE inbox_id IS NOT NULL AND state IN ('sent', 'failed'))"
-            ).rowcount
+            lambda c: (
+                c.execute(
+                    "DELETE FROM streams WHERE inbox_id IN"
+                    " (SELECT inbox_id FROM outbox WHERE inbox_id IS NOT NULL AND state IN ('sent', 'failed'))"
+                ).rowcount
+            )
         )

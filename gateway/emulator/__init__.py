@@ -1,13 +1,13 @@
 """A local Anthropic Messages API emulator and its scripted trial model.
 
-    Emulator            the aiohttp server (server.py): scripting, faults, recording
-    Reply / ToolUse     a scripted model answer (script.py)
-    Fault               a scripted failure: HTTP error, malformed body, mid-stream error
-    RecordedRequest     what the emulator saw and answered
-    ManualClock         a hand-advanced clock for prompt-cache TTL tests
-    PromptCache / Usage prompt-cache accounting (cache.py)
-    validate_request    the API's request checks as a pure function (validation.py)
-    trial_reply         the default responder, labelled with TRIAL_LABEL (trial.py)
+Emulator            the aiohttp server (server.py): scripting, faults, recording
+Reply / ToolUse     a scripted model answer (script.py)
+Fault               a scripted failure: HTTP error, malformed body, mid-stream error
+RecordedRequest     what the emulator saw and answered
+ManualClock         a hand-advanced clock for prompt-cache TTL tests
+PromptCache / Usage prompt-cache accounting (cache.py)
+validate_request    the API's request checks as a pure function (validation.py)
+trial_reply         the default responder, labelled with TRIAL_LABEL (trial.py)
 """
 
 from mnemo.gateway.emulator.cache import PromptCache, Usage, prefix_blocks

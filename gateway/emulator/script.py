@@ -58,7 +58,10 @@ def error_body(status: int, message: str | None = None, request_id: str | None =
     kind = error_type_for(status)
     body: dict[str, Any] = {
         "type": "error",
-        "error": {"type": kind, "message": message or _DEFAULT_MESSAGES.get(kind, f"Emulated error {status}.")},
+        "error": {
+            "type": kind,
+            "message": message or _DEFAULT_MESSAGES.get(kind, f"Emulated error {status}."),
+        },
     }
     if request_id is not None:
         body["request_id"] = request_id
@@ -85,7 +88,9 @@ class Reply:
 
     def __post_init__(self) -> None:
         if self.stop_reason is not None and self.stop_reason not in STOP_REASONS:
-            raise ValueError(f"unknown stop_reason {self.stop_reason!r}; expected one of {sorted(STOP_REASONS)}")
+            raise ValueError(
+                f"unknown stop_reason {self.stop_reason!r}; expected one of {sorted(STOP_REASONS)}"
+            )
         object.__setattr__(self, "tool_uses", tuple(self.tool_uses))
 
 

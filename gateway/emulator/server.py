@@ -283,7 +283,9 @@ class Emulator:
             raw = fault.body.encode() if isinstance(fault.body, str) else _MALFORMED
             if rec.stream:
                 return await self._stream(request, rec, [b"event: message_start\ndata: " + raw + b"\n\n"])
-            return web.Response(status=fault.status, body=raw, headers=headers, content_type="application/json")
+            return web.Response(
+                status=fault.status, body=raw, headers=headers, content_type="application/json"
+            )
         if fault.mid_stream and rec.stream:
             usage = self.cache.account(rec.body)
             message = _message(rec.body, Reply(text="Partial answer before the failure"), usage)
@@ -389,7 +391,9 @@ def _frame(event: str, data: dict[str, Any]) -> bytes:
 
 
 def _block_start(index: int, block: dict[str, Any]) -> bytes:
-    return _frame("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+    return _frame(
+        "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+    )
 
 
 def _frames(message: dict[str, Any]) -> Iterator[bytes]:
@@ -403,7 +407,9 @@ def _frames(message: dict[str, Any]) -> Iterator[bytes]:
             yield _block_start(index, {"type": "text", "text": ""})
             for i in range(0, len(block["text"]), _TEXT_CHUNK):
                 delta = {"type": "text_delta", "text": block["text"][i : i + _TEXT_CHUNK]}
-                yield _frame("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+                yield _frame(
+                    "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+                )
         else:
             opening = {**block, "input": {}}
             yield _block_start(index, opening)
@@ -411,7 +417,9 @@ def _frames(message: dict[str, Any]) -> Iterator[bytes]:
             step = max(1, len(encoded) // 3 + 1)
             for i in range(0, len(encoded), step):
                 delta = {"type": "input_json_delta", "partial_json": encoded[i : i + step]}
-                yield _frame("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+                yield _frame(
+                    "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+                )
         yield _frame("content_block_stop", {"type": "content_block_stop", "index": index})
     final = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
     yield _frame("message_delta", {"type": "message_delta", "delta": final, "usage": message["usage"]})

@@ -39,9 +39,14 @@ _SEPARATOR = re.compile(r"^[═=─-]{10,}$")
 _RECALL_VERBS = r"(?:say|tell you|talk about|discuss|mention|decide)"
 _SEARCH = [
     re.compile(rf"\bwhat did (?:i|we|you) {_RECALL_VERBS}\b(?:\s+(?:about|regarding|on))?\s*(.+)", re.I),
-    re.compile(r"\bdid (?:i|we) (?:ever )?(?:talk|speak|say anything|tell you|mention)\b(?:\s+about)?\s*(.+)", re.I),
+    re.compile(
+        r"\bdid (?:i|we) (?:ever )?(?:talk|speak|say anything|tell you|mention)\b(?:\s+about)?\s*(.+)", re.I
+    ),
     re.compile(r"\bdo you remember\s+(.+)", re.I),
-    re.compile(r"\bsearch\s+(?:(?:our|my|the|past|previous|old|conversations?|chats?|history)\s+)*(?:for\s+)?(.+)", re.I),
+    re.compile(
+        r"\bsearch\s+(?:(?:our|my|the|past|previous|old|conversations?|chats?|history)\s+)*(?:for\s+)?(.+)",
+        re.I,
+    ),
 ]
 # Leading filler of a captured query: "what I said about X" -> "X".
 _QUERY_NOISE = re.compile(
@@ -53,7 +58,9 @@ _REMEMBER = re.compile(r"\b(?:please\s+)?remember\s+(?:that\s+)?(.+)", re.I)
 _NOT_A_REQUEST = re.compile(r"\b(?:do|did|can|could|will|would)\s+you\s+$|\b(?:don't|not)\s+$", re.I)
 _NAME = re.compile(r"\bmy name is\s+(.+)", re.I)
 _CALL_ME = re.compile(r"\bcall me\s+(.+)", re.I)
-_LIKES = re.compile(r"\bI\s+(?:(?:really|usually|always|also)\s+)?(?:prefer|like|love|enjoy|hate|dislike)\b.+", re.I)
+_LIKES = re.compile(
+    r"\bI\s+(?:(?:really|usually|always|also)\s+)?(?:prefer|like|love|enjoy|hate|dislike)\b.+", re.I
+)
 _MODALS = {"can", "will", "would", "should", "could", "must", "might", "may", "shall"}
 _ADVERBS = r"(?:really|usually|always|often|never|also|mostly|still)"
 
@@ -248,7 +255,9 @@ def _found_items(data: Any, limit: int = 5) -> list[str]:
 def _turns(instruction: str, messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(role, text) of the transcript: role-prefixed lines in the instruction, else the
     earlier messages of the request."""
-    turns = [(m.group(1).lower(), m.group(2)) for line in instruction.splitlines() if (m := _ROLE_LINE.match(line))]
+    turns = [
+        (m.group(1).lower(), m.group(2)) for line in instruction.splitlines() if (m := _ROLE_LINE.match(line))
+    ]
     turns = [("user" if role == "human" else role, text) for role, text in turns if text.strip()]
     if not turns:
         turns = [(m["role"], t) for m in messages[:-1] if (t := _user_text(m))]
@@ -259,7 +268,9 @@ def _summary(instruction: str, messages: list[dict[str, Any]]) -> str:
     turns = _turns(instruction, messages)
     user = [t for role, t in turns if role == "user"]
     facts = [f for t in user if (f := fact_to_save(t))]
-    files = sorted({f for _, t in turns for f in re.findall(r"[\w./-]+\.[A-Za-z]{1,5}\b", t) if "/" in f or "_" in f})
+    files = sorted(
+        {f for _, t in turns for f in re.findall(r"[\w./-]+\.[A-Za-z]{1,5}\b", t) if "/" in f or "_" in f}
+    )
     tools = sorted({b["name"] for m in messages for b in _blocks(m, "tool_use")})
     headings: list[tuple[int, str]] = []
     for m in _HEADING.finditer(instruction):
@@ -356,7 +367,11 @@ def _acknowledge(system: str, text: str) -> str:
 
 def _blocks(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     content = message.get("content")
-    return [b for b in content if isinstance(b, dict) and b.get("type") == kind] if isinstance(content, list) else []
+    return (
+        [b for b in content if isinstance(b, dict) and b.get("type") == kind]
+        if isinstance(content, list)
+        else []
+    )
 
 
 def _user_text(message: dict[str, Any]) -> str:
@@ -369,7 +384,9 @@ def _result_text(block: dict[str, Any]) -> str:
     content = block.get("content")
     if isinstance(content, str):
         return content
-    return "\n".join(b.get("text", "") for b in content or () if isinstance(b, dict) and b.get("type") == "text")
+    return "\n".join(
+        b.get("text", "") for b in content or () if isinstance(b, dict) and b.get("type") == "text"
+    )
 
 
 def _json(raw: str) -> Any:

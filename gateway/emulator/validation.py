@@ -35,7 +35,9 @@ _TOP_LEVEL = frozenset(
 )  # fmt: skip
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 _TTLS = ("5m", "1h")
-_EMPTY = "messages.{i}: all messages must have non-empty content except for the optional final assistant message"
+_EMPTY = (
+    "messages.{i}: all messages must have non-empty content except for the optional final assistant message"
+)
 
 
 class _Invalid(Exception):
@@ -112,7 +114,9 @@ def _check_sampling(body: dict[str, Any]) -> None:
     if "top_k" in body and (not isinstance(body["top_k"], int) or body["top_k"] < 0):
         _fail("top_k: Input should be a non-negative integer")
     stops = body.get("stop_sequences")
-    if stops is not None and (not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops)):
+    if stops is not None and (
+        not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops)
+    ):
         _fail("stop_sequences: Input should be a list of non-empty strings")
     if "metadata" in body and not isinstance(body["metadata"], dict):
         _fail("metadata: Input should be a valid dictionary")
@@ -179,7 +183,7 @@ def _check_messages(messages: Any) -> None:
         if role not in ("user", "assistant"):
             _fail(f"messages.{i}.role: Input should be 'user' or 'assistant'")
         if i == 0 and role != "user":
-            _fail("messages: first message must use the \"user\" role")
+            _fail('messages: first message must use the "user" role')
         if i > 0 and role == messages[i - 1].get("role"):
             _fail(
                 'messages: roles must alternate between "user" and "assistant", '
@@ -249,12 +253,16 @@ def _check_image(block: dict[str, Any], at: str) -> None:
         _fail(f"{at}.source: Input tag should be 'base64' or 'url'")
     if source["type"] == "base64":
         if source.get("media_type") not in ("image/jpeg", "image/png", "image/gif", "image/webp"):
-            _fail(f"{at}.source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'")
+            _fail(
+                f"{at}.source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
+            )
         if not isinstance(source.get("data"), str) or not source["data"]:
             _fail(f"{at}.source.data: Field required")
         data = _base64(source["data"], at)
         if len(data) > MAX_IMAGE_BYTES:
-            _fail(f"{at}.source.base64: image exceeds 5 MB maximum: {len(data)} bytes > {MAX_IMAGE_BYTES} bytes")
+            _fail(
+                f"{at}.source.base64: image exceeds 5 MB maximum: {len(data)} bytes > {MAX_IMAGE_BYTES} bytes"
+            )
         declared = source["media_type"]
         actual = _sniff_image(data)
         if actual is None:

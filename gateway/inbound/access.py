@@ -46,6 +46,7 @@ REFUSAL_INTERVAL_S = 3600.0
 PAIRING_TTL_S = 3600.0
 _CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 
+
 class Verdict(StrEnum):
     ALLOW = "allow"
     REFUSE = "refuse"  # reply with the given text (possibly a pairing code)
@@ -146,7 +147,9 @@ class PairingStore:
                 "UPDATE pairings SET state = ?, decided_at = ?, decided_by = ? WHERE code = ?",
                 (state, now, by, code),
             )
-            return Pairing(code, UserRef(row["platform"], row["user_id"]), row["user_name"], state, row["created_at"])
+            return Pairing(
+                code, UserRef(row["platform"], row["user_id"]), row["user_name"], state, row["created_at"]
+            )
 
         return await self.db.write(tx)
 
@@ -158,14 +161,21 @@ class PairingStore:
                 (now - PAIRING_TTL_S,),
             ).fetchall()
         )
-        return [Pairing(r["code"], UserRef(r["platform"], r["user_id"]), r["user_name"], r["state"], r["created_at"]) for r in rows]
+        return [
+            Pairing(
+                r["code"], UserRef(r["platform"], r["user_id"]), r["user_name"], r["state"], r["created_at"]
+            )
+            for r in rows
+        ]
 
     async def revoke(self, user: UserRef) -> int:
         return await self.db.write(
-            lambda c: c.execute(
-                "UPDATE pairings SET state = 'denied' WHERE platform = ? AND user_id = ? AND state = 'approved'",
-                (user.platform, user.user_id),
-            ).rowcount
+            lambda c: (
+                c.execute(
+                    "UPDATE pairings SET state = 'denied' WHERE platform = ? AND user_id = ? AND state = 'approved'",
+                    (user.platform, user.user_id),
+                ).rowcount
+            )
         )
 
 
@@ -253,7 +263,9 @@ class AccessControl:
                 lines.append(f"{platform}: allowlist of {len(allow)} user(s), plus admins and paired users")
             else:
                 pairing = "pairing codes on" if self.settings.access.pairing else "pairing off"
-                lines.append(f"{platform}: no allowlist — default deny except admins and paired users ({pairing})")
+                lines.append(
+                    f"{platform}: no allowlist — default deny except admins and paired users ({pairing})"
+                )
         return lines
 
     async def check(self, msg: InboundMessage) -> AccessDecision:
@@ -286,7 +298,12 @@ class AccessControl:
     def chat_allowed(self, msg: InboundMessage) -> bool:
         """Whether the bot works in this chat at all (channel allowlists)."""
         channels = self._channels.get(msg.platform)
-        return not (channels and not msg.is_dm and msg.chat_id not in channels and (msg.thread_id or "") not in channels)
+        return not (
+            channels
+            and not msg.is_dm
+            and msg.chat_id not in channels
+            and (msg.thread_id or "") not in channels
+        )
 
     async def user_allowed(self, user: UserRef) -> bool:
         """Admin, allowlisted or paired."""
@@ -315,4 +332,6 @@ class AccessControl:
                 f"If you know them, send them this pairing code: {code}",
                 reason="pairing code issued",
             )
-        return AccessDecision(Verdict.REFUSE, "Sorry, I'm not available to you here.", reason="not authorized")
+        return AccessDecision(
+            Verdict.REFUSE, "Sorry, I'm not available to you here.", reason="not authorized"
+        )

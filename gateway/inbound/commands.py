@@ -223,8 +223,10 @@ async def _forget(call: CommandCall) -> str:
         return "Usage: /forget TEXT (removes the entry of your profile containing TEXT) or /forget all"
     if target.split()[0].lower() == "me":
         if call.deps.forget_me is None:  # never read as "remove the entry containing 'me'"
-            return ("Erasing everything about you is not available on this bot yet (its PostgreSQL "
-                    "database is not supported by erasure). Nothing was removed; ask the bot's admin.")
+            return (
+                "Erasing everything about you is not available on this bot yet (its PostgreSQL "
+                "database is not supported by erasure). Nothing was removed; ask the bot's admin."
+            )
         return await call.deps.forget_me(call)
     user_file = call.deps.files.user(call.msg.speaker)
     if target.lower() == "all":
@@ -297,7 +299,9 @@ def default_commands(deps: CommandDeps, *, extra: Sequence[Command] = ()) -> Com
     registry.add(Command("stop", "stop the reply in progress", _stop))
     registry.add(Command("status", "session, tokens, cache hits and cost", _status))
     registry.add(Command("memory", "show what I remember about you", _memory))
-    registry.add(Command("forget", "remove an entry of your profile (/forget all clears it)", _forget, takes_args=True))
+    registry.add(
+        Command("forget", "remove an entry of your profile (/forget all clears it)", _forget, takes_args=True)
+    )
     registry.add(Command("search", "search this chat's past conversations", _search, takes_args=True))
     registry.add(Command("pair", "approve or deny pairing requests", _pair, admin_only=True, takes_args=True))
     for command in extra:

@@ -32,10 +32,10 @@ from typing import Any, Protocol
 
 import structlog
 
-from mnemo.gateway.inbound.access import AccessControl, Verdict
-from mnemo.gateway.inbound.commands import ChatControl, parse_command
-from mnemo.gateway.turns.agent import Agent, AgentDeps, TurnInput, TurnResult
 from mnemo.gateway.config import Settings
+from mnemo.gateway.delivery import Ledgers
+from mnemo.gateway.delivery.live import LiveReply, live_reply
+from mnemo.gateway.delivery.outbox import DeliveryLoop
 from mnemo.gateway.events import (
     SILENT,
     ChatRef,
@@ -47,19 +47,19 @@ from mnemo.gateway.events import (
     key_for,
     to_payload,
 )
+from mnemo.gateway.inbound.access import AccessControl, Verdict
+from mnemo.gateway.inbound.commands import ChatControl, parse_command
+from mnemo.gateway.inbound.lanes import LaneSet
 from mnemo.gateway.llm.client import context_window
+from mnemo.gateway.logs import get_logger
 from mnemo.gateway.media import MAX_ATTACHMENTS_PER_TURN, MAX_DOWNLOAD_BYTES
 from mnemo.gateway.media import note as media_note
+from mnemo.gateway.metrics import Metrics
+from mnemo.gateway.ports import Adapter, FetchesMedia, ReportsReachability
 from mnemo.gateway.transcription import NOT_SET_UP as VOICE_NOT_SET_UP
 from mnemo.gateway.transcription import NOTICE_INTERVAL_S as VOICE_NOTICE_INTERVAL_S
 from mnemo.gateway.transcription import TRANSCRIBED, TranscriptionError, transcribe
-from mnemo.gateway.logs import get_logger
-from mnemo.gateway.metrics import Metrics
-from mnemo.gateway.delivery.live import LiveReply, live_reply
-from mnemo.gateway.delivery.outbox import DeliveryLoop
-from mnemo.gateway.ports import Adapter, FetchesMedia, ReportsReachability
-from mnemo.gateway.delivery import Ledgers
-from mnemo.gateway.inbound.lanes import LaneSet
+from mnemo.gateway.turns.agent import Agent, AgentDeps, TurnInput, TurnResult
 from mnemo.gateway.turns.model_input import turn_notes
 from mnemo.gateway.turns.sessions import JobSink, SessionResolver
 from mnemo.gateway.turns.tools import TurnContext, turn_context
@@ -74,8 +74,11 @@ ORDER_RETRY_S = 0.05  # a turn waiting for an older message of its chat on anoth
 
 class _GiveWay(Exception):
     """An older message of the chat is queued behind this turn in this process's lane."""
+
+
 MEDIA_TIMEOUT_S = 60.0  # one attachment's download
 VOICE_KINDS = frozenset({"voice", "audio"})
+
 
 @dataclass(frozen=True, slots=True)
 class Queued:
@@ -132,7 +135,9 @@ class Gateway:
         self.metrics = metrics or Metrics()
         self.metrics.on_scrape(self._refresh_gauges)
         self.streams = ledgers.streams
-        self.delivery = DeliveryLoop(self.outbox, self.adapters, on_sent=self._count_sent, streams=self.streams)
+        self.delivery = DeliveryLoop(
+            self.outbox, self.adapters, on_sent=self._count_sent, streams=self.streams
+        )
         self.lanes: LaneSet[Queued] = LaneSet(
             self._run_turn,
             debounce_s=settings.gateway.debounce_s,
@@ -202,7 +207,9 @@ class Gateway:
                 await self._send_direct(chat_of(msg), decision.reply, msg)
                 return Submitted.REFUSED
             return Submitted.DROPPED
-        with structlog.contextvars.bound_contextvars(platform=msg.platform, chat=msg.chat_id, user=msg.user_id):
+        with structlog.contextvars.bound_contextvars(
+            platform=msg.platform, chat=msg.chat_id, user=msg.user_id
+        ):
             row = await self.inbox.accept(msg.platform, msg.chat_id, msg.message_id, to_payload(msg))
             if row is None:
                 log.debug("duplicate_delivery_ignored", message_id=msg.message_id)
@@ -238,7 +245,10 @@ class Gateway:
 
     def turn_context(self, msg: InboundMessage, session: SessionRow, key: str) -> TurnContext:
         return turn_context(
-            msg, session_id=session.id, chat_key=key, is_admin=self.is_admin(msg),
+            msg,
+            session_id=session.id,
+            chat_key=key,
+            is_admin=self.is_admin(msg),
             shared_room=self.sessions.shared_room(msg),
         )
 
@@ -267,7 +277,9 @@ class Gateway:
         last = batch[-1].msg
         # The log context is this batch's: a lane's task was created in the context of
         # its first message, so in a shared room it would otherwise log that sender.
-        with structlog.contextvars.bound_contextvars(platform=last.platform, chat=last.chat_id, user=last.user_id):
+        with structlog.contextvars.bound_contextvars(
+            platform=last.platform, chat=last.chat_id, user=last.user_id
+        ):
             await self._run_turn_as(key, batch, last)
 
     async def _run_turn_as(self, key: str, batch: Sequence[Queued], last: InboundMessage) -> None:
@@ -327,9 +339,16 @@ class Gateway:
         except Exception:
             self.metrics.errors.labels("turn").inc()
             log.exception("turn_failed", key=key)
-            await self._finish(batch, "Sorry — something went wrong on my side. Please try again.", kind="notice")
+            await self._finish(
+                batch, "Sorry — something went wrong on my side. Please try again.", kind="notice"
+            )
             return
-        await self._finish(batch, self._with_recall_note(result.reply or "(no reply)", key), kind="reply", session_id=session.id)
+        await self._finish(
+            batch,
+            self._with_recall_note(result.reply or "(no reply)", key),
+            kind="reply",
+            session_id=session.id,
+        )
         await self._after_turn(last, session, ctx, text, result)
 
     @contextlib.asynccontextmanager
@@ -366,7 +385,11 @@ class Gateway:
 
     def _voice_unavailable(self, batch: Sequence[Queued]) -> bool:
         atts = [a for q in batch for a in q.msg.attachments]
-        return self.settings.transcription.url is None and bool(atts) and all(a.kind in VOICE_KINDS for a in atts)
+        return (
+            self.settings.transcription.url is None
+            and bool(atts)
+            and all(a.kind in VOICE_KINDS for a in atts)
+        )
 
     async def _voice_not_set_up(self, batch: Sequence[Queued]) -> None:
         """Only voice and no transcription server: no turn; "not set up" at most once
@@ -411,19 +434,25 @@ class Gateway:
                 continue
             if a.kind in VOICE_KINDS:
                 try:
-                    spoken = await transcribe(self.settings.transcription, data, filename=a.name, media_type=a.media_type)
+                    spoken = await transcribe(
+                        self.settings.transcription, data, filename=a.name, media_type=a.media_type
+                    )
                 except TranscriptionError as e:
                     log.warning("transcription_failed", error=str(e))
                     texts.append(media_note(a.name, "the voice message could not be transcribed").text)
                     continue
-                texts.append(f"{TRANSCRIBED} {spoken}" if spoken else media_note(a.name, "no speech heard").text)
+                texts.append(
+                    f"{TRANSCRIBED} {spoken}" if spoken else media_note(a.name, "no speech heard").text
+                )
                 continue
             prepared = await asyncio.to_thread(self.deps.media.prepare, a.kind, a.name, a.media_type, data)
             refs.extend(prepared.refs)
             if prepared.text:
                 texts.append(prepared.text)
         if skipped > 0:
-            texts.append(f"[{skipped} more attachment(s) not read: at most {MAX_ATTACHMENTS_PER_TURN} per message]")
+            texts.append(
+                f"[{skipped} more attachment(s) not read: at most {MAX_ATTACHMENTS_PER_TURN} per message]"
+            )
         return refs, "\n".join(texts)
 
     def _with_recall_note(self, reply: str, key: str) -> str:
@@ -432,7 +461,9 @@ class Gateway:
         indicator = self.providers.recall_indicator(key)
         return f"{reply}\n\n{indicator.render()}" if indicator is not None and indicator.count else reply
 
-    async def _finish(self, batch: Sequence[Queued], text: str, *, kind: str, session_id: str | None = None) -> None:
+    async def _finish(
+        self, batch: Sequence[Queued], text: str, *, kind: str, session_id: str | None = None
+    ) -> None:
         last = batch[-1]
         await self.reply(last.msg, text, inbox_id=last.inbox_id, kind=kind, session_id=session_id)
         for q in batch:
@@ -465,7 +496,9 @@ class Gateway:
             return
         try:
             await adapter.send(
-                OutboundMessage(chat=chat, text=text, reply_to_message_id=msg.message_id, mention_user_id=msg.user_id)
+                OutboundMessage(
+                    chat=chat, text=text, reply_to_message_id=msg.message_id, mention_user_id=msg.user_id
+                )
             )
         except Exception as e:  # loop boundary: best effort, logged
             log.warning("refusal_not_sent", platform=chat.platform, error=f"{type(e).__name__}: {e}")
@@ -483,8 +516,12 @@ class Gateway:
         try:
             agent = await Agent.load(self.deps, session, ctx)
             result = await agent.run(
-                TurnInput(text=msg.text, author_id=msg.user_id, author_name="scheduled job",
-                          platform_message_id=msg.message_id)
+                TurnInput(
+                    text=msg.text,
+                    author_id=msg.user_id,
+                    author_name="scheduled job",
+                    platform_message_id=msg.message_id,
+                )
             )
         finally:
             await self.sessions.store.end_session(session.id, "cron_done")
@@ -560,4 +597,3 @@ class CommandHandler(Protocol):
     """Runs a slash command for the chat it was typed in (``CommandRegistry``)."""
 
     async def run(self, chats: ChatControl, msg: InboundMessage, name: str, args: str) -> str: ...
-

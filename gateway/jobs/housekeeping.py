@@ -44,16 +44,16 @@ from typing import Any, Protocol
 from mnemo.gateway.config import Settings
 from mnemo.gateway.errors import LLMError, ProviderAuthError, RateLimited, TransientNetworkError
 from mnemo.gateway.events import ChatType, InboundMessage, session_key
+from mnemo.gateway.jobs.queue import DEFAULT_BACKOFF, Job, JobQueue, JobRun
 from mnemo.gateway.llm.client import LLMResponse, context_window
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.turns.agent import AgentDeps
 from mnemo.gateway.turns.sessions import SessionResolver
 from mnemo.gateway.turns.tools import TurnContext, turn_context
-from mnemo.gateway.jobs.queue import DEFAULT_BACKOFF, Job, JobQueue, JobRun
 from mnemo.memory.compressor import CompressionPlan, CompressionPolicy, ContextCompressor, rows_tokens
+from mnemo.memory.errors import ProviderError
 from mnemo.memory.flush import MEMORY_PASS_SYSTEM, MemoryPass, memory_pass_prompt, review_window, user_turns
 from mnemo.memory.scope import AgentContext
-from mnemo.memory.errors import ProviderError
 from mnemo.memory.sessions import MessageRow, SessionRow
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
 
@@ -64,7 +64,6 @@ TRANSIENT = (RateLimited, TransientNetworkError, ProviderAuthError)
 COMPRESS_BACKOFF: tuple[float, ...] = (60.0, 300.0, 900.0)
 PENDING_SOURCE = "rollover"  # a session being assembled: never the chat's active one
 MEMORY_PASS_MAX_TOKENS = 1024
-
 
 
 class SessionHooks(Protocol):
@@ -169,7 +168,12 @@ class Housekeeping:
     async def compress(self, job: Job, run: JobRun) -> None:
         store = self.store
         session = await store.get_session(job.session_id)
-        if session is None or session.is_ended or session.source != "chat" or session.agent_context != "primary":
+        if (
+            session is None
+            or session.is_ended
+            or session.source != "chat"
+            or session.agent_context != "primary"
+        ):
             return  # reset or rolled over since it was queued: nothing to do
         rows = await store.load_messages(session.id)
         await self._flush_once(session, rows, MemoryPass.COMPRESSION, run)
@@ -182,7 +186,9 @@ class Housekeeping:
             self._record(CompressionOutcome(session.id, None, 0, 0, 0, False, spent, "nothing to summarise"))
             return
         if self.hooks is not None and not await self.hooks.pre_compress(session, rows):
-            raise ProviderError("a memory provider could not checkpoint the transcript; compression retried later")
+            raise ProviderError(
+                "a memory provider could not checkpoint the transcript; compression retried later"
+            )
         summary, fallback, spent_prompt = await self._summarise(session, plan)
         async with self.sessions.lock(session.chat_key):
             outcome = await self._rollover(session, plan, summary, fallback, spent + spent_prompt, overhead)
@@ -194,7 +200,9 @@ class Housekeeping:
 
     def _overhead(self, session: SessionRow) -> int:
         schemas = self.tools.schemas(AgentContext(session.agent_context))
-        return estimate_tokens(session.system_prompt) + (estimate_json_tokens(list(schemas)) if schemas else 0)
+        return estimate_tokens(session.system_prompt) + (
+            estimate_json_tokens(list(schemas)) if schemas else 0
+        )
 
     async def _summarise(self, session: SessionRow, plan: CompressionPlan) -> tuple[str, bool, float]:
         started = time.perf_counter()
@@ -202,7 +210,10 @@ class Housekeeping:
         spent = time.perf_counter() - started
         try:
             response = await self._ask(
-                session, system=request.system, prompt=request.prompt, max_tokens=request.max_tokens + request.max_tokens // 4
+                session,
+                system=request.system,
+                prompt=request.prompt,
+                max_tokens=request.max_tokens + request.max_tokens // 4,
             )
         except TRANSIENT:
             raise  # the transcript stays; the queue retries after a cooldown
@@ -217,7 +228,13 @@ class Housekeeping:
         return fallback, True, spent + time.perf_counter() - started
 
     async def _rollover(
-        self, session: SessionRow, plan: CompressionPlan, summary: str, fallback: bool, spent: float, overhead: int
+        self,
+        session: SessionRow,
+        plan: CompressionPlan,
+        summary: str,
+        fallback: bool,
+        spent: float,
+        overhead: int,
     ) -> CompressionOutcome:
         """Runs under the chat's session lock."""
         store = self.store
@@ -226,18 +243,28 @@ class Housekeeping:
             return CompressionOutcome(session.id, None, 0, 0, 0, fallback, spent, "session ended meanwhile")
         rows = await store.load_messages(session.id)
         started = time.perf_counter()
-        new_rows = self.compressor.assemble(plan, summary, current=rows, meta={"source_session": session.id, "fallback": fallback})
+        new_rows = self.compressor.assemble(
+            plan, summary, current=rows, meta={"source_session": session.id, "fallback": fallback}
+        )
         before, after = overhead + rows_tokens(rows), overhead + rows_tokens(new_rows)
         spent += time.perf_counter() - started
         if after >= before:
-            log.warning("compression_ineffective", session=session.id, tokens_before=before, tokens_after=after)
-            return CompressionOutcome(session.id, None, before, after, 0, fallback, spent, "would not shrink the history")
+            log.warning(
+                "compression_ineffective", session=session.id, tokens_before=before, tokens_after=after
+            )
+            return CompressionOutcome(
+                session.id, None, before, after, 0, fallback, spent, "would not shrink the history"
+            )
         msg = session_message(session, rows)
-        new = await self.sessions.start(msg, session.chat_key, source=PENDING_SOURCE, parent_session_id=session.id)
+        new = await self.sessions.start(
+            msg, session.chat_key, source=PENDING_SOURCE, parent_session_id=session.id
+        )
         await store.append_messages(new.id, new_rows)
         switched = await store.switch_session(session.id, new.id, pending_source=PENDING_SOURCE)
         if not switched:
-            return CompressionOutcome(session.id, None, before, after, 0, fallback, spent, "session ended meanwhile")
+            return CompressionOutcome(
+                session.id, None, before, after, 0, fallback, spent, "session ended meanwhile"
+            )
         # The new session's prompt is larger than the summarised rows suggest when the
         # system prompt grew (memory written meanwhile): count it as it is now.
         after = after - estimate_tokens(session.system_prompt) + estimate_tokens(new.system_prompt)
@@ -284,14 +311,19 @@ class Housekeeping:
         if session is None:
             return
         rows = await self.store.load_messages(session.id)
-        if session.agent_context == "primary" and user_turns(rows) >= self.settings.compression.flush_min_user_turns:
+        if (
+            session.agent_context == "primary"
+            and user_turns(rows) >= self.settings.compression.flush_min_user_turns
+        ):
             await self._flush_once(session, rows, MemoryPass.SESSION_END, run)
         if self.hooks is not None and not run.checkpoint.get("hooked"):
             await self.hooks.session_end(session, rows)
             await run.save(hooked=True)
 
     # --- the memory pass (flush and review) -------------------------------------------
-    async def _flush_once(self, session: SessionRow, rows: Sequence[MessageRow], kind: MemoryPass, run: JobRun) -> None:
+    async def _flush_once(
+        self, session: SessionRow, rows: Sequence[MessageRow], kind: MemoryPass, run: JobRun
+    ) -> None:
         """Flush unless this job already did, or an earlier job flushed these turns."""
         if run.checkpoint.get("flushed"):
             return
@@ -344,7 +376,11 @@ class Housekeeping:
             max_chars=4 * self.compressor.policy.threshold_tokens,
         )
         response = await self._ask(
-            session, system=MEMORY_PASS_SYSTEM, prompt=prompt, tools=schemas, max_tokens=MEMORY_PASS_MAX_TOKENS
+            session,
+            system=MEMORY_PASS_SYSTEM,
+            prompt=prompt,
+            tools=schemas,
+            max_tokens=MEMORY_PASS_MAX_TOKENS,
         )
         writes = 0
         for call in response.tool_uses:
@@ -352,7 +388,9 @@ class Housekeeping:
                 continue  # only the offered tool ever runs
             result = await self.tools.call("memory", call.get("input") or {}, ctx)
             writes += int(result.memory_write)
-        log.info("memory_pass", kind=str(kind), session=session.id, calls=len(response.tool_uses), writes=writes)
+        log.info(
+            "memory_pass", kind=str(kind), session=session.id, calls=len(response.tool_uses), writes=writes
+        )
         return writes
 
     def _current_memory(self, ctx: TurnContext) -> tuple[str, str | None]:
@@ -389,7 +427,9 @@ class Housekeeping:
             except LLMError as e:
                 if i == len(models) - 1:
                     raise
-                log.warning("aux_model_failed", model=model, fallback=models[-1], error=f"{type(e).__name__}: {e}")
+                log.warning(
+                    "aux_model_failed", model=model, fallback=models[-1], error=f"{type(e).__name__}: {e}"
+                )
                 continue
             # Billed to the session's person; a shared room's background work to nobody.
             stand_in = session_message(session, ())

@@ -42,8 +42,8 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from mnemo.gateway.config import WorkerSettings
-from mnemo.gateway.logs import get_logger
 from mnemo.gateway.jobs.store import Job, JobState, JobStorage
+from mnemo.gateway.logs import get_logger
 from mnemo.gateway.metrics import Metrics
 
 __all__ = ["DEFAULT_BACKOFF", "Handler", "Job", "JobQueue", "JobRun", "JobState"]
@@ -126,7 +126,9 @@ class JobQueue:
                 buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
                 registry=r,
             )
-            self._outcomes = Counter("mnemo_jobs", "Background job runs by kind and outcome", ["kind", "outcome"], registry=r)
+            self._outcomes = Counter(
+                "mnemo_jobs", "Background job runs by kind and outcome", ["kind", "outcome"], registry=r
+            )
 
     # --- configuration --------------------------------------------------------------
     def register(self, kind: str, handler: Handler, *, backoff: Sequence[float] = DEFAULT_BACKOFF) -> None:
@@ -176,7 +178,9 @@ class JobQueue:
     async def enqueue(self, kind: str, session_id: str, payload: Mapping[str, Any] | None = None) -> Job:
         """Persist a job, or return the queued/running one of the same (session, kind)."""
         cooldown = self._kinds[kind].backoff[-1] if kind in self._kinds and self._kinds[kind].backoff else 0.0
-        job, created = await self.store.add(kind, session_id, payload or {}, cooldown_s=cooldown, now=self._clock())
+        job, created = await self.store.add(
+            kind, session_id, payload or {}, cooldown_s=cooldown, now=self._clock()
+        )
         if created:
             log.info("job_enqueued", kind=kind, session=session_id, job=job.id)
             self._wake.set()
@@ -192,8 +196,12 @@ class JobQueue:
         if job is None:
             raise ValueError(f"no job {job_id}")
         if job.state is not JobState.FAILED:
-            raise ValueError(f"job {job_id} is {job.state.value}, not failed: only a failed job can be retried")
-        again, created = await self.store.add(job.kind, job.session_id, job.payload, cooldown_s=0.0, now=self._clock())
+            raise ValueError(
+                f"job {job_id} is {job.state.value}, not failed: only a failed job can be retried"
+            )
+        again, created = await self.store.add(
+            job.kind, job.session_id, job.payload, cooldown_s=0.0, now=self._clock()
+        )
         log.info("job_retried", kind=job.kind, job=job_id, new_job=again.id, created=created)
         self._wake.set()
         return again
@@ -335,7 +343,14 @@ class JobQueue:
             elapsed = time.monotonic() - started
             error = f"{type(e).__name__}: {e}"
             if job.attempts >= self.settings.max_attempts:
-                log.error("job_failed", kind=job.kind, job=job.id, session=job.session_id, attempts=job.attempts, error=error)
+                log.error(
+                    "job_failed",
+                    kind=job.kind,
+                    job=job.id,
+                    session=job.session_id,
+                    attempts=job.attempts,
+                    error=error,
+                )
                 await self._mark(job.id, JobState.FAILED, error=error)
                 self._observe(job.kind, elapsed, "failed")
             else:
@@ -344,7 +359,9 @@ class JobQueue:
                 retry_after = getattr(e, "retry_after_s", None)
                 if isinstance(retry_after, (int, float)) and retry_after >= 0:
                     delay = float(retry_after)
-                log.warning("job_retry", kind=job.kind, job=job.id, attempts=job.attempts, delay_s=delay, error=error)
+                log.warning(
+                    "job_retry", kind=job.kind, job=job.id, attempts=job.attempts, delay_s=delay, error=error
+                )
                 await self._mark(job.id, JobState.QUEUED, error=error, not_before=self._clock() + delay)
                 self._observe(job.kind, elapsed, "retry")
             return
@@ -361,7 +378,9 @@ class JobQueue:
         if self._outcomes is not None:
             self._outcomes.labels(kind, outcome).inc()
 
-    async def _mark(self, job_id: int, state: JobState, *, error: str | None = None, not_before: float | None = None) -> None:
+    async def _mark(
+        self, job_id: int, state: JobState, *, error: str | None = None, not_before: float | None = None
+    ) -> None:
         await self.store.settle(job_id, state, now=self._clock(), error=error, not_before=not_before)
 
     async def _requeue(self, job_id: int) -> None:

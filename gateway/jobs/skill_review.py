@@ -53,7 +53,9 @@ class SkillReview:
     """Collaborators: ``agent`` (the LLM, the session store, the tool registry), the
     ``skills`` store (what the user has now), ``access`` (the admin flag of the context)."""
 
-    def __init__(self, settings: Settings, *, agent: AgentDeps, skills: SkillStore, access: AdminCheck) -> None:
+    def __init__(
+        self, settings: Settings, *, agent: AgentDeps, skills: SkillStore, access: AdminCheck
+    ) -> None:
         self.settings = settings
         self.min_tool_calls = settings.skills.review_min_tool_calls
         self.store = agent.store
@@ -82,11 +84,16 @@ class SkillReview:
             return
         if await self._reviewed_upto(session.id) >= turn.last_id:
             return  # a replayed turn that was reviewed already
-        await self._queue.enqueue(SKILL_REVIEW, session.id, {"turn": turn.last_id, "tool_calls": turn.tool_calls})
+        await self._queue.enqueue(
+            SKILL_REVIEW, session.id, {"turn": turn.last_id, "tool_calls": turn.tool_calls}
+        )
 
     async def _reviewed_upto(self, session_id: str) -> int:
         assert self._queue is not None
-        marks = [j.checkpoint.get("reviewed_upto") for j in await self._queue.jobs(session_id=session_id, kind=SKILL_REVIEW)]
+        marks = [
+            j.checkpoint.get("reviewed_upto")
+            for j in await self._queue.jobs(session_id=session_id, kind=SKILL_REVIEW)
+        ]
         return max((m for m in marks if isinstance(m, int)), default=0)
 
     # --- the job ----------------------------------------------------------------------
@@ -133,9 +140,18 @@ class SkillReview:
                 writes += 1
             await run.save(applied=i + 1, writes=writes, refused=refused)
         await run.save(reviewed=True, reviewed_upto=due[-1].last_id)
-        log.info("skill_review", session=session.id, turns=len(due), calls=len(calls), writes=writes, refused=len(refused))
+        log.info(
+            "skill_review",
+            session=session.id,
+            turns=len(due),
+            calls=len(calls),
+            writes=writes,
+            refused=len(refused),
+        )
 
-    async def _ask_for_calls(self, session: SessionRow, ctx: TurnContext, due: Sequence[Any]) -> list[dict[str, Any]] | None:
+    async def _ask_for_calls(
+        self, session: SessionRow, ctx: TurnContext, due: Sequence[Any]
+    ) -> list[dict[str, Any]] | None:
         """The model's ``skill_manage`` inputs, or None when the request was rejected."""
         schemas = self.tools.schemas(AgentContext.REVIEW, only=[TOOL])
         if not schemas:
@@ -182,7 +198,9 @@ class SkillReview:
             except LLMError as e:
                 if i == len(models) - 1:
                     raise
-                log.warning("aux_model_failed", model=model, fallback=models[-1], error=f"{type(e).__name__}: {e}")
+                log.warning(
+                    "aux_model_failed", model=model, fallback=models[-1], error=f"{type(e).__name__}: {e}"
+                )
                 continue
             payer = str(ctx.speaker) if ctx.speaker is not None else None
             await self.store.add_usage(session.id, response.usage, payer=payer)

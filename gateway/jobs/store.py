@@ -81,7 +81,13 @@ class JobRepository(Protocol):
         ...
 
     async def settle(
-        self, job_id: int, state: JobState, *, now: float, error: str | None = None, not_before: float | None = None
+        self,
+        job_id: int,
+        state: JobState,
+        *,
+        now: float,
+        error: str | None = None,
+        not_before: float | None = None,
     ) -> None:
         """Record an outcome: done/failed (finished now) or queued again for a retry.
         ``error`` and ``not_before`` keep their stored values when None."""
@@ -176,7 +182,13 @@ class JobStore:
         return None if row is None else _job(row)
 
     async def settle(
-        self, job_id: int, state: JobState, *, now: float, error: str | None = None, not_before: float | None = None
+        self,
+        job_id: int,
+        state: JobState,
+        *,
+        now: float,
+        error: str | None = None,
+        not_before: float | None = None,
     ) -> None:
         finished = now if state in (JobState.DONE, JobState.FAILED) else None
         await self.db.write(
@@ -199,7 +211,9 @@ class JobStore:
     async def save_checkpoint(self, job_id: int, checkpoint: Mapping[str, Any], now: float) -> None:
         body = json.dumps(dict(checkpoint), ensure_ascii=False)
         await self.db.write(
-            lambda c: c.execute("UPDATE jobs SET checkpoint = ?, updated_at = ? WHERE id = ?", (body, now, job_id))
+            lambda c: c.execute(
+                "UPDATE jobs SET checkpoint = ?, updated_at = ? WHERE id = ?", (body, now, job_id)
+            )
         )
 
     async def recover(self, now: float, *, max_attempts: int, retention_s: float) -> tuple[int, int]:
@@ -211,7 +225,8 @@ class JobStore:
                 (now, now, max_attempts),
             ).rowcount
             requeued = conn.execute(
-                "UPDATE jobs SET state = 'queued', not_before = ?, updated_at = ? WHERE state = 'running'", (now, now)
+                "UPDATE jobs SET state = 'queued', not_before = ?, updated_at = ? WHERE state = 'running'",
+                (now, now),
             ).rowcount
             conn.execute("DELETE FROM jobs WHERE state = 'done' AND updated_at < ?", (now - retention_s,))
             return requeued, failed
@@ -252,9 +267,13 @@ class JobStore:
             clauses.append("kind = ?")
             args.append(kind)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = await self.db.read(lambda c: c.execute(f"SELECT * FROM jobs{where} ORDER BY id", args).fetchall())
+        rows = await self.db.read(
+            lambda c: c.execute(f"SELECT * FROM jobs{where} ORDER BY id", args).fetchall()
+        )
         return [_job(r) for r in rows]
 
     async def counts(self) -> dict[str, int]:
-        rows = await self.db.read(lambda c: c.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
+        rows = await self.db.read(
+            lambda c: c.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
+        )
         return {r[0]: r[1] for r in rows}

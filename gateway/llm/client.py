@@ -136,7 +136,7 @@ def _strip_markers(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
 def apply_cache_breakpoints(
     system: str, messages: Sequence[Mapping[str, Any]], *, system_ttl: str = "5m"
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """"system_and_3": a marker on the system prompt and on the last 3 messages.
+    """ "system_and_3": a marker on the system prompt and on the last 3 messages.
 
     Returns new ``(system_blocks, messages)``; the inputs are not modified. A longer TTL
     may only come first, which the system prompt always is.
@@ -175,7 +175,9 @@ def _retry_after(err: anthropic.APIStatusError) -> float | None:
 
 def _is_retryable(err: Exception) -> bool:
     # A malformed 200 body surfaces from the SDK as a bare JSONDecodeError.
-    if isinstance(err, (anthropic.APIConnectionError, anthropic.APIResponseValidationError, json.JSONDecodeError)):
+    if isinstance(
+        err, (anthropic.APIConnectionError, anthropic.APIResponseValidationError, json.JSONDecodeError)
+    ):
         return True
     if isinstance(err, anthropic.APIStatusError):
         if err.status_code in (408, 409, 429) or err.status_code >= 500:
@@ -213,7 +215,11 @@ def _map_error(err: Exception) -> LLMError:
         if "prompt is too long" in message or "too many tokens" in message:
             return ContextTooLong(message)
         return InvalidLLMRequest(message)
-    if isinstance(err, anthropic.APIStatusError) and 400 <= err.status_code < 500 and err.status_code not in (408, 409):
+    if (
+        isinstance(err, anthropic.APIStatusError)
+        and 400 <= err.status_code < 500
+        and err.status_code not in (408, 409)
+    ):
         # 404 (e.g. an unknown model name), 413, 422 …: retrying will not help.
         return InvalidLLMRequest(f"LLM endpoint rejected the request ({err.status_code}): {err.message}")
     if isinstance(err, (anthropic.APIConnectionError, anthropic.APIStatusError)):
@@ -288,7 +294,9 @@ class LLMClient:
         reported deltas."""
         model = model or self.settings.model
         if cache:
-            system_blocks, msgs = apply_cache_breakpoints(system, messages, system_ttl=self.settings.cache_ttl)
+            system_blocks, msgs = apply_cache_breakpoints(
+                system, messages, system_ttl=self.settings.cache_ttl
+            )
             system_param: Any = system_blocks
         else:
             msgs = _strip_markers(messages)
@@ -312,7 +320,7 @@ class LLMClient:
                         response = await self._client.messages.create(**kwargs)
                     else:
                         response = await self._stream(kwargs, streamed)
-                except Exception as err:  # noqa: BLE001 - mapped below, never swallowed
+                except Exception as err:
                     if streamed.count and on_reset is not None:
                         on_reset()  # the text shown so far is not the answer
                     if streamed.count:
@@ -324,14 +332,24 @@ class LLMClient:
                         log.warning("llm_call_failed", model=model, attempts=attempt + 1, error=str(mapped))
                         raise mapped from err
                     delay = self._backoff(attempt, err)
-                    log.info("llm_retry", model=model, attempt=attempt + 1, delay_s=round(delay, 3), error=type(err).__name__)
+                    log.info(
+                        "llm_retry",
+                        model=model,
+                        attempt=attempt + 1,
+                        delay_s=round(delay, 3),
+                        error=type(err).__name__,
+                    )
                     await self._sleep(delay)
                     continue
                 result = self._convert(response, model, attempt + 1, time.monotonic() - started)
                 if self._metrics is not None:
                     u = result.usage
                     self._metrics.observe_llm(
-                        result.latency_s, u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens
+                        result.latency_s,
+                        u.input_tokens,
+                        u.output_tokens,
+                        u.cache_read_tokens,
+                        u.cache_write_tokens,
                     )
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
@@ -350,7 +368,9 @@ class LLMClient:
             if block.type == "text":
                 blocks.append({"type": "text", "text": block.text})
             elif block.type == "tool_use":
-                blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input or {})})
+                blocks.append(
+                    {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input or {})}
+                )
         u = response.usage
         tokens = Usage(
             input_tokens=u.input_tokens or 0,

@@ -62,8 +62,22 @@ from mnemo.memory.scope import UserRef
 log = get_logger(__name__)
 
 LAYERS = (
-    "profile", "sessions", "messages", "shared_messages", "inbox", "outbox", "pairing", "cron_jobs", "usage", "facts",
-    "links", "skills", "media", "copies", "backups", "provider",
+    "profile",
+    "sessions",
+    "messages",
+    "shared_messages",
+    "inbox",
+    "outbox",
+    "pairing",
+    "cron_jobs",
+    "usage",
+    "facts",
+    "links",
+    "skills",
+    "media",
+    "copies",
+    "backups",
+    "provider",
 )
 # (accounts, delete) → archives (to be) rewritten; ``mnemo/backups.py`` ``scrub_backups``.
 Scrub = Callable[[tuple[UserRef, ...], bool], Awaitable[int]]
@@ -95,7 +109,9 @@ SELECT id FROM sessions WHERE platform = :p AND user_id = :u AND (
 
 
 class Erasure:
-    def __init__(self, db: Database, settings: Settings, budgets: SqliteBudgets, *, scrub: Scrub | None = None) -> None:
+    def __init__(
+        self, db: Database, settings: Settings, budgets: SqliteBudgets, *, scrub: Scrub | None = None
+    ) -> None:
         self.db = db
         self.settings = settings
         self.budgets = budgets
@@ -117,7 +133,9 @@ class Erasure:
         total: dict[str, int] = {}
         for account in await self.accounts(user):
             media: list[str] = []
-            counts = await self.db.read(lambda conn, a=account, m=media: self._rows(conn, a, delete=False, media=m))
+            counts = await self.db.read(
+                lambda conn, a=account, m=media: self._rows(conn, a, delete=False, media=m)
+            )
             _add(total, await self._files(account, counts, media, delete=False))
         if self.scrub is not None:
             total["backups"] = await self.scrub(await self.accounts(user), False)
@@ -131,7 +149,10 @@ class Erasure:
         media: list[list[str]] = [[] for _ in accounts]
 
         def tx(conn: sqlite3.Connection) -> list[dict[str, int]]:
-            return [self._rows(conn, a, delete=True, keep=keep, media=m) for a, m in zip(accounts, media, strict=True)]
+            return [
+                self._rows(conn, a, delete=True, keep=keep, media=m)
+                for a, m in zip(accounts, media, strict=True)
+            ]
 
         total: dict[str, int] = {}
         for account, counts, files in zip(accounts, await self.db.write(tx), media, strict=True):
@@ -147,7 +168,9 @@ class Erasure:
         root = self.settings.skills_dir
         return [root / "users" / user.platform / user.user_id, root / ".history" / "users" / str(user)]
 
-    async def _files(self, user: UserRef, counts: dict[str, int], media: list[str], *, delete: bool) -> dict[str, int]:
+    async def _files(
+        self, user: UserRef, counts: dict[str, int], media: list[str], *, delete: bool
+    ) -> dict[str, int]:
         from mnemo.providers.holographic.erasure import count_owner, erase_owner
 
         folder = self._profile_dir(user)
@@ -163,6 +186,7 @@ class Erasure:
         copies = [d for d in await asyncio.to_thread(_copies, self.settings.home, user) if d not in live]
         counts["copies"] = len(copies)
         if delete:
+
             def remove() -> None:
                 for d in [folder, *skills, *copies]:
                     if d.is_dir():
@@ -196,7 +220,12 @@ class Erasure:
         return 1
 
     def _rows(
-        self, conn: sqlite3.Connection, user: UserRef, *, delete: bool, keep: tuple[str, str] | None = None,
+        self,
+        conn: sqlite3.Connection,
+        user: UserRef,
+        *,
+        delete: bool,
+        keep: tuple[str, str] | None = None,
         media: list[str] | None = None,
     ) -> dict[str, int]:
         """Count (and with ``delete`` remove) their rows; the media files only their
@@ -226,8 +255,13 @@ class Erasure:
             return int(conn.execute(f"SELECT COUNT(*) FROM ({sql})", who).fetchone()[0])
 
         counts = {
-            "sessions": len(own), "messages": n(own_msgs), "shared_messages": n(shared_msgs),
-            "inbox": n(inbox), "outbox": n(outbox), "pairing": n(pairing), "cron_jobs": n(cron),
+            "sessions": len(own),
+            "messages": n(own_msgs),
+            "shared_messages": n(shared_msgs),
+            "inbox": n(inbox),
+            "outbox": n(outbox),
+            "pairing": n(pairing),
+            "cron_jobs": n(cron),
             "usage": n("SELECT day FROM usage_days WHERE payer = :p || ':' || :u"),
             "links": n("SELECT member FROM identity_links WHERE member = :p || ':' || :u")
             + n("SELECT code_hash FROM link_codes WHERE user = :p || ':' || :u"),
@@ -239,12 +273,22 @@ class Erasure:
             return counts
         conn.execute("PRAGMA secure_delete=ON")
         try:
-            chats = [r[0] for r in conn.execute(
-                f"SELECT DISTINCT chat_no FROM sessions WHERE id IN ({_OWN_SESSIONS})", who)]
-            names = [r[0] for r in conn.execute(
-                f"SELECT DISTINCT author_name FROM messages WHERE id IN ({shared_msgs}) AND author_name IS NOT NULL",
-                who)]
-            conn.execute(f"DELETE FROM message_vectors WHERE id IN ({own_msgs}) OR id IN ({shared_msgs})", who)
+            chats = [
+                r[0]
+                for r in conn.execute(
+                    f"SELECT DISTINCT chat_no FROM sessions WHERE id IN ({_OWN_SESSIONS})", who
+                )
+            ]
+            names = [
+                r[0]
+                for r in conn.execute(
+                    f"SELECT DISTINCT author_name FROM messages WHERE id IN ({shared_msgs}) AND author_name IS NOT NULL",
+                    who,
+                )
+            ]
+            conn.execute(
+                f"DELETE FROM message_vectors WHERE id IN ({own_msgs}) OR id IN ({shared_msgs})", who
+            )
             _delete_messages(conn, [r[0] for r in conn.execute(f"{own_msgs} UNION {shared_msgs}", who)])
             conn.execute(f"DELETE FROM outbox WHERE id IN ({outbox})", who)
             conn.execute(f"DELETE FROM inbox WHERE id IN ({inbox})", who)
@@ -255,20 +299,27 @@ class Erasure:
             # A shared room they happened to open stays the room's; it no longer names them.
             conn.execute("UPDATE sessions SET user_id = NULL WHERE platform = :p AND user_id = :u", who)
             for chat_no in chats:
-                if conn.execute("SELECT 1 FROM sessions WHERE chat_no = ? LIMIT 1", (chat_no,)).fetchone() is None:
+                if (
+                    conn.execute("SELECT 1 FROM sessions WHERE chat_no = ? LIMIT 1", (chat_no,)).fetchone()
+                    is None
+                ):
                     conn.execute("DELETE FROM chat_speakers WHERE chat_no = ?", (chat_no,))
                     conn.execute("DELETE FROM chats WHERE id = ?", (chat_no,))
             for name in names:  # their name as a speaker of shared rooms where nobody else bears it
                 conn.execute(
                     "DELETE FROM chat_speakers WHERE name = ? AND NOT EXISTS (SELECT 1 FROM messages m"
-                    " WHERE m.chat_no = chat_speakers.chat_no AND m.author_name = ?)", (name, name))
+                    " WHERE m.chat_no = chat_speakers.chat_no AND m.author_name = ?)",
+                    (name, name),
+                )
             conn.execute(f"DELETE FROM pairings WHERE code IN ({pairing})", who)
             self.budgets.erase_within(conn, str(user))
             conn.execute("DELETE FROM identity_links WHERE member = ?", (str(user),))
             conn.execute("DELETE FROM link_codes WHERE user = ?", (str(user),))
             conn.execute("UPDATE identity_generation SET n = n + 1 WHERE id = 1")
             present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            for index in (i for i in _FTS_INDEXES if i in present):  # merge the segments: the tombstoned terms leave the index
+            for index in (
+                i for i in _FTS_INDEXES if i in present
+            ):  # merge the segments: the tombstoned terms leave the index
                 conn.execute(f"INSERT INTO {index}({index}) VALUES ('optimize')")
         finally:
             conn.execute("PRAGMA secure_delete=OFF")
@@ -280,10 +331,20 @@ def _copies(home: Path, user: UserRef) -> list[Path]:
     ``…/users/<platform>/<id>/`` and ``…/.history/users/<platform>:<id>/``."""
     found: list[Path] = []
     for d in home.rglob(glob.escape(user.user_id)):
-        if d.is_dir() and not d.is_symlink() and d.parent.name == user.platform and d.parent.parent.name == "users":
+        if (
+            d.is_dir()
+            and not d.is_symlink()
+            and d.parent.name == user.platform
+            and d.parent.parent.name == "users"
+        ):
             found.append(d)
     for d in home.rglob(glob.escape(str(user))):
-        if d.is_dir() and not d.is_symlink() and d.parent.name == "users" and d.parent.parent.name == ".history":
+        if (
+            d.is_dir()
+            and not d.is_symlink()
+            and d.parent.name == "users"
+            and d.parent.parent.name == ".history"
+        ):
             found.append(d)
     return sorted(set(found))
 
@@ -293,21 +354,31 @@ def _their_media(conn: sqlite3.Connection, ids: list[int]) -> list[str]:
     is named by its content's hash, so two people may share one)."""
     gone = json.dumps(ids)
     names: set[str] = set()
-    for (meta,) in conn.execute("SELECT meta FROM messages WHERE id IN (SELECT value FROM json_each(?))", (gone,)):
+    for (meta,) in conn.execute(
+        "SELECT meta FROM messages WHERE id IN (SELECT value FROM json_each(?))", (gone,)
+    ):
         try:
             refs = json.loads(meta or "{}").get("media") or []
         except (ValueError, AttributeError):
             continue
         for ref in refs if isinstance(refs, list) else ():
             name = ref.get("file") if isinstance(ref, dict) else None
-            if isinstance(name, str) and name and "/" not in name and "\\" not in name and not name.startswith("."):
+            if (
+                isinstance(name, str)
+                and name
+                and "/" not in name
+                and "\\" not in name
+                and not name.startswith(".")
+            ):
                 names.add(name)
     return sorted(
-        name for name in names
+        name
+        for name in names
         if conn.execute(
             "SELECT 1 FROM messages WHERE instr(meta, ?) > 0 AND id NOT IN (SELECT value FROM json_each(?)) LIMIT 1",
             (json.dumps(name), gone),
-        ).fetchone() is None
+        ).fetchone()
+        is None
     )
 
 
@@ -327,14 +398,18 @@ def _delete_messages(conn: sqlite3.Connection, ids: list[int]) -> None:
     gone = set(ids)
     ctx = context_sql("m")
     follow = [
-        r[0] for r in conn.execute(
+        r[0]
+        for r in conn.execute(
             "SELECT m.id FROM messages m WHERE (SELECT p.id FROM messages p WHERE p.session_id = m.session_id"
             " AND p.id < m.id ORDER BY p.id DESC LIMIT 1) IN (SELECT value FROM json_each(?))",
             (json.dumps(sorted(gone)),),
-        ) if r[0] not in gone
+        )
+        if r[0] not in gone
     ]
-    reindex = f"INSERT INTO messages_ctx(messages_ctx, rowid, content, context, scope) SELECT 'delete', m.id," \
+    reindex = (
+        f"INSERT INTO messages_ctx(messages_ctx, rowid, content, context, scope) SELECT 'delete', m.id,"
         f" m.content, {ctx}, 'c' || m.chat_no FROM messages m WHERE m.id = ?"
+    )
     for mid in follow:
         conn.execute(reindex, (mid,))
     for mid in sorted(gone, reverse=True):
@@ -342,7 +417,9 @@ def _delete_messages(conn: sqlite3.Connection, ids: list[int]) -> None:
     for mid in follow:
         conn.execute(
             f"INSERT INTO messages_ctx(rowid, content, context, scope) SELECT m.id, m.content, {ctx},"
-            " 'c' || m.chat_no FROM messages m WHERE m.id = ?", (mid,))
+            " 'c' || m.chat_no FROM messages m WHERE m.id = ?",
+            (mid,),
+        )
 
 
 def _compact(path: Path) -> None:

@@ -19,7 +19,9 @@ class LinkCommand:
     async def __call__(self, call: CommandCall) -> str:
         user = call.msg.speaker
         if not call.msg.is_dm:
-            return "Send /link in a private chat with me: a code shown here could be used by anyone in the room."
+            return (
+                "Send /link in a private chat with me: a code shown here could be used by anyone in the room."
+            )
         code = normalize_code(call.args)
         if not code:
             issued = await self.links.issue_code(user)
@@ -39,9 +41,18 @@ class LinkCommand:
         others = ", ".join(str(m) for m in result.members if m != user)
         if result.status is Redeemed.ALREADY:
             return f"This account is already linked with {others}."
-        note = f" {result.left_out} entr{'y' if result.left_out == 1 else 'ies'} of the profiles did not fit and were left out." if result.left_out else ""
+        note = (
+            f" {result.left_out} entr{'y' if result.left_out == 1 else 'ies'} of the profiles did not fit and were left out."
+            if result.left_out
+            else ""
+        )
         return f"Linked: this account and {others} are now one person to me — one profile, one budget.{note}"
 
 
 def link_command(links: IdentityLinks) -> Command:
-    return Command("link", "link your accounts on other platforms (/link, then /link CODE there)", LinkCommand(links), takes_args=True)
+    return Command(
+        "link",
+        "link your accounts on other platforms (/link, then /link CODE there)",
+        LinkCommand(links),
+        takes_args=True,
+    )

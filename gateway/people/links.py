@@ -101,8 +101,12 @@ def canonical_within(conn: sqlite3.Connection, user: str) -> str:
 def members_within(conn: sqlite3.Connection, user: str) -> list[str]:
     """Every account of ``user``'s person, ``user`` included, oldest link first."""
     canonical = canonical_within(conn, user)
-    rows = [r[0] for r in conn.execute(
-        "SELECT member FROM identity_links WHERE canonical = ? ORDER BY linked_at, member", (canonical,))]
+    rows = [
+        r[0]
+        for r in conn.execute(
+            "SELECT member FROM identity_links WHERE canonical = ? ORDER BY linked_at, member", (canonical,)
+        )
+    ]
     return rows or [user]
 
 
@@ -128,10 +132,12 @@ class IdentityLinks:
     async def refresh(self) -> None:
         """Re-read the links when another process (or this one) changed them."""
         generation = await self.db.read(
-            lambda conn: int(conn.execute("SELECT n FROM identity_generation WHERE id = 1").fetchone()[0]))
+            lambda conn: int(conn.execute("SELECT n FROM identity_generation WHERE id = 1").fetchone()[0])
+        )
         if generation == self.identities.generation:
             return
         async with self._refreshing:
+
             def q(conn: sqlite3.Connection) -> tuple[int, list[tuple[UserRef, UserRef]]]:
                 n = int(conn.execute("SELECT n FROM identity_generation WHERE id = 1").fetchone()[0])
                 rows = conn.execute("SELECT member, canonical FROM identity_links").fetchall()
@@ -164,7 +170,9 @@ class IdentityLinks:
         plan: list[tuple[UserRef, UserRef]] = []
 
         def tx(conn: sqlite3.Connection) -> LinkResult:
-            row = conn.execute("SELECT user, expires_at FROM link_codes WHERE code_hash = ?", (digest,)).fetchone()
+            row = conn.execute(
+                "SELECT user, expires_at FROM link_codes WHERE code_hash = ?", (digest,)
+            ).fetchone()
             if row is None:
                 return LinkResult(Redeemed.WRONG)
             issuer = UserRef.parse(row[0])
@@ -191,7 +199,12 @@ class IdentityLinks:
         return result
 
     def _link_within(
-        self, conn: sqlite3.Connection, a: UserRef, b: UserRef, by: str, now: float,
+        self,
+        conn: sqlite3.Connection,
+        a: UserRef,
+        b: UserRef,
+        by: str,
+        now: float,
         plan: list[tuple[UserRef, UserRef]],
     ) -> LinkResult:
         ca, cb = canonical_within(conn, str(a)), canonical_within(conn, str(b))
@@ -286,8 +299,13 @@ class IdentityLinks:
     async def _after(self, result: LinkResult, plan: list[tuple[UserRef, UserRef]]) -> None:
         for other, into in plan if result.status is Redeemed.LINKED else ():
             await asyncio.to_thread(self.files.drop_own, other)
-            log.info("identity_linked", canonical=str(into), joined=str(other), merged=result.merged,
-                     left_out=result.left_out)
+            log.info(
+                "identity_linked",
+                canonical=str(into),
+                joined=str(other),
+                merged=result.merged,
+                left_out=result.left_out,
+            )
         await self.refresh()
 
     # --- reading -----------------------------------------------------------------------
@@ -304,7 +322,9 @@ class IdentityLinks:
                 LinkRow(UserRef.parse(m), UserRef.parse(c), datetime.fromtimestamp(t, UTC), by)
                 for m, c, t, by in conn.execute(
                     "SELECT member, canonical, linked_at, linked_by FROM identity_links WHERE canonical = ?"
-                    " ORDER BY linked_at, member", (canonical,))
+                    " ORDER BY linked_at, member",
+                    (canonical,),
+                )
             ]
 
         return await self.db.read(q)
@@ -318,10 +338,14 @@ class IdentityLinks:
                 ref = UserRef.parse(member)
                 if ref == user:
                     continue
-                keys += [r[0] for r in conn.execute(
-                    "SELECT DISTINCT chat_key FROM sessions WHERE platform = ? AND user_id = ?"
-                    " AND chat_key LIKE ? ESCAPE '\\' AND source != 'cron' ORDER BY chat_key",
-                    (ref.platform, ref.user_id, _like_prefix(f"{ref.platform}:dm:")))]
+                keys += [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT DISTINCT chat_key FROM sessions WHERE platform = ? AND user_id = ?"
+                        " AND chat_key LIKE ? ESCAPE '\\' AND source != 'cron' ORDER BY chat_key",
+                        (ref.platform, ref.user_id, _like_prefix(f"{ref.platform}:dm:")),
+                    )
+                ]
             return tuple(keys)
 
         return await self.db.read(q)

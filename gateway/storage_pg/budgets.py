@@ -94,7 +94,10 @@ class PgBudgets:
             ).fetchone()
             assert row is not None
             return Spend(
-                float(row["day_usd"]), int(row["day_tokens"]), float(row["month_usd"]), int(row["month_tokens"]),
+                float(row["day_usd"]),
+                int(row["day_tokens"]),
+                float(row["month_usd"]),
+                int(row["month_tokens"]),
                 int(row["requests"]),
             )
 

@@ -57,10 +57,23 @@ class PgCronStore:
                 " prompt, schedule_kind, schedule, timezone, start_at, state, next_run_at, created_at, updated_at)"
                 " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (id) DO NOTHING",
                 (
-                    job.id, job.target.platform, job.target.chat_id, job.target.chat_type.value,
-                    job.target.thread_id, job.user_id, job.source.value, job.created_by, job.prompt,
-                    s.kind.value, s.value, s.timezone, _ts(s.start), job.state.value, _ts(job.next_run_at),
-                    _ts(job.created_at), _ts(job.created_at),
+                    job.id,
+                    job.target.platform,
+                    job.target.chat_id,
+                    job.target.chat_type.value,
+                    job.target.thread_id,
+                    job.user_id,
+                    job.source.value,
+                    job.created_by,
+                    job.prompt,
+                    s.kind.value,
+                    s.value,
+                    s.timezone,
+                    _ts(s.start),
+                    job.state.value,
+                    _ts(job.next_run_at),
+                    _ts(job.created_at),
+                    _ts(job.created_at),
                 ),
             )
             return cur.rowcount == 1
@@ -76,9 +89,20 @@ class PgCronStore:
                 " schedule_kind=%s, schedule=%s, timezone=%s, start_at=%s, state=%s, next_run_at=%s, rev=rev+1,"
                 " updated_at=%s WHERE id=%s",
                 (
-                    job.target.platform, job.target.chat_id, job.target.chat_type.value, job.target.thread_id,
-                    job.user_id, job.prompt, s.kind.value, s.value, s.timezone, _ts(s.start), job.state.value,
-                    _ts(job.next_run_at), _ts(now), job.id,
+                    job.target.platform,
+                    job.target.chat_id,
+                    job.target.chat_type.value,
+                    job.target.thread_id,
+                    job.user_id,
+                    job.prompt,
+                    s.kind.value,
+                    s.value,
+                    s.timezone,
+                    _ts(s.start),
+                    job.state.value,
+                    _ts(job.next_run_at),
+                    _ts(now),
+                    job.id,
                 ),
             )
 
@@ -100,7 +124,12 @@ class PgCronStore:
         return [_job(r) for r in rows]
 
     async def set_state(
-        self, job_id: str, state: JobState, next_run_at: datetime | None, now: datetime, result: str | None = None
+        self,
+        job_id: str,
+        state: JobState,
+        next_run_at: datetime | None,
+        now: datetime,
+        result: str | None = None,
     ) -> bool:
         async def tx(c: Connection) -> bool:
             cur = await c.execute(
@@ -120,7 +149,13 @@ class PgCronStore:
 
     # --- scheduled runs ---------------------------------------------------------------
     async def claim_scheduled(
-        self, job_id: str, rev: int, seen_next: datetime | None, new_next: datetime | None, now: datetime, pid: int
+        self,
+        job_id: str,
+        rev: int,
+        seen_next: datetime | None,
+        new_next: datetime | None,
+        now: datetime,
+        pid: int,
     ) -> Claimed | None:
         async def tx(c: Connection) -> Claimed | None:
             job = await (
@@ -145,7 +180,13 @@ class PgCronStore:
         return await self._write(tx)
 
     async def record_missed(
-        self, job_id: str, rev: int, seen_next: datetime | None, new_next: datetime | None, now: datetime, detail: str
+        self,
+        job_id: str,
+        rev: int,
+        seen_next: datetime | None,
+        new_next: datetime | None,
+        now: datetime,
+        detail: str,
     ) -> bool:
         done = new_next is None
 

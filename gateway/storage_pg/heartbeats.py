@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
+
 from mnemo.gateway.logs import get_logger
 from mnemo.memory.errors import StoreError
 from mnemo.memory.pg.db import Connection, PgDatabase, PgMigration, redact
-from psycopg.rows import dict_row
 
 log = get_logger(__name__)
 
@@ -108,9 +109,17 @@ class ReplicaRow:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "replica_id": self.id, "host": self.host, "pid": self.pid, "version": self.version,
-            "started_at": self.started_at, "last_seen": self.last_seen, "stopped_at": self.stopped_at,
-            "adapters": self.adapters, "roles": self.roles, "alive": self.alive, "last_seen_s_ago": round(self.age_s, 1),
+            "replica_id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "version": self.version,
+            "started_at": self.started_at,
+            "last_seen": self.last_seen,
+            "stopped_at": self.stopped_at,
+            "adapters": self.adapters,
+            "roles": self.roles,
+            "alive": self.alive,
+            "last_seen_s_ago": round(self.age_s, 1),
         }
 
 
@@ -176,14 +185,16 @@ class PgReplica:
             n += 1  # several apps in one process (tests): host:pid:n
             self.id = default_replica_id(n)
         self._conn = conn
-        await self.db.write(lambda c: c.execute(
-            "INSERT INTO replicas (id, host, pid, version, started_at, last_seen)"
-            " VALUES (%(id)s, %(host)s, %(pid)s, %(v)s, extract(epoch FROM now()), extract(epoch FROM now()))"
-            " ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,"
-            " started_at = EXCLUDED.started_at, last_seen = EXCLUDED.last_seen, stopped_at = NULL,"
-            " adapters = '{}', roles = '[]'",
-            {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "v": self.version},
-        ))
+        await self.db.write(
+            lambda c: c.execute(
+                "INSERT INTO replicas (id, host, pid, version, started_at, last_seen)"
+                " VALUES (%(id)s, %(host)s, %(pid)s, %(v)s, extract(epoch FROM now()), extract(epoch FROM now()))"
+                " ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,"
+                " started_at = EXCLUDED.started_at, last_seen = EXCLUDED.last_seen, stopped_at = NULL,"
+                " adapters = '{}', roles = '[]'",
+                {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "v": self.version},
+            )
+        )
         log.info("replica_started", replica=self.id)
 
     async def _connect(self) -> psycopg.AsyncConnection[dict[str, Any]]:
@@ -210,7 +221,9 @@ class PgReplica:
                 await conn.execute("SELECT 1")
                 return
             except psycopg.Error as e:
-                log.warning("replica_connection_lost", replica=self.id, error=str(e).splitlines()[0] if str(e) else "")
+                log.warning(
+                    "replica_connection_lost", replica=self.id, error=str(e).splitlines()[0] if str(e) else ""
+                )
             for lease in self._leases.values():
                 lease._lose()
             self._leases.clear()
@@ -220,7 +233,9 @@ class PgReplica:
             conn = await self._connect()
             if not await _try_lock(conn, _key("replica", self.id)):
                 await conn.close()
-                raise ReplicaIdInUse(f"replica id {self.id!r} was taken over while this replica's connection was down")
+                raise ReplicaIdInUse(
+                    f"replica id {self.id!r} was taken over while this replica's connection was down"
+                )
             self._conn = conn
 
     async def acquire(self, name: str) -> Lease:
@@ -255,7 +270,9 @@ class PgReplica:
             if self._conn is None:
                 return
             try:
-                await self._conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (_key("leader", name),))
+                await self._conn.execute(
+                    "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (_key("leader", name),)
+                )
             except psycopg.Error:
                 pass  # the connection is gone: the server dropped the lock with it
         log.info("leader_released", name=name, replica=self.id)
@@ -266,16 +283,21 @@ class PgReplica:
             await lease.release()
         conn, self._conn = self._conn, None
         try:
-            await self.db.write(lambda c: c.execute(
-                "UPDATE replicas SET stopped_at = extract(epoch FROM now()), roles = '[]' WHERE id = %s", (self.id,)
-            ))
+            await self.db.write(
+                lambda c: c.execute(
+                    "UPDATE replicas SET stopped_at = extract(epoch FROM now()), roles = '[]' WHERE id = %s",
+                    (self.id,),
+                )
+            )
         finally:
             if conn is not None:
                 await conn.close()
 
 
 async def _try_lock(conn: psycopg.AsyncConnection[dict[str, Any]], key: str) -> bool:
-    r = await (await conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0)) AS ok", (key,))).fetchone()
+    r = await (
+        await conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0)) AS ok", (key,))
+    ).fetchone()
     return bool(r and r["ok"])
 
 
@@ -305,9 +327,16 @@ async def list_replicas(db: PgDatabase) -> list[ReplicaRow]:
 
 def _replica(r: Mapping[str, Any]) -> ReplicaRow:
     return ReplicaRow(
-        id=r["id"], host=r["host"], pid=int(r["pid"]), version=r["version"], started_at=float(r["started_at"]),
-        last_seen=float(r["last_seen"]), stopped_at=None if r["stopped_at"] is None else float(r["stopped_at"]),
-        adapters=json.loads(r["adapters"]), roles=json.loads(r["roles"]), alive=bool(r["alive"]),
+        id=r["id"],
+        host=r["host"],
+        pid=int(r["pid"]),
+        version=r["version"],
+        started_at=float(r["started_at"]),
+        last_seen=float(r["last_seen"]),
+        stopped_at=None if r["stopped_at"] is None else float(r["stopped_at"]),
+        adapters=json.loads(r["adapters"]),
+        roles=json.loads(r["roles"]),
+        alive=bool(r["alive"]),
         age_s=float(r["age"]),
     )
 
@@ -320,4 +349,3 @@ def is_live(row: ReplicaRow) -> bool:
 def dead_owner(column: str) -> str:
     """SQL: ``column`` names a replica that is not alive (or nobody)."""
     return f"({column} IS NULL OR NOT mnemo_replica_alive({column}))"
-

@@ -138,7 +138,9 @@ class PgInbox:
 
     async def get(self, inbox_id: int) -> InboxRow | None:
         async def q(conn: Connection) -> InboxRow | None:
-            r = await (await conn.execute(f"SELECT {_COLUMNS} FROM inbox WHERE id = %s", (inbox_id,))).fetchone()
+            r = await (
+                await conn.execute(f"SELECT {_COLUMNS} FROM inbox WHERE id = %s", (inbox_id,))
+            ).fetchone()
             return None if r is None else _row(r)
 
         return await self._db.read(q)

@@ -25,10 +25,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from psycopg import errors as pg_errors
+
 from mnemo.gateway.jobs.store import Job, JobState, _job
 from mnemo.gateway.storage_pg.heartbeats import dead_owner
 from mnemo.memory.pg.db import Connection, PgDatabase
-from psycopg import errors as pg_errors
 
 JOB_LEASE_S = 900.0
 _CLAIM_ATTEMPTS = 5
@@ -50,7 +51,9 @@ class PgJobStore:
         async def tx(c: Connection) -> tuple[dict[str, Any], bool]:
             # Serialise adds of one (session, kind) across replicas: the single-flight
             # check and the insert then see the same rows.
-            await c.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", (f"jobs:{kind}:{session_id}",))
+            await c.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", (f"jobs:{kind}:{session_id}",)
+            )
             existing = await (
                 await c.execute(
                     "SELECT * FROM jobs WHERE session_id = %s AND kind = %s AND state IN ('queued', 'running')",
@@ -112,7 +115,13 @@ class PgJobStore:
         return None
 
     async def settle(
-        self, job_id: int, state: JobState, *, now: float, error: str | None = None, not_before: float | None = None
+        self,
+        job_id: int,
+        state: JobState,
+        *,
+        now: float,
+        error: str | None = None,
+        not_before: float | None = None,
     ) -> None:
         finished = now if state in (JobState.DONE, JobState.FAILED) else None
 

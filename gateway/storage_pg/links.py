@@ -30,14 +30,17 @@ _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('identity_links', 0))"
 
 
 async def _canonical(conn: Connection, user: str) -> str:
-    r = await (await conn.execute("SELECT canonical FROM identity_links WHERE member = %s", (user,))).fetchone()
+    r = await (
+        await conn.execute("SELECT canonical FROM identity_links WHERE member = %s", (user,))
+    ).fetchone()
     return str(r["canonical"]) if r is not None else user
 
 
 async def _members(conn: Connection, user: str) -> list[str]:
     canonical = await _canonical(conn, user)
     cur = await conn.execute(
-        "SELECT member FROM identity_links WHERE canonical = %s ORDER BY linked_at, member", (canonical,))
+        "SELECT member FROM identity_links WHERE canonical = %s ORDER BY linked_at, member", (canonical,)
+    )
     return [str(r["member"]) for r in await cur.fetchall()] or [user]
 
 
@@ -56,6 +59,7 @@ class PgIdentityLinks(IdentityLinks):
         if await self.db.read(generation) == self.identities.generation:
             return
         async with self._refreshing:
+
             async def q(conn: Connection) -> tuple[int, list[tuple[UserRef, UserRef]]]:
                 n = await generation(conn)
                 rows = await (await conn.execute("SELECT member, canonical FROM identity_links")).fetchall()
@@ -84,14 +88,19 @@ class PgIdentityLinks(IdentityLinks):
 
         async def tx(conn: Connection) -> LinkResult:
             await conn.execute(_LOCK)
-            r = await (await conn.execute("SELECT usr FROM link_codes WHERE code_hash = %s", (digest,))).fetchone()
+            r = await (
+                await conn.execute("SELECT usr FROM link_codes WHERE code_hash = %s", (digest,))
+            ).fetchone()
             if r is None:
                 return LinkResult(Redeemed.WRONG)
             issuer = UserRef.parse(r["usr"])
             if issuer == user:
                 return LinkResult(Redeemed.OWN)
-            used = await (await conn.execute(
-                "DELETE FROM link_codes WHERE code_hash = %s RETURNING expires_at", (digest,))).fetchone()
+            used = await (
+                await conn.execute(
+                    "DELETE FROM link_codes WHERE code_hash = %s RETURNING expires_at", (digest,)
+                )
+            ).fetchone()
             if used is None:
                 return LinkResult(Redeemed.WRONG)
             if float(used["expires_at"]) < now:
@@ -117,31 +126,48 @@ class PgIdentityLinks(IdentityLinks):
         return result
 
     async def _pg_link(
-        self, conn: Connection, a: UserRef, b: UserRef, by: str, now: float, plan: list[tuple[UserRef, UserRef]]
+        self,
+        conn: Connection,
+        a: UserRef,
+        b: UserRef,
+        by: str,
+        now: float,
+        plan: list[tuple[UserRef, UserRef]],
     ) -> LinkResult:
         ca, cb = await _canonical(conn, str(a)), await _canonical(conn, str(b))
         if ca == cb:
-            return LinkResult(Redeemed.ALREADY, UserRef.parse(ca), tuple(map(UserRef.parse, await _members(conn, ca))))
+            return LinkResult(
+                Redeemed.ALREADY, UserRef.parse(ca), tuple(map(UserRef.parse, await _members(conn, ca)))
+            )
         joining = await _members(conn, cb)
         into, other = UserRef.parse(ca), UserRef.parse(cb)
         merged, left_out = await asyncio.to_thread(self._merge, into, other)
         await conn.execute(
             "INSERT INTO identity_links (member, canonical, linked_at, linked_by) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT (member) DO NOTHING", (ca, ca, now, by))
+            " ON CONFLICT (member) DO NOTHING",
+            (ca, ca, now, by),
+        )
         for member in joining:
             await conn.execute(
                 "INSERT INTO identity_links (member, canonical, linked_at, linked_by) VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT (member) DO UPDATE SET canonical = excluded.canonical,"
-                " linked_at = excluded.linked_at, linked_by = excluded.linked_by", (member, ca, now, by))
+                " linked_at = excluded.linked_at, linked_by = excluded.linked_by",
+                (member, ca, now, by),
+            )
         await _bump(conn)
         plan.append((other, into))
-        return LinkResult(Redeemed.LINKED, into, tuple(map(UserRef.parse, await _members(conn, ca))), merged, left_out)
+        return LinkResult(
+            Redeemed.LINKED, into, tuple(map(UserRef.parse, await _members(conn, ca))), merged, left_out
+        )
 
     async def unlink(self, user: UserRef) -> UnlinkResult:
         async def tx(conn: Connection) -> UnlinkResult:
             await conn.execute(_LOCK)
             u = str(user)
-            if await (await conn.execute("SELECT 1 FROM identity_links WHERE member = %s", (u,))).fetchone() is None:
+            if (
+                await (await conn.execute("SELECT 1 FROM identity_links WHERE member = %s", (u,))).fetchone()
+                is None
+            ):
                 return UnlinkResult(user, False)
             canonical = await _canonical(conn, u)
             rest = [m for m in await _members(conn, u) if m != u]
@@ -173,10 +199,16 @@ class PgIdentityLinks(IdentityLinks):
             canonical = await _canonical(conn, str(user))
             cur = await conn.execute(
                 "SELECT member, canonical, linked_at, linked_by FROM identity_links WHERE canonical = %s"
-                " ORDER BY linked_at, member", (canonical,))
+                " ORDER BY linked_at, member",
+                (canonical,),
+            )
             return [
-                LinkRow(UserRef.parse(r["member"]), UserRef.parse(r["canonical"]),
-                        datetime.fromtimestamp(float(r["linked_at"]), UTC), str(r["linked_by"]))
+                LinkRow(
+                    UserRef.parse(r["member"]),
+                    UserRef.parse(r["canonical"]),
+                    datetime.fromtimestamp(float(r["linked_at"]), UTC),
+                    str(r["linked_by"]),
+                )
                 for r in await cur.fetchall()
             ]
 
@@ -192,7 +224,8 @@ class PgIdentityLinks(IdentityLinks):
                 cur = await conn.execute(
                     "SELECT DISTINCT chat_key FROM sessions WHERE platform = %s AND user_id = %s"
                     " AND starts_with(chat_key, %s) AND source != 'cron' ORDER BY chat_key",
-                    (ref.platform, ref.user_id, f"{ref.platform}:dm:"))
+                    (ref.platform, ref.user_id, f"{ref.platform}:dm:"),
+                )
                 keys += [str(r["chat_key"]) for r in await cur.fetchall()]
             return tuple(keys)
 

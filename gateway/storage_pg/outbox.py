@@ -54,7 +54,9 @@ class PgOutbox:
     ) -> int:
         now = self._clock()
         return await self.db.write(
-            lambda c: self.enqueue_within(c, message, kind=kind, session_id=session_id, inbox_id=inbox_id, now=now)
+            lambda c: self.enqueue_within(
+                c, message, kind=kind, session_id=session_id, inbox_id=inbox_id, now=now
+            )
         )
 
     async def enqueue_within(
@@ -74,8 +76,16 @@ class PgOutbox:
                 " session_id, inbox_id, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (inbox_id) WHERE inbox_id IS NOT NULL DO NOTHING RETURNING id",
                 (
-                    chat.platform, chat.chat_id, chat.thread_id, no_nul(message.text), kind, message.reply_to_message_id,
-                    message.mention_user_id, session_id, inbox_id, now,
+                    chat.platform,
+                    chat.chat_id,
+                    chat.thread_id,
+                    no_nul(message.text),
+                    kind,
+                    message.reply_to_message_id,
+                    message.mention_user_id,
+                    session_id,
+                    inbox_id,
+                    now,
                 ),
             )
         ).fetchone()
@@ -142,11 +152,14 @@ class PgOutbox:
         now = self._clock()
 
         async def tx(c: Connection) -> bool:
-            row = await (await c.execute("SELECT platform, chat_id FROM outbox WHERE id = %s", (row_id,))).fetchone()
+            row = await (
+                await c.execute("SELECT platform, chat_id FROM outbox WHERE id = %s", (row_id,))
+            ).fetchone()
             if row is None:
                 return False
             await c.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))", (f"outbox:{row['platform']}:{row['chat_id']}",)
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 2))",
+                (f"outbox:{row['platform']}:{row['chat_id']}",),
             )
             cur = await c.execute(
                 "UPDATE outbox SET state = 'sending', attempts = attempts + 1, sender = %(me)s, claimed_at = %(now)s"
@@ -190,7 +203,9 @@ class PgOutbox:
 
     async def counts(self) -> dict[str, int]:
         async def q(c: Connection) -> dict[str, int]:
-            rows = await (await c.execute("SELECT state, count(*) AS n FROM outbox GROUP BY state")).fetchall()
+            rows = await (
+                await c.execute("SELECT state, count(*) AS n FROM outbox GROUP BY state")
+            ).fetchall()
             return {r["state"]: int(r["n"]) for r in rows}
 
         return await self.db.read(q)

@@ -13,7 +13,9 @@ from mnemo.memory.scope import UserRef
 
 
 def _pairing(r: Mapping[str, Any]) -> Pairing:
-    return Pairing(r["code"], UserRef(r["platform"], r["user_id"]), r["user_name"], r["state"], r["created_at"])
+    return Pairing(
+        r["code"], UserRef(r["platform"], r["user_id"]), r["user_name"], r["state"], r["created_at"]
+    )
 
 
 class PgPairingStore:
@@ -38,7 +40,10 @@ class PgPairingStore:
 
         async def tx(conn: Connection) -> str:
             # Two replicas answering the same user at once must hand out one code.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"pair:{user.platform}:{user.user_id}",))
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                (f"pair:{user.platform}:{user.user_id}",),
+            )
             r = await (
                 await conn.execute(
                     "SELECT code FROM pairings WHERE platform = %s AND user_id = %s AND state = 'pending'"

@@ -82,12 +82,18 @@ class PgRateLimits:
             if given is not None:
                 now = given
             else:  # read after the row lock: the time this hit is decided at
-                clock = await (await conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")).fetchone()
+                clock = await (
+                    await conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")
+                ).fetchone()
                 assert clock is not None
                 now = float(clock["now"])
-            await conn.execute("DELETE FROM rate_limit_hits WHERE key = %s AND at <= %s", (key, now - WINDOW_S))
+            await conn.execute(
+                "DELETE FROM rate_limit_hits WHERE key = %s AND at <= %s", (key, now - WINDOW_S)
+            )
             counted = await (
-                await conn.execute("SELECT count(*) AS n, min(at) AS oldest FROM rate_limit_hits WHERE key = %s", (key,))
+                await conn.execute(
+                    "SELECT count(*) AS n, min(at) AS oldest FROM rate_limit_hits WHERE key = %s", (key,)
+                )
             ).fetchone()
             assert counted is not None
             if counted["n"] < limit:
@@ -97,7 +103,9 @@ class PgRateLimits:
                 return RateVerdict(True)
             if not warned:
                 await conn.execute("UPDATE rate_limit_users SET warned = true WHERE key = %s", (key,))
-            return RateVerdict(False, max(0.0, float(counted["oldest"]) + WINDOW_S - now), first_refusal=not warned)
+            return RateVerdict(
+                False, max(0.0, float(counted["oldest"]) + WINDOW_S - now), first_refusal=not warned
+            )
 
         verdict = await self.db.write(tx)
         try:
@@ -117,7 +125,8 @@ class PgRateLimits:
                 await conn.execute("DELETE FROM rate_limit_hits WHERE at <= %s", (given - WINDOW_S,))
             else:
                 await conn.execute(
-                    "DELETE FROM rate_limit_hits WHERE at <= extract(epoch FROM clock_timestamp()) - %s", (WINDOW_S,)
+                    "DELETE FROM rate_limit_hits WHERE at <= extract(epoch FROM clock_timestamp()) - %s",
+                    (WINDOW_S,),
                 )
             # A user with no hit left and no notice pending is forgotten (a later hit
             # creates the row again); a locked row, a hit being decided right now, is

@@ -10,11 +10,11 @@ replicas (a partial unique index, where SQLite relies on its single writer).
 
 from __future__ import annotations
 
-from mnemo.memory.pg.db import PgMigration
-from mnemo.gateway.storage_pg.heartbeats import REPLICAS
 from mnemo.gateway.storage_pg.budgets import BUDGETS
-from mnemo.memory.pg.curated import CURATED_MEMORY
+from mnemo.gateway.storage_pg.heartbeats import REPLICAS
 from mnemo.gateway.storage_pg.rate_limits import RATE_LIMITS
+from mnemo.memory.pg.curated import CURATED_MEMORY
+from mnemo.memory.pg.db import PgMigration
 from mnemo.memory.pg.schema import CJK_VIEW, SESSIONS_AND_MESSAGES
 
 INBOX = PgMigration(

@@ -13,7 +13,10 @@ from mnemo.memory.pg.db import Connection, PgDatabase
 
 def _record(r: Any) -> StreamRecord:
     return StreamRecord(
-        int(r["inbox_id"]), ChatRef(r["platform"], r["chat_id"], r["thread_id"]), r["message_id"], r["created_at"]
+        int(r["inbox_id"]),
+        ChatRef(r["platform"], r["chat_id"], r["thread_id"]),
+        r["message_id"],
+        r["created_at"],
     )
 
 

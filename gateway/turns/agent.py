@@ -40,11 +40,11 @@ from mnemo.gateway.budgets.ledger import Billing, billed_to
 from mnemo.gateway.config import MemorySettings, SessionSettings
 from mnemo.gateway.delivery.live import StreamSink, tool_status
 from mnemo.gateway.errors import ContextTooLong, LLMError, ProviderAuthError, RateLimited
-from mnemo.gateway.turns.history import Counters, missing_tool_results, rebuild_counters
-from mnemo.gateway.media import MediaStore
-from mnemo.gateway.turns.model_input import ModelInput, model_input
 from mnemo.gateway.llm.client import LLMClient, LLMResponse, Usage, context_window
 from mnemo.gateway.logs import get_logger
+from mnemo.gateway.media import MediaStore
+from mnemo.gateway.turns.history import Counters, missing_tool_results, rebuild_counters
+from mnemo.gateway.turns.model_input import ModelInput, model_input
 from mnemo.gateway.turns.tools import ToolRegistry, TurnContext
 from mnemo.memory.compressor import CompressionPolicy, ContextCompressor, Row, rows_tokens
 from mnemo.memory.fence import strip_fences
@@ -103,7 +103,9 @@ class AgentDeps:
 class Agent:
     """One turn of one session. Build with ``Agent.load``; call ``run`` once."""
 
-    def __init__(self, deps: AgentDeps, session: SessionRow, history: Sequence[MessageRow], ctx: TurnContext) -> None:
+    def __init__(
+        self, deps: AgentDeps, session: SessionRow, history: Sequence[MessageRow], ctx: TurnContext
+    ) -> None:
         self.deps = deps
         self.session = session
         self.history = list(history)
@@ -169,7 +171,9 @@ class Agent:
         if needed <= budget:
             return self.history
         self._trimmed = True
-        trimmed = ContextCompressor(CompressionPolicy(context_window=window)).trim(self.history, budget - overhead)
+        trimmed = ContextCompressor(CompressionPolicy(context_window=window)).trim(
+            self.history, budget - overhead
+        )
         log.warning(
             "request_trimmed_to_fit",
             session=self.session.id,
@@ -253,7 +257,14 @@ class Agent:
             if not response.tool_uses:
                 self.history = await self.deps.store.load_messages(self.session.id)
                 return self._result(
-                    assistant.content, usage, cost, requests, last_prompt, memory_written, before, reply_id=ids[-1]
+                    assistant.content,
+                    usage,
+                    cost,
+                    requests,
+                    last_prompt,
+                    memory_written,
+                    before,
+                    reply_id=ids[-1],
                 )
             results: list[NewMessage] = []
             for call in response.tool_uses:
@@ -274,19 +285,38 @@ class Agent:
                 )
             await self._persist(results)
             self.history = await self.deps.store.load_messages(self.session.id)
-        ids = await self._persist([NewMessage(role="assistant", content=TOO_MANY_TOOLS, finish_reason="tool_limit")])
-        return self._result(TOO_MANY_TOOLS, usage, cost, requests, last_prompt, memory_written, before, reply_id=ids[-1])
+        ids = await self._persist(
+            [NewMessage(role="assistant", content=TOO_MANY_TOOLS, finish_reason="tool_limit")]
+        )
+        return self._result(
+            TOO_MANY_TOOLS, usage, cost, requests, last_prompt, memory_written, before, reply_id=ids[-1]
+        )
 
     async def _failed(
-        self, e: LLMError, usage: Usage, cost: float, requests: int, last_prompt: int, memory_written: bool, before: Counters
+        self,
+        e: LLMError,
+        usage: Usage,
+        cost: float,
+        requests: int,
+        last_prompt: int,
+        memory_written: bool,
+        before: Counters,
     ) -> TurnResult:
         """Close the turn with a short apology stored as the reply (history stays valid)."""
         text = AUTH_APOLOGY if isinstance(e, ProviderAuthError) else APOLOGY
-        log.warning("turn_failed", session=self.session.id, error=str(e), rate_limited=isinstance(e, RateLimited))
-        ids = await self._persist(
-            [NewMessage(role="assistant", content=text, finish_reason="error", meta={"error": type(e).__name__})]
+        log.warning(
+            "turn_failed", session=self.session.id, error=str(e), rate_limited=isinstance(e, RateLimited)
         )
-        return self._result(text, usage, cost, requests, last_prompt, memory_written, before, failed=True, reply_id=ids[-1])
+        ids = await self._persist(
+            [
+                NewMessage(
+                    role="assistant", content=text, finish_reason="error", meta={"error": type(e).__name__}
+                )
+            ]
+        )
+        return self._result(
+            text, usage, cost, requests, last_prompt, memory_written, before, failed=True, reply_id=ids[-1]
+        )
 
     def _result(
         self,
@@ -328,7 +358,9 @@ class Agent:
 
 
 def _assistant_row(response: LLMResponse) -> NewMessage:
-    calls = tuple(ToolCall(id=b["id"], name=b["name"], input=b.get("input") or {}) for b in response.tool_uses)
+    calls = tuple(
+        ToolCall(id=b["id"], name=b["name"], input=b.get("input") or {}) for b in response.tool_uses
+    )
     return NewMessage(
         role="assistant",
         content=strip_fences(response.text),

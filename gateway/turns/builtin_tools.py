@@ -17,7 +17,12 @@ from mnemo.gateway.turns.tools import Tool, ToolRegistry, ToolResult, TurnContex
 from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.memory_tool import MEMORY_TOOL_SCHEMA, MemoryCallContext, MemoryWrite, run_memory_tool
 from mnemo.memory.scope import UserRef
-from mnemo.memory.search import SESSION_SEARCH_TOOL_SCHEMA, SearchDigest, SessionSearch, run_session_search_tool
+from mnemo.memory.search import (
+    SESSION_SEARCH_TOOL_SCHEMA,
+    SearchDigest,
+    SessionSearch,
+    run_session_search_tool,
+)
 
 OnWrite = Callable[[MemoryWrite, TurnContext], Awaitable[None]]
 # The DM chats of the speaker's other linked accounts (``IdentityLinks.linked_dm_keys``).
@@ -39,13 +44,18 @@ def memory_tool(files: MemoryFiles, settings: Settings, on_write: OnWrite | None
 
         result = await run_memory_tool(files, args, call_ctx, ctx.memory_attempts, on_write=mirror)
         wrote = result.get("success") is True and result.get("changed") is True
-        return ToolResult(json.dumps(result, ensure_ascii=False), is_error=not result.get("success"), memory_write=wrote)
+        return ToolResult(
+            json.dumps(result, ensure_ascii=False), is_error=not result.get("success"), memory_write=wrote
+        )
 
     return Tool("memory", MEMORY_TOOL_SCHEMA, handler)
 
 
 def session_search_tool(
-    search: SessionSearch, settings: Settings, digest: SearchDigest | None = None, linked_dms: LinkedDms | None = None
+    search: SessionSearch,
+    settings: Settings,
+    digest: SearchDigest | None = None,
+    linked_dms: LinkedDms | None = None,
 ) -> Tool:
     async def handler(args: Mapping[str, Any], ctx: TurnContext) -> dict[str, Any]:
         # ``search.linked_dms``: in a DM, the person's own DMs on their linked accounts
@@ -79,4 +89,3 @@ def register_builtin_tools(
 ) -> None:
     registry.register(memory_tool(files, settings, on_memory_write))
     registry.register(session_search_tool(search, settings, digest, linked_dms))
-

@@ -137,7 +137,9 @@ def to_api_messages(
             if row.content:
                 blocks.append({"type": "text", "text": row.content})
             for call in row.tool_calls:
-                blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.input)})
+                blocks.append(
+                    {"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.input)}
+                )
             if not blocks:
                 blocks.append({"type": "text", "text": EMPTY_ASSISTANT})
             open_calls = {c.id for c in row.tool_calls}

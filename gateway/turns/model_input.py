@@ -37,7 +37,9 @@ class ModelInput:
     tools: Sequence[Mapping[str, Any]] = ()
 
 
-def turn_notes(*, recall: str | None = None, speaker_profile: str | None = None, speaker_label: str = "") -> str:
+def turn_notes(
+    *, recall: str | None = None, speaker_profile: str | None = None, speaker_label: str = ""
+) -> str:
     """The per-turn notes: provider recall (already fenced by the memory manager) and a
     shared room's speaker profile (fenced here)."""
     parts = []

@@ -25,9 +25,9 @@ MEMORY_GUIDANCE = (
     "- Save with the `memory` tool: corrections, anything the user asks you to remember, "
     "their preferences, and stable facts about their environment. Priority: user "
     "preferences and corrections > environment facts > procedures.\n"
-    "- Write declarative facts (\"User prefers concise answers\"), not instructions to "
+    '- Write declarative facts ("User prefers concise answers"), not instructions to '
     "yourself. Do not save task progress, session outcomes, TODO lists or raw dumps.\n"
-    "- target=\"user\" is the profile of the person you are talking to; target=\"memory\" "
+    '- target="user" is the profile of the person you are talking to; target="memory" '
     "is shared by everyone who talks to you, so never put personal details there.\n"
     "- When the user refers to something from an earlier conversation, use "
     "`session_search` before saying you do not remember."

@@ -134,8 +134,14 @@ def skill_tools(store: SkillStore) -> list[Tool]:
             if skill is None:
                 return {"success": False, "error": f"no skill named {args['name']!r}"}
             text = store.read(skill, args.get("file_path"))
-            return {"success": True, "name": skill.name, "scope": skill.scope,
-                    "file": args.get("file_path") or "SKILL.md", "content": text, "files": store.files(skill)}
+            return {
+                "success": True,
+                "name": skill.name,
+                "scope": skill.scope,
+                "file": args.get("file_path") or "SKILL.md",
+                "content": text,
+                "files": store.files(skill),
+            }
 
         try:
             return await asyncio.to_thread(read)
@@ -152,16 +158,26 @@ def skill_tools(store: SkillStore) -> list[Tool]:
             owner = write_owner(ctx, action)
             background = ctx.agent_context is not AgentContext.PRIMARY
             if background and action == "create" and any(s.name == name for s in store.shared()):
-                raise SkillRefused(f"add_only: {name!r} is a shared skill; a background pass never replaces or shadows it")
+                raise SkillRefused(
+                    f"add_only: {name!r} is a shared skill; a background pass never replaces or shadows it"
+                )
             if background and action == "patch" and owner is not None:
                 mine = next((s for s in store.own(owner) if s.name == name), None)
                 if mine is not None and not store.written_in_conversation(mine):
-                    raise SkillRefused(f"add_only: {name!r} was written by an admin; a background pass never changes it")
+                    raise SkillRefused(
+                        f"add_only: {name!r} was written by an admin; a background pass never changes it"
+                    )
             if action == "create":
                 declared = parse_skill(args["content"]).name
                 if declared != name:
-                    raise SkillRefused(f"invalid_name: name {name!r} differs from the front matter name {declared!r}")
-                written_by = None if owner is None else ("user" if ctx.agent_context is AgentContext.PRIMARY else "review")
+                    raise SkillRefused(
+                        f"invalid_name: name {name!r} differs from the front matter name {declared!r}"
+                    )
+                written_by = (
+                    None
+                    if owner is None
+                    else ("user" if ctx.agent_context is AgentContext.PRIMARY else "review")
+                )
                 store.create(args["content"], owner, args.get("category"), written_by=written_by)
             elif action == "edit":
                 store.edit(name, args["content"], owner)
@@ -185,8 +201,12 @@ def skill_tools(store: SkillStore) -> list[Tool]:
     return [
         Tool("skills_list", LIST_SCHEMA, list_skills),
         Tool("skill_view", VIEW_SCHEMA, view),
-        Tool("skill_manage", MANAGE_SCHEMA, manage,
-             contexts=frozenset({AgentContext.PRIMARY, AgentContext.REVIEW, AgentContext.CRON})),
+        Tool(
+            "skill_manage",
+            MANAGE_SCHEMA,
+            manage,
+            contexts=frozenset({AgentContext.PRIMARY, AgentContext.REVIEW, AgentContext.CRON}),
+        ),
     ]
 
 

@@ -164,15 +164,15 @@ class ToolRegistry:
 
     def schemas(self, ctx: AgentContext, only: Sequence[str] | None = None) -> list[Mapping[str, Any]]:
         return [
-            t.schema
-            for t in self._tools.values()
-            if t.offered_in(ctx) and (only is None or t.name in only)
+            t.schema for t in self._tools.values() if t.offered_in(ctx) and (only is None or t.name in only)
         ]
 
     async def call(self, name: str, args: Any, ctx: TurnContext) -> ToolResult:
         tool = self._tools.get(name)
         if tool is None or not tool.offered_in(ctx.agent_context):
-            return ToolResult(f"Error: unknown tool {name!r}. Available: {', '.join(self.names())}", is_error=True)
+            return ToolResult(
+                f"Error: unknown tool {name!r}. Available: {', '.join(self.names())}", is_error=True
+            )
         problem = _check_args(tool.schema, args)
         if problem is not None:
             return ToolResult(f"Error: {problem}", is_error=True)

@@ -102,7 +102,9 @@ class PgCuratedFile(CuratedFile):
                     (str(self.target), self._owner),
                 ).fetchone()
         except psycopg.Error as e:
-            raise MemoryUnreadable(f"{self.path.name} cannot be read from PostgreSQL ({_first_line(e)})") from e
+            raise MemoryUnreadable(
+                f"{self.path.name} cannot be read from PostgreSQL ({_first_line(e)})"
+            ) from e
         if row is None:
             return (), None
         return parse_entries(row[0]), int(row[1])
@@ -129,15 +131,21 @@ class PgCuratedFile(CuratedFile):
         return self._read_row()[0]
 
     # --- the transaction -------------------------------------------------------------
-    def _transact(self, action: Action, decide: Callable[[tuple[str, ...]], _Change | WriteResult]) -> WriteResult:
+    def _transact(
+        self, action: Action, decide: Callable[[tuple[str, ...]], _Change | WriteResult]
+    ) -> WriteResult:
         attempts = self._rows.max_attempts
         for attempt in range(1, attempts + 1):
             try:
                 current, version = self._read_row()
             except MemoryUnreadable as e:  # not _failure: it would wait for the database again
                 return WriteResult(
-                    False, f"{e}: every write is refused until it can be read, so nothing is overwritten.",
-                    action, self.target, 0, self.limit,
+                    False,
+                    f"{e}: every write is refused until it can be read, so nothing is overwritten.",
+                    action,
+                    self.target,
+                    0,
+                    self.limit,
                 )
             outcome = decide(current)
             if isinstance(outcome, WriteResult):
@@ -146,7 +154,9 @@ class PgCuratedFile(CuratedFile):
                 if self._write_row(version, outcome.entries):
                     return self._saved(action, outcome)
             except psycopg.Error as e:
-                return self._failure(action, f"Writing {self.path.name} failed ({_first_line(e)}). Nothing was saved.")
+                return self._failure(
+                    action, f"Writing {self.path.name} failed ({_first_line(e)}). Nothing was saved."
+                )
             self._rows.conflicts += 1
             if attempt < attempts:
                 time.sleep(random.uniform(0.001, 0.010) * attempt)
@@ -193,8 +203,13 @@ class PgCuratedFiles:
         with self._lock:
             if self._pool is None:
                 pool: ConnectionPool[Any] = ConnectionPool(
-                    self.url, min_size=0, max_size=self._pool_size, open=False,
-                    kwargs={"autocommit": True}, timeout=self._connect_timeout_s, name="mnemo-curated",
+                    self.url,
+                    min_size=0,
+                    max_size=self._pool_size,
+                    open=False,
+                    kwargs={"autocommit": True},
+                    timeout=self._connect_timeout_s,
+                    name="mnemo-curated",
                 )
                 pool.open(wait=False)
                 self._pool = pool

@@ -37,10 +37,11 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
 import psycopg
-from mnemo.memory.errors import SchemaTooNew, StoreBusy, StoreError
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from mnemo.memory.errors import SchemaTooNew, StoreBusy, StoreError
 
 T = TypeVar("T")
 Connection: TypeAlias = psycopg.AsyncConnection[dict[str, Any]]
@@ -191,8 +192,12 @@ class PgDatabase:
             # Created on first use (min_size=0: no connection is held until a turn needs
             # one), and separate, so turns waiting for a lock never starve the queries.
             self._lock_pool = AsyncConnectionPool(
-                self.url, min_size=0, max_size=self._lock_pool_size, open=False,
-                kwargs={"autocommit": True, "row_factory": dict_row}, name="mnemo-locks",
+                self.url,
+                min_size=0,
+                max_size=self._lock_pool_size,
+                open=False,
+                kwargs={"autocommit": True, "row_factory": dict_row},
+                name="mnemo-locks",
             )
         await self._lock_pool.open()  # a no-op once open
         return self._lock_pool
@@ -211,7 +216,9 @@ class PgDatabase:
                     return await fn(conn)
             except _RETRYABLE as e:
                 if attempt == self._max_retries:
-                    raise StoreBusy(f"{redact(self.url)}: still conflicting after {attempt + 1} attempts") from e
+                    raise StoreBusy(
+                        f"{redact(self.url)}: still conflicting after {attempt + 1} attempts"
+                    ) from e
                 self.retries += 1
                 await asyncio.sleep(random.uniform(0.005, 0.050))
         raise AssertionError("unreachable")
@@ -224,7 +231,9 @@ class PgDatabase:
             return await fn(conn)
 
 
-async def migrate(pool: AsyncConnectionPool[Connection], migrations: Sequence[PgMigration], *, where: str) -> int:
+async def migrate(
+    pool: AsyncConnectionPool[Connection], migrations: Sequence[PgMigration], *, where: str
+) -> int:
     """Apply the pending steps in order; return the resulting version."""
     async with pool.connection() as conn:
         while True:
@@ -236,7 +245,9 @@ async def migrate(pool: AsyncConnectionPool[Connection], migrations: Sequence[Pg
                     "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,"
                     " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
                 )
-                rows = await (await conn.execute("SELECT version, name FROM schema_migrations ORDER BY version")).fetchall()
+                rows = await (
+                    await conn.execute("SELECT version, name FROM schema_migrations ORDER BY version")
+                ).fetchall()
                 _check(rows, migrations, where)
                 if len(rows) >= len(migrations):
                     return len(rows)

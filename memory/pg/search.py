@@ -35,7 +35,9 @@ from mnemo.memory.search import (
 def tsquery(parsed: ParsedQuery) -> tuple[str | None, list[str], str | None, list[str]]:
     """(SQL, parameters) of the English query and of the CJK query; None when empty."""
     words = [w for family in parsed.terms for w in family]
-    parts = ["plainto_tsquery('english', %s)"] * len(words) + ["phraseto_tsquery('english', %s)"] * len(parsed.phrases)
+    parts = ["plainto_tsquery('english', %s)"] * len(words) + ["phraseto_tsquery('english', %s)"] * len(
+        parsed.phrases
+    )
     args = words + [" ".join(p) for p in parsed.phrases]
     text_sql = " || ".join(parts) if parts else None
     cjk_parts, cjk_args = [], []
@@ -66,7 +68,9 @@ def candidates(parsed: ParsedQuery, chat_nos: Sequence[int], pool: int) -> tuple
         head = f"SELECT id, ts_rank_cd({column}, q) AS rank FROM messages, (SELECT {sql} AS q) query"
         if len(chat_nos) <= PER_CHAT_BRANCHES:
             for chat_no in chat_nos:
-                branches.append(f"({head} WHERE chat_no = %s::bigint AND {column} @@ q ORDER BY rank DESC, id LIMIT %s)")
+                branches.append(
+                    f"({head} WHERE chat_no = %s::bigint AND {column} @@ q ORDER BY rank DESC, id LIMIT %s)"
+                )
                 args += [*params, chat_no, pool]
         else:
             branches.append(
@@ -96,9 +100,17 @@ class PgSessionSearch:
         return await self._db.read(lambda conn: self._search(conn, query, parsed, keys, limit, excluded))
 
     async def _search(
-        self, conn: Connection, query: str, parsed: ParsedQuery, keys: list[str], limit: int, excluded: list[str]
+        self,
+        conn: Connection,
+        query: str,
+        parsed: ParsedQuery,
+        keys: list[str],
+        limit: int,
+        excluded: list[str],
     ) -> SearchResult:
-        chats = await (await conn.execute("SELECT id FROM chats WHERE chat_key = ANY(%s::text[])", (keys,))).fetchall()
+        chats = await (
+            await conn.execute("SELECT id FROM chats WHERE chat_key = ANY(%s::text[])", (keys,))
+        ).fetchall()
         chat_nos = [r["id"] for r in chats]
         if not chat_nos:
             return SearchResult(query, (), ())
@@ -156,5 +168,7 @@ def _group(hits: Sequence[tuple[SearchHit, dict[str, Any]]]) -> tuple[SessionHit
         r = info[sid]
         started = utc(r["started_at"])
         assert started is not None
-        out.append(SessionHits(sid, r["chat_key"], r["source"], r["title"], started, group[0].score, tuple(group)))
+        out.append(
+            SessionHits(sid, r["chat_key"], r["source"], r["title"], started, group[0].score, tuple(group))
+        )
     return tuple(out)

@@ -101,12 +101,15 @@ class PgSessionStore:
         sid = new_session_id(started)
 
         async def tx(conn: Connection) -> SessionRow:
-            await conn.execute("INSERT INTO chats(chat_key) VALUES (%s) ON CONFLICT (chat_key) DO NOTHING", (chat_key,))
+            await conn.execute(
+                "INSERT INTO chats(chat_key) VALUES (%s) ON CONFLICT (chat_key) DO NOTHING", (chat_key,)
+            )
             chat = await _one(conn, "SELECT id FROM chats WHERE chat_key = %s", (chat_key,))
             assert chat is not None
-            if parent_session_id is not None and await _one(
-                conn, "SELECT 1 FROM sessions WHERE id = %s", (parent_session_id,)
-            ) is None:
+            if (
+                parent_session_id is not None
+                and await _one(conn, "SELECT 1 FROM sessions WHERE id = %s", (parent_session_id,)) is None
+            ):
                 raise StoreError(f"parent session {parent_session_id!r} does not exist")
             row = await _one(
                 conn,
@@ -116,8 +119,20 @@ class PgSessionStore:
                 tuple(
                     no_nul(v)
                     for v in (
-                        sid, chat["id"], chat_key, platform, chat_id, thread_id, user_id, str(agent_context), source,
-                        model, system_prompt, parent_session_id, started, title,
+                        sid,
+                        chat["id"],
+                        chat_key,
+                        platform,
+                        chat_id,
+                        thread_id,
+                        user_id,
+                        str(agent_context),
+                        source,
+                        model,
+                        system_prompt,
+                        parent_session_id,
+                        started,
+                        title,
                     )
                 ),
             )
@@ -156,7 +171,9 @@ class PgSessionStore:
 
         await self._db.write(tx)
 
-    async def switch_session(self, old_id: str, new_id: str, *, pending_source: str, reason: str = "compression") -> bool:
+    async def switch_session(
+        self, old_id: str, new_id: str, *, pending_source: str, reason: str = "compression"
+    ) -> bool:
         """See ``SessionStore.switch_session``: the rollover's commit point."""
         now = self._clock()
 
@@ -226,8 +243,12 @@ class PgSessionStore:
                 " cache_read_tokens = cache_read_tokens + %s, cache_write_tokens = cache_write_tokens + %s,"
                 " estimated_cost_usd = estimated_cost_usd + %s WHERE id = %s",
                 (
-                    usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens,
-                    usage.cost_usd, session_id,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_tokens,
+                    usage.cache_write_tokens,
+                    usage.cost_usd,
+                    session_id,
                 ),
             )
             if recorder is not None:
@@ -283,7 +304,9 @@ class PgSessionStore:
 
     async def last_activity(self, session_id: str) -> datetime | None:
         async def q(conn: Connection) -> datetime | None:
-            r = await _one(conn, "SELECT max(created_at) AS at FROM messages WHERE session_id = %s", (session_id,))
+            r = await _one(
+                conn, "SELECT max(created_at) AS at FROM messages WHERE session_id = %s", (session_id,)
+            )
             return None if r is None else utc(r["at"])
 
         return await self._db.read(q)

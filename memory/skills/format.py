@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 import yaml
+
 from mnemo.memory.errors import MemoryRefused
 
 MAX_SKILL_CHARS = 20_000
@@ -66,7 +67,9 @@ def check_name(name: object) -> str:
 
 def check_category(category: object) -> str:
     if not isinstance(category, str) or len(category) > MAX_NAME_LEN or not _CATEGORY.fullmatch(category):
-        raise SkillRefused(f"invalid_category: category {category!r} must be lowercase letters, digits, '-' or '_'")
+        raise SkillRefused(
+            f"invalid_category: category {category!r} must be lowercase letters, digits, '-' or '_'"
+        )
     return category
 
 
@@ -83,7 +86,9 @@ def _str_list(key: str, value: object) -> tuple[str, ...]:
 def parse_skill(text: str, folder_name: str | None = None) -> SkillMeta:
     """Validate a whole SKILL.md and return its front matter; raise ``SkillRefused``."""
     if len(text) > MAX_SKILL_CHARS:
-        raise SkillRefused(f"too_large: SKILL.md has {len(text):,} characters, the limit is {MAX_SKILL_CHARS:,}")
+        raise SkillRefused(
+            f"too_large: SKILL.md has {len(text):,} characters, the limit is {MAX_SKILL_CHARS:,}"
+        )
     lines = text.splitlines()
     if not lines or lines[0].strip() != "---":
         raise SkillRefused("invalid_front_matter: SKILL.md must start with '---' and YAML front matter")
@@ -99,17 +104,23 @@ def parse_skill(text: str, folder_name: str | None = None) -> SkillMeta:
         raise SkillRefused("invalid_front_matter: the front matter must be a YAML mapping")
     name = check_name(data.get("name"))
     if folder_name is not None and name != folder_name:
-        raise SkillRefused(f"invalid_name: front matter name {name!r} differs from the folder name {folder_name!r}")
+        raise SkillRefused(
+            f"invalid_name: front matter name {name!r} differs from the folder name {folder_name!r}"
+        )
     description = data.get("description")
     if not isinstance(description, str) or not description.strip():
         raise SkillRefused("invalid_front_matter: 'description' is required (one line)")
     if "\n" in description.strip() or len(description) > MAX_DESCRIPTION_LEN:
-        raise SkillRefused(f"invalid_front_matter: 'description' must be one line of at most {MAX_DESCRIPTION_LEN:,} chars")
+        raise SkillRefused(
+            f"invalid_front_matter: 'description' must be one line of at most {MAX_DESCRIPTION_LEN:,} chars"
+        )
     category = data.get("category")
     platforms = _str_list("platforms", data.get("platforms"))
     unknown = sorted(set(platforms) - PLATFORMS)
     if unknown:
-        raise SkillRefused(f"invalid_front_matter: unknown platform(s) {', '.join(unknown)} (allowed: {', '.join(sorted(PLATFORMS))})")
+        raise SkillRefused(
+            f"invalid_front_matter: unknown platform(s) {', '.join(unknown)} (allowed: {', '.join(sorted(PLATFORMS))})"
+        )
     version = data.get("version")
     return SkillMeta(
         name=name,
@@ -128,11 +139,15 @@ def check_file_path(file_path: object) -> PurePosixPath:
         raise SkillRefused(f"invalid_path: {file_path!r} is not a relative path")
     path = PurePosixPath(file_path)
     if path.is_absolute():
-        raise SkillRefused(f"invalid_path: {file_path!r} is absolute; give a path relative to the skill folder")
+        raise SkillRefused(
+            f"invalid_path: {file_path!r} is absolute; give a path relative to the skill folder"
+        )
     if any(part in ("..", ".", "") for part in file_path.split("/")):
         raise SkillRefused(f"invalid_path: {file_path!r} contains '..' or an empty part")
     if len(path.parts) < 2 or path.parts[0] not in SUBFOLDERS:
-        raise SkillRefused(f"invalid_path: {file_path!r} must be inside one of {', '.join(s + '/' for s in SUBFOLDERS)}")
+        raise SkillRefused(
+            f"invalid_path: {file_path!r} must be inside one of {', '.join(s + '/' for s in SUBFOLDERS)}"
+        )
     if any(part.startswith(".") for part in path.parts):
         raise SkillRefused(f"invalid_path: {file_path!r} names a hidden file")
     return path

@@ -33,7 +33,9 @@ def render_index(skills: Sequence[Skill], max_chars: int = 3000) -> str:
         category = f" [{skill.meta.category}]" if skill.meta.category else ""
         line = f"- {skill.name}{category}: {skill.meta.description}"
         if used + len(line) + 1 > max_chars - 80:
-            lines.append(f"(index cut: {len(skills) - i} more skills not shown; `skills_list` lists them all)")
+            lines.append(
+                f"(index cut: {len(skills) - i} more skills not shown; `skills_list` lists them all)"
+            )
             break
         lines.append(line)
         used += len(line) + 1

@@ -44,7 +44,7 @@ _RULES = (
     "old_string copied exactly once from the skill's current text below, new_string) to improve "
     "one of this user's skills. Edit, delete and file actions are not available here, the "
     "read-only skills cannot be changed, and no new skill may take a shared skill's name. If nothing is "
-    "worth keeping, answer \"Nothing to save.\" without calling the tool."
+    'worth keeping, answer "Nothing to save." without calling the tool.'
 )
 
 
@@ -100,7 +100,9 @@ def _own_block(own: Sequence[tuple[Skill, str]]) -> str:
     return "\n\n".join(parts)
 
 
-def review_prompt(due: Sequence[Turn], *, own: Sequence[tuple[Skill, str]], read_only: Sequence[Skill]) -> str:
+def review_prompt(
+    due: Sequence[Turn], *, own: Sequence[tuple[Skill, str]], read_only: Sequence[Skill]
+) -> str:
     """The one user-role message of a skill review: the rules, the user's own skills it
     may patch with their current text, the names of those it may not touch (shared ones,
     and what an admin installed for the user) and the turns' transcript (its newest part

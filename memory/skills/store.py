@@ -162,7 +162,9 @@ class SkillStore:
                 if any(_trail(p.name) for p in inside):
                     self._finish_rollbacks(entry)
                     inside = sorted(entry.iterdir())
-                folders = [p for p in inside if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")]
+                folders = [
+                    p for p in inside if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+                ]
             group = entry.name if folders != [entry] else None
             for folder in folders:
                 skill = self._load(folder, owner, group)
@@ -287,8 +289,15 @@ class SkillStore:
         _fsync_dir(hist)
         return n
 
-    def create(self, content: str, owner: UserRef | None, category: str | None = None,
-               files: dict[str, str] | None = None, *, written_by: str | None = None) -> Skill:
+    def create(
+        self,
+        content: str,
+        owner: UserRef | None,
+        category: str | None = None,
+        files: dict[str, str] | None = None,
+        *,
+        written_by: str | None = None,
+    ) -> Skill:
         """``written_by``: who in a conversation created it (``user``, ``review``),
         kept in a hidden ``.origin`` file; None — an admin or the CLI — writes none."""
         meta = parse_skill(content)
@@ -340,12 +349,16 @@ class SkillStore:
         current = self.read(skill)
         count = current.count(old_string) if old_string else 0
         if count != 1:
-            raise SkillRefused(f"no_unique_match: old_string matches {count} times in {name}/SKILL.md; it must match exactly once")
+            raise SkillRefused(
+                f"no_unique_match: old_string matches {count} times in {name}/SKILL.md; it must match exactly once"
+            )
         return self.edit(name, current.replace(old_string, new_string, 1), owner)
 
     def _check_file(self, file_path: str, text: str) -> None:
         if len(text) > MAX_FILE_CHARS:
-            raise SkillRefused(f"too_large: {file_path} has {len(text):,} characters, the limit is {MAX_FILE_CHARS:,}")
+            raise SkillRefused(
+                f"too_large: {file_path} has {len(text):,} characters, the limit is {MAX_FILE_CHARS:,}"
+            )
         _guarded(text, file_path)
 
     def write_file(self, name: str, file_path: str, file_content: str, owner: UserRef | None) -> Skill:
@@ -398,13 +411,15 @@ class SkillStore:
             raise SkillRefused(f"not_found: {name!r} has no previous versions")
         n = versions[-1] if to is None else to
         if n not in versions:
-            raise SkillRefused(f"not_found: {name!r} has no version {n} (kept: {', '.join(map(str, versions))})")
+            raise SkillRefused(
+                f"not_found: {name!r} has no version {n} (kept: {', '.join(map(str, versions))})"
+            )
         src = self._history_root(name, owner) / str(n)
         content = (src / SKILL_FILE).read_text(encoding="utf-8")
         parse_skill(content, name)
         with self._lock():
             skill = self._find_owned(name, owner)
-            parent = (skill.path.parent if skill else (self.root if owner is None else self._user_root(owner)))
+            parent = skill.path.parent if skill else (self.root if owner is None else self._user_root(owner))
             if skill is not None:
                 self._snapshot(skill)
             ensure_folder(parent, self.root)

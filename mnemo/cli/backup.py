@@ -13,17 +13,13 @@ from mnemo.gateway.config import Settings
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "backup", help="take, list, verify or restore backups of this profile"
-    )
+    p = subparsers.add_parser("backup", help="take, list, verify or restore backups of this profile")
     sub = p.add_subparsers(dest="backup_command", metavar="ACTION", required=True)
     sub.add_parser(
         "now",
         help="write a backup now (verified, older ones pruned beyond backup.keep)",
     ).set_defaults(handler=_now)
-    sub.add_parser("list", help="the backups in backup.dir, oldest first").set_defaults(
-        handler=_list
-    )
+    sub.add_parser("list", help="the backups in backup.dir, oldest first").set_defaults(handler=_list)
     v = sub.add_parser(
         "verify",
         help="check an archive: checksums of every file, integrity of every database",

@@ -23,8 +23,15 @@ from typing import Any
 
 from mnemo.cli.main import EXIT_OK, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
-from mnemo.memory.dataset import QuestionOutcome, ask_questions, dataset_files, import_dataset, load_dataset, summarize
 from mnemo.gateway.storage import state_database
+from mnemo.memory.dataset import (
+    QuestionOutcome,
+    ask_questions,
+    dataset_files,
+    import_dataset,
+    load_dataset,
+    summarize,
+)
 from mnemo.memory.errors import InvalidDataset
 from mnemo.memory.ranking import (
     ContextRetriever,
@@ -39,15 +46,29 @@ from mnemo.memory.sessions import SessionStore
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("bench", help="reproducible benchmarks", description="Reproducible benchmarks.")
+    parser = subparsers.add_parser(
+        "bench", help="reproducible benchmarks", description="Reproducible benchmarks."
+    )
     sub = parser.add_subparsers(dest="bench_command", metavar="BENCHMARK", required=True)
     recall = sub.add_parser("recall", help="recall@k of session_search on datasets (baseline vs shipped)")
-    recall.add_argument("--dataset", metavar="PATH", type=Path, action="append", required=True,
-                        help="a dataset file or a folder of them (repeatable)")
+    recall.add_argument(
+        "--dataset",
+        metavar="PATH",
+        type=Path,
+        action="append",
+        required=True,
+        help="a dataset file or a folder of them (repeatable)",
+    )
     recall.add_argument("--k", default="1,5,10,20", metavar="K,K,...", help="cut-offs (default 1,5,10,20)")
     recall.add_argument("--json", action="store_true", help="end with one JSON line of the overall scores")
-    recall.add_argument("--retriever", metavar="NAME", action="append", default=[], choices=RETRIEVER_NAMES,
-                        help="also measure this retriever (repeatable): " + ", ".join(RETRIEVER_NAMES))
+    recall.add_argument(
+        "--retriever",
+        metavar="NAME",
+        action="append",
+        default=[],
+        choices=RETRIEVER_NAMES,
+        help="also measure this retriever (repeatable): " + ", ".join(RETRIEVER_NAMES),
+    )
     recall.set_defaults(handler=_recall)
 
 
@@ -102,7 +123,11 @@ def shipped_name(settings: Settings | None) -> str:
 
 
 async def run_recall(
-    paths: Sequence[Path], ks: Sequence[int], home: Path, names: Sequence[str] = (), shipped: str = "contextual"
+    paths: Sequence[Path],
+    ks: Sequence[int],
+    home: Path,
+    names: Sequence[str] = (),
+    shipped: str = "contextual",
 ) -> RecallRun:
     from mnemo.memory.semantic import SemanticRetriever, embed_pending
 

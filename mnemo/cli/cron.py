@@ -59,14 +59,19 @@ def register(subparsers: Any) -> None:
 
     add = sub.add_parser("add", help="schedule a job", description="Schedule a job. --chat: " + CHAT_HELP)
     add.add_argument("--chat", required=True, metavar="PLATFORM:CHAT_ID", help=CHAT_HELP)
-    add.add_argument("--user", metavar="USER_ID",
-                     help="the user the run speaks for (default: the chat id of a DM; nobody in a group)")
+    add.add_argument(
+        "--user",
+        metavar="USER_ID",
+        help="the user the run speaks for (default: the chat id of a DM; nobody in a group)",
+    )
     when = add.add_mutually_exclusive_group(required=True)
     when.add_argument("--cron", metavar="EXPR", help="5-field crontab expression, e.g. '0 8 * * 1-5'")
     when.add_argument("--every", metavar="DURATION", help="repeat interval, e.g. 30m, 2h, 1d")
     when.add_argument("--at", metavar="ISO_TIME", help="one run at this time, e.g. 2025-06-01T08:00 or 17:30")
     when.add_argument("--in", dest="in_", metavar="DURATION", help="one run after this delay, e.g. 20m")
-    add.add_argument("--tz", metavar="ZONE", help="IANA time zone (default: cron.timezone / gateway.timezone)")
+    add.add_argument(
+        "--tz", metavar="ZONE", help="IANA time zone (default: cron.timezone / gateway.timezone)"
+    )
     add.add_argument("prompt", nargs="+", metavar="PROMPT", help="what the job does at each run")
     add.set_defaults(handler=_add)
 
@@ -74,23 +79,34 @@ def register(subparsers: Any) -> None:
     ls.add_argument("--json", action="store_true", help="one JSON object per line")
     ls.set_defaults(handler=_list)
 
-    for verb, text in (("pause", "stop running a job until resumed"), ("resume", "run a paused job again"),
-                       ("remove", "delete a job")):
+    for verb, text in (
+        ("pause", "stop running a job until resumed"),
+        ("resume", "run a paused job again"),
+        ("remove", "delete a job"),
+    ):
         p = sub.add_parser(verb, help=text)
         p.add_argument("job_id", metavar="ID")
         p.set_defaults(handler=_change, verb=verb)
 
     run = sub.add_parser("run-now", help="run a job now, through the running gateway or in this process")
     run.add_argument("job_id", metavar="ID")
-    run.add_argument("--wait", type=float, default=300.0, metavar="SECONDS",
-                     help="how long to wait for a run the gateway took (default 300)")
+    run.add_argument(
+        "--wait",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait for a run the gateway took (default 300)",
+    )
     run.set_defaults(handler=_run_now)
 
 
 def _jobs(settings: Settings, store: CronRepository) -> CronJobs:
-    return CronJobs(store, settings.cron,
-                    default_timezone=settings.cron.timezone or settings.gateway.timezone,
-                    platforms=settings.known_platforms)
+    return CronJobs(
+        store,
+        settings.cron,
+        default_timezone=settings.cron.timezone or settings.gateway.timezone,
+        platforms=settings.known_platforms,
+    )
 
 
 def _with_jobs(settings: Settings, body: Callable[[CronJobs], Awaitable[T]]) -> T:
@@ -117,14 +133,24 @@ def _with_jobs(settings: Settings, body: Callable[[CronJobs], Awaitable[T]]) -> 
 
 
 def _add(args: argparse.Namespace, settings: Settings) -> int:
-    kind, when = next((k, v) for k, v in (("cron", args.cron), ("every", args.every), ("at", args.at),
-                                         ("in", args.in_)) if v is not None)
+    kind, when = next(
+        (k, v)
+        for k, v in (("cron", args.cron), ("every", args.every), ("at", args.at), ("in", args.in_))
+        if v is not None
+    )
 
     from mnemo.adapters.terminal import printable
 
     async def body(jobs: CronJobs) -> int:
-        job = await jobs.create(OPERATOR, kind=kind, when=when, prompt=" ".join(args.prompt), timezone=args.tz,
-                                target=parse_chat(args.chat), user_id=args.user)
+        job = await jobs.create(
+            OPERATOR,
+            kind=kind,
+            when=when,
+            prompt=" ".join(args.prompt),
+            timezone=args.tz,
+            target=parse_chat(args.chat),
+            user_id=args.user,
+        )
         print(printable(job_line(job, with_chat=True)))
         return EXIT_OK
 
@@ -136,8 +162,11 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
 
     jobs = _with_jobs(settings, lambda j: j.list(OPERATOR))
     for job in jobs:
-        print(printable_json(json.dumps(job_summary(job), ensure_ascii=False)) if args.json
-              else printable(job_line(job, with_chat=True)))
+        print(
+            printable_json(json.dumps(job_summary(job), ensure_ascii=False))
+            if args.json
+            else printable(job_line(job, with_chat=True))
+        )
     if not jobs and not args.json:
         print("no scheduled jobs", file=sys.stderr)
     return EXIT_OK
@@ -156,7 +185,9 @@ def _change(args: argparse.Namespace, settings: Settings) -> int:
 # --- run-now ---------------------------------------------------------------------------
 
 
-async def _poll_run(store: CronRepository, run_id: int, until: Callable[[CronRun], bool], timeout: float) -> CronRun:
+async def _poll_run(
+    store: CronRepository, run_id: int, until: Callable[[CronRun], bool], timeout: float
+) -> CronRun:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -197,8 +228,9 @@ def _run_now_as(args: argparse.Namespace, settings: Settings, *, may_run_here: b
             claimed = await jobs.store.claim_run(run_id, RunState.REQUESTED, None, utc_now(), os.getpid())
             if claimed is not None:
                 return claimed  # no gateway took it: run it here
-        return await _poll_run(jobs.store, run_id, lambda r: r.state not in (RunState.REQUESTED, RunState.RUNNING),
-                               args.wait)
+        return await _poll_run(
+            jobs.store, run_id, lambda r: r.state not in (RunState.REQUESTED, RunState.RUNNING), args.wait
+        )
 
     with spinner(f"waiting for a gateway to run {args.job_id}"):
         outcome = _with_jobs(settings, request)
@@ -208,8 +240,10 @@ def _run_now_as(args: argparse.Namespace, settings: Settings, *, may_run_here: b
     with spinner(f"running {args.job_id}"):
         state = asyncio.run(_run_here(settings, outcome))
     if state is RunState.DELIVERED:
-        print(f"run {outcome.run_id}: delivered to the outbox for {outcome.job.target}; it is sent when the "
-              "gateway runs (at once if it is running)")
+        print(
+            f"run {outcome.run_id}: delivered to the outbox for {outcome.job.target}; it is sent when the "
+            "gateway runs (at once if it is running)"
+        )
     else:
         print(f"run {outcome.run_id}: {state.value}")
     return EXIT_OK if state in _DONE_OK else EXIT_REFUSED

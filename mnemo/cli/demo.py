@@ -47,9 +47,13 @@ async def _demo(settings: Settings, out: io.TextIOBase) -> int:
     print("mnemo demo — replies come from a SCRIPTED model (the offline emulator), not Claude.", file=out)
     print(f"Scripted replies are labelled {TRIAL_LABEL!r}. Home: {settings.home}", file=out)
     print(_rule("conversation"), file=out)
-    console = ConsoleAdapter("ada", stdin=io.StringIO("\n".join(SCRIPT) + "\n"), stdout=out, interactive=False, transcript=True)
+    console = ConsoleAdapter(
+        "ada", stdin=io.StringIO("\n".join(SCRIPT) + "\n"), stdout=out, interactive=False, transcript=True
+    )
     async with Emulator(min_cacheable_tokens=DEMO_CACHE_MIN_TOKENS) as emu:
-        async with open_app(settings, adapters=[console], llm_base_url=emu.base_url, api_key="demo", trial=False) as app:
+        async with open_app(
+            settings, adapters=[console], llm_base_url=emu.base_url, api_key="demo", trial=False
+        ) as app:
             await console.finished.wait()
             await app.gateway.lanes.drain(30.0)
             await app.gateway.delivery.deliver_due()
@@ -85,7 +89,10 @@ async def _demo(settings: Settings, out: io.TextIOBase) -> int:
         print(f"query {result.get('query')!r}: {result.get('count', 0)} hit(s)", file=out)
         for session in result.get("results", [])[:2]:
             for match in session.get("matches", [])[:2]:
-                print(f"  {match.get('date', '')[:10]} {match.get('who')}: {match.get('text', '')[:100]}", file=out)
+                print(
+                    f"  {match.get('date', '')[:10]} {match.get('who')}: {match.get('text', '')[:100]}",
+                    file=out,
+                )
         shown += 1
     if not shown:
         print("(no search was made)", file=out)

@@ -68,8 +68,12 @@ class Check:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="check config, file permissions, database and every configured endpoint")
-    p.add_argument("--timeout", type=float, default=TIMEOUT_S, help=f"seconds per network check (default {TIMEOUT_S:g})")
+    p = sub.add_parser(
+        "doctor", help="check config, file permissions, database and every configured endpoint"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=TIMEOUT_S, help=f"seconds per network check (default {TIMEOUT_S:g})"
+    )
     p.set_defaults(handler=doctor)
 
 
@@ -79,7 +83,11 @@ def check_config(settings: Settings) -> Check:
         mode = "local trial mode (nothing configured)"
     else:
         mode = "platforms: " + (", ".join(settings.platform_tokens) or "none (web chat only)")
-    where = f"{settings.config_path} is valid" if settings.config_path.exists() else "no config.yaml, built-in defaults"
+    where = (
+        f"{settings.config_path} is valid"
+        if settings.config_path.exists()
+        else "no config.yaml, built-in defaults"
+    )
     return Check("config", Status.PASS, f"{where}; {mode}")
 
 
@@ -114,8 +122,11 @@ def check_dotenv(settings: Settings) -> Check:
 
 def check_memories(settings: Settings) -> Check:
     if settings.database.is_postgresql:
-        return Check("memories", Status.SKIP, "MEMORY.md and USER.md are rows on PostgreSQL (curated_memory), "
-                     "not files here")
+        return Check(
+            "memories",
+            Status.SKIP,
+            "MEMORY.md and USER.md are rows on PostgreSQL (curated_memory), not files here",
+        )
     root = settings.memories_dir
     if not root.exists():
         return Check("memories", Status.PASS, f"{root} not created yet (made on the first memory write)")
@@ -129,7 +140,9 @@ def check_memories(settings: Settings) -> Check:
             return Check("memories", Status.FAIL, f"cannot read {path}: {e}")
         if path == shared:
             chars = len(text)
-    return Check("memories", Status.PASS, f"{root} readable (MEMORY.md {chars:,} chars, {len(profiles)} user profiles)")
+    return Check(
+        "memories", Status.PASS, f"{root} readable (MEMORY.md {chars:,} chars, {len(profiles)} user profiles)"
+    )
 
 
 def quick_check(path: Path, limit: int = 20) -> list[str]:
@@ -156,18 +169,31 @@ async def check_database(settings: Settings, timeout_s: float = TIMEOUT_S) -> Ch
         try:
             problems = await asyncio.to_thread(quick_check, settings.state_db)
         except sqlite3.Error as e:
-            return Check("state.db", Status.FAIL, f"{settings.state_db} is damaged ({e}) — restore a backup "
-                         "(`mnemo import`), or move it aside to start afresh")
+            return Check(
+                "state.db",
+                Status.FAIL,
+                f"{settings.state_db} is damaged ({e}) — restore a backup "
+                "(`mnemo import`), or move it aside to start afresh",
+            )
         if problems:
             shown = "; ".join(problems[:QUICK_CHECK_SHOWN])
-            more = f" (+{len(problems) - QUICK_CHECK_SHOWN} more)" if len(problems) > QUICK_CHECK_SHOWN else ""
-            return Check("state.db", Status.FAIL, f"{settings.state_db} is damaged: {shown}{more} — restore a "
-                         "backup (`mnemo import`), or stop mnemo and try: sqlite3 state.db .recover")
+            more = (
+                f" (+{len(problems) - QUICK_CHECK_SHOWN} more)" if len(problems) > QUICK_CHECK_SHOWN else ""
+            )
+            return Check(
+                "state.db",
+                Status.FAIL,
+                f"{settings.state_db} is damaged: {shown}{more} — restore a "
+                "backup (`mnemo import`), or stop mnemo and try: sqlite3 state.db .recover",
+            )
     db = state_database(settings.state_db)
     try:
         await db.open()
-        return Check("state.db", Status.PASS, f"{settings.state_db} opens, passes quick_check, "
-                     f"schema version {db.schema_version}")
+        return Check(
+            "state.db",
+            Status.PASS,
+            f"{settings.state_db} opens, passes quick_check, schema version {db.schema_version}",
+        )
     except (StoreError, sqlite3.Error, OSError) as e:
         return Check("state.db", Status.FAIL, f"{settings.state_db}: {e}")
     finally:
@@ -185,8 +211,12 @@ async def check_postgresql(settings: Settings, timeout_s: float = TIMEOUT_S) -> 
         from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
         from mnemo.memory.pg.db import MIN_SERVER_VERSION, redact
     except ImportError as e:
-        return Check("postgresql", Status.FAIL, f"database.url is a PostgreSQL URL but {e.name or 'psycopg'} is "
-                     "not installed: pip install 'mnemo[postgres]'")
+        return Check(
+            "postgresql",
+            Status.FAIL,
+            f"database.url is a PostgreSQL URL but {e.name or 'psycopg'} is "
+            "not installed: pip install 'mnemo[postgres]'",
+        )
     url = settings.database.url.get_secret_value()
     where = redact(url)
     try:
@@ -210,21 +240,40 @@ async def check_postgresql(settings: Settings, timeout_s: float = TIMEOUT_S) -> 
         return Check("postgresql", Status.FAIL, f"{where} unreachable: {_line(e)}")
     shown = f"PostgreSQL {version // 10000}.{version % 10000}"
     if version < MIN_SERVER_VERSION:
-        return Check("postgresql", Status.FAIL, f"{where} runs {shown}; mnemo needs {MIN_SERVER_VERSION // 10000} or later")
+        return Check(
+            "postgresql",
+            Status.FAIL,
+            f"{where} runs {shown}; mnemo needs {MIN_SERVER_VERSION // 10000} or later",
+        )
     known = len(PG_MIGRATIONS)
     if not steps:
-        return Check("postgresql", Status.PASS, f"{where} reachable, {shown}; no mnemo schema yet "
-                     f"({known} steps are applied at the first start)")
+        return Check(
+            "postgresql",
+            Status.PASS,
+            f"{where} reachable, {shown}; no mnemo schema yet ({known} steps are applied at the first start)",
+        )
     at, name = steps[-1]
     if at > known:
-        return Check("postgresql", Status.FAIL, f"{where}: schema step {at} ({name}) is newer than this mnemo "
-                     f"(it knows {known}): upgrade mnemo on this host")
+        return Check(
+            "postgresql",
+            Status.FAIL,
+            f"{where}: schema step {at} ({name}) is newer than this mnemo "
+            f"(it knows {known}): upgrade mnemo on this host",
+        )
     mine = [(i + 1, m.name) for i, m in enumerate(PG_MIGRATIONS[:at])]
     if steps != mine:
-        return Check("postgresql", Status.FAIL, f"{where}: the applied schema steps differ from this mnemo's "
-                     "(another build wrote them): use the mnemo that created this database")
+        return Check(
+            "postgresql",
+            Status.FAIL,
+            f"{where}: the applied schema steps differ from this mnemo's "
+            "(another build wrote them): use the mnemo that created this database",
+        )
     pending = f"; {known - at} step(s) pending, applied at the next start" if at < known else ""
-    return Check("postgresql", Status.PASS, f"{where} reachable, {shown}, schema step {at} of {known} ({name}){pending}")
+    return Check(
+        "postgresql",
+        Status.PASS,
+        f"{where} reachable, {shown}, schema step {at} of {known} ({name}){pending}",
+    )
 
 
 def _line(e: BaseException) -> str:
@@ -273,7 +322,11 @@ async def check_llm(settings: Settings, http: aiohttp.ClientSession) -> Check:
     if status not in (404, 405):
         return _failed("llm", status, body, "API key")
     # An Anthropic-compatible endpoint without /v1/models: the cheapest real call.
-    probe = {"model": settings.llm.aux_model, "max_tokens": 1, "messages": [{"role": "user", "content": "ping"}]}
+    probe = {
+        "model": settings.llm.aux_model,
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": "ping"}],
+    }
     status, body = await _request(http, "POST", f"{base}/v1/messages", headers=headers, json=probe)
     if status == 200:
         return Check("llm", Status.PASS, f"{base} answers a 1-token message ({settings.llm.aux_model})")
@@ -308,7 +361,9 @@ async def check_web(settings: Settings, http: aiohttp.ClientSession) -> Check:
     web = settings.web
     what = "web chat, /healthz, /metrics" if web.enabled else "/healthz, /metrics (web chat disabled)"
     if not is_loopback(web.host) and web.access_token is None:
-        return Check("web", Status.FAIL, f"{web.host} is not a loopback address and MNEMO_WEB_TOKEN is not set")
+        return Check(
+            "web", Status.FAIL, f"{web.host} is not a loopback address and MNEMO_WEB_TOKEN is not set"
+        )
     if web.port == 0:
         return Check("web", Status.PASS, f"{web.host}, a free port is picked at start ({what})")
     try:
@@ -333,7 +388,9 @@ async def _port_in_use(http: aiohttp.ClientSession, host: str, port: int) -> Che
     except (aiohttp.ClientError, TimeoutError):
         status, body = 0, None
     if isinstance(body, dict) and "adapters" in body:
-        return Check("web", Status.PASS, f"{host}:{port} is in use by a running mnemo (/healthz: {body.get('status')})")
+        return Check(
+            "web", Status.PASS, f"{host}:{port} is in use by a running mnemo (/healthz: {body.get('status')})"
+        )
     return Check("web", Status.FAIL, f"{host}:{port} is in use by another program")
 
 
@@ -391,7 +448,9 @@ def active_provider_row(settings: Settings) -> dict[str, Any] | None:
     return next((r for r in provider_rows(settings) if r["name"] == settings.memory.provider), None)
 
 
-async def check_provider(settings: Settings, http: aiohttp.ClientSession, row: dict[str, Any] | None) -> Check:
+async def check_provider(
+    settings: Settings, http: aiohttp.ClientSession, row: dict[str, Any] | None
+) -> Check:
     """Configured, available here, and reachable: any HTTP answer below 500 from its base
     URL means the server is up (the probe sends no key, so 401/404 are fine); 5xx or no
     answer means the gateway's writes to it are being queued."""
@@ -403,7 +462,9 @@ async def check_provider(settings: Settings, http: aiohttp.ClientSession, row: d
     assert name is not None
     if row is None or not row["available"]:
         reason = row["reason"] if row else "unknown provider"
-        return Check("provider", Status.FAIL, f"{name} is configured (memory.provider) but unavailable: {reason}")
+        return Check(
+            "provider", Status.FAIL, f"{name} is configured (memory.provider) but unavailable: {reason}"
+        )
     try:
         base = provider_base_url(settings, name)
     except ProviderError as e:
@@ -417,8 +478,14 @@ async def check_provider(settings: Settings, http: aiohttp.ClientSession, row: d
     except aiohttp.ClientError as e:
         return Check("provider", Status.FAIL, f"{name} at {base} unreachable: {e}{_recorded(settings, name)}")
     if status >= 500:
-        return Check("provider", Status.FAIL, f"{name} at {base} answers HTTP {status} (down){_recorded(settings, name)}")
-    return Check("provider", Status.PASS, f"{name} at {base} is reachable (HTTP {status}){_recorded(settings, name)}")
+        return Check(
+            "provider",
+            Status.FAIL,
+            f"{name} at {base} answers HTTP {status} (down){_recorded(settings, name)}",
+        )
+    return Check(
+        "provider", Status.PASS, f"{name} at {base} is reachable (HTTP {status}){_recorded(settings, name)}"
+    )
 
 
 async def check_provider_writes(settings: Settings) -> Check:
@@ -433,7 +500,9 @@ async def check_provider_writes(settings: Settings) -> Check:
         counts = await write_counts(settings, name)
     except (StoreError, sqlite3.Error, OSError) as e:
         return Check("provider writes", Status.FAIL, f"cannot read the job queue: {e}")
-    detail = f"{counts['queued_writes']} queued, {counts['failed_writes']} failed, {counts['done_writes']} done"
+    detail = (
+        f"{counts['queued_writes']} queued, {counts['failed_writes']} failed, {counts['done_writes']} done"
+    )
     if counts["failed_writes"]:
         return Check(
             "provider writes", Status.FAIL,
@@ -466,7 +535,9 @@ async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> lis
     import aiohttp
 
     checks = [check_config(settings), check_home(settings), check_dotenv(settings), check_memories(settings)]
-    database = asyncio.create_task(check_database(settings, timeout_s))  # awaited below, alongside the network
+    database = asyncio.create_task(
+        check_database(settings, timeout_s)
+    )  # awaited below, alongside the network
     network: list[tuple[str, NetworkCheck]] = [("llm", check_llm)]
     if settings.telegram.bot_token is not None:
         network.append(("telegram", check_telegram))
@@ -483,7 +554,9 @@ async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> lis
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            probes = await asyncio.gather(*(_guarded(name, fn, settings, http, timeout_s) for name, fn in network))
+            probes = await asyncio.gather(
+                *(_guarded(name, fn, settings, http, timeout_s) for name, fn in network)
+            )
     finally:
         checks.append(await database)
     if settings.memory.provider:  # after the database check, which creates and migrates it

@@ -127,4 +127,8 @@ def _print_human(action: str, result: dict[str, Any]) -> None:
         print("no facts found")
     for f in facts:
         scope = "shared" if f["owner"] == "shared" else "user"
-        print(printable(f"#{f['fact_id']:<6} trust {f['trust']:.2f}  [{f['category']}, {scope}]  {f['content']}"))
+        print(
+            printable(
+                f"#{f['fact_id']:<6} trust {f['trust']:.2f}  [{f['category']}, {scope}]  {f['content']}"
+            )
+        )

@@ -48,8 +48,9 @@ class CommandError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemo", description="Self-hosted chat bot with layered memory.")
     parser.add_argument("--home", metavar="DIR", help="profile folder (default: $MNEMO_HOME or ~/.mnemo)")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show info logs, and the traceback behind an error")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show info logs, and the traceback behind an error"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(cli_pkg.__path__), key=lambda m: m.name):
         if info.name == "main":
@@ -60,8 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
             register(sub)
     for command in _subcommands(parser):
         # Also after the command (`mnemo chat -v`); SUPPRESS keeps a global -v set.
-        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                             help="show info logs, and the traceback behind an error")
+        command.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="show info logs, and the traceback behind an error",
+        )
     return parser
 
 
@@ -101,8 +107,10 @@ def _sqlite_problem(e: sqlite3.Error, home: Path | None) -> str:
     where = f"a database in {home}" if home is not None else "a database"
     state_db = home / "state.db" if home is not None else Path("state.db")
     if "file is not a database" in text or "malformed" in text:
-        return (f"{where} is damaged ({text}); `mnemo doctor` names it — restore a backup with "
-                f"`mnemo import`, or move {state_db} aside to start afresh")
+        return (
+            f"{where} is damaged ({text}); `mnemo doctor` names it — restore a backup with "
+            f"`mnemo import`, or move {state_db} aside to start afresh"
+        )
     if "readonly database" in text or "read-only" in text:
         return f"{where} cannot be written ({text}): mnemo needs a writable home folder (--home / MNEMO_HOME)"
     if "unable to open database file" in text:
@@ -123,7 +131,9 @@ def _os_problem(e: OSError, home: Path | None) -> str:
     if e.errno in (errno.EACCES, errno.EPERM):
         return f"permission denied:{name} — mnemo needs to read and write its home folder{folder}"
     if e.errno == errno.EROFS:
-        return f"read-only file system:{name} — mnemo needs a writable home folder{folder} (--home / MNEMO_HOME)"
+        return (
+            f"read-only file system:{name} — mnemo needs a writable home folder{folder} (--home / MNEMO_HOME)"
+        )
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"no space left on the device:{name} — free some disk space and try again"
     if e.errno == errno.ENOTDIR:
@@ -199,4 +209,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         if message is None:
             raise
         return _fail(message, EXIT_REFUSED, e, verbose)
-

@@ -65,7 +65,9 @@ def _target_arguments(parser: argparse.ArgumentParser) -> None:
 def _files(settings: Settings) -> CuratedRepository:
     """The curated memory of the configured backend; ``_close`` it when done."""
     if not settings.database.is_postgresql:
-        return MemoryFiles(settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit)
+        return MemoryFiles(
+            settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit
+        )
     from mnemo.gateway.storage import open_backend
 
     async def rows() -> CuratedRepository:
@@ -133,7 +135,10 @@ def _edit(args: argparse.Namespace, settings: Settings) -> int:
     if args.memory_action in ("replace", "remove"):
         tool_args["old_text"] = args.old_text
     ctx = MemoryCallContext(
-        speaker=ref, agent_context=AgentContext.PRIMARY, is_admin=True, shared_write=settings.memory.shared_write
+        speaker=ref,
+        agent_context=AgentContext.PRIMARY,
+        is_admin=True,
+        shared_write=settings.memory.shared_write,
     )
     from mnemo.adapters.terminal import printable_json
 

@@ -21,14 +21,17 @@ from mnemo.gateway.config import Settings
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "migrate", help="copy this SQLite profile (state.db, memories) into a PostgreSQL database",
+        "migrate",
+        help="copy this SQLite profile (state.db, memories) into a PostgreSQL database",
         description="Copy everything this profile keeps in state.db, and its curated memory, into an empty "
         "PostgreSQL database (then point database.url / MNEMO_DATABASE_URL at it). The profile is only read. "
         "Resumable: run it again after an interruption; a finished migration is only verified.",
     )
     p.add_argument("--to", required=True, metavar="URL", help="postgresql://user:password@host:5432/dbname")
     p.add_argument("--json", action="store_true", help="print the receipt as JSON")
-    p.add_argument("--batch-size", type=int, default=2000, metavar="N", help="rows per transaction (default 2000)")
+    p.add_argument(
+        "--batch-size", type=int, default=2000, metavar="N", help="rows per transaction (default 2000)"
+    )
     p.set_defaults(handler=_migrate)
 
 
@@ -49,8 +52,9 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     except ImportError as e:
-        raise CommandError(f"mnemo migrate needs {e.name or 'psycopg'}: pip install 'mnemo[postgres]'",
-                           EXIT_USAGE) from None
+        raise CommandError(
+            f"mnemo migrate needs {e.name or 'psycopg'}: pip install 'mnemo[postgres]'", EXIT_USAGE
+        ) from None
     from mnemo.cli.terminal import ProgressBar
     from mnemo.memory.errors import SchemaTooNew, StoreError
     from mnemo.migrate import MigrateRefused, Migration, NotMigrated
@@ -93,8 +97,10 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
             print(printable(line))
         if facts is not None:
             state = "verified" if facts.verified else "NOT verified: some are missing"
-            print(f"holographic facts: {facts.source} in facts.db: {facts.copied} copied, "
-                  f"{facts.present} already there, {state}")
+            print(
+                f"holographic facts: {facts.source} in facts.db: {facts.copied} copied, "
+                f"{facts.present} already there, {state}"
+            )
     # Once finished, counts may differ for good reasons (the bot has run on PostgreSQL
     # since): the receipt says so, and a finished move is not a failed one.
     return EXIT_OK if receipt.verified or receipt.already_complete else EXIT_REFUSED
@@ -125,12 +131,20 @@ async def _memories(settings: Settings, url: str, receipt: Any) -> Any:
     if not files:
         return None
     if not curated_repository_available():
-        receipt.not_migrated.append(NotMigrated(
-            f"curated memory ({len(files)} files)",
-            "no PostgreSQL home for it in this mnemo: the files stay in memories/"))
+        receipt.not_migrated.append(
+            NotMigrated(
+                f"curated memory ({len(files)} files)",
+                "no PostgreSQL home for it in this mnemo: the files stay in memories/",
+            )
+        )
         return None
-    return await asyncio.to_thread(copy_memories, settings.memories_dir, url,
-                                   settings.memory.memory_char_limit, settings.memory.user_char_limit)
+    return await asyncio.to_thread(
+        copy_memories,
+        settings.memories_dir,
+        url,
+        settings.memory.memory_char_limit,
+        settings.memory.user_char_limit,
+    )
 
 
 def report(receipt: Any, memories: Any) -> list[str]:
@@ -140,19 +154,25 @@ def report(receipt: Any, memories: Any) -> list[str]:
         head += " (an earlier run had finished; nothing to copy)"
     out = [head]
     if receipt.already_complete and not receipt.verified:
-        out.append("  the counts changed since that run: the bot has run on PostgreSQL (and, say, pruned old jobs), "
-                   "or state.db was written after the move; rows added to state.db since are not copied")
+        out.append(
+            "  the counts changed since that run: the bot has run on PostgreSQL (and, say, pruned old jobs), "
+            "or state.db was written after the move; rows added to state.db since are not copied"
+        )
     width = max((len(t.name) for t in receipt.tables), default=0)
     for t in receipt.tables:
         mark = "ok" if t.verified else "MISMATCH"
-        line = f"  {t.name:<{width}}  {t.source_rows:>9,} in state.db  {t.present:>9,} in PostgreSQL  " \
-               f"{t.copied:>9,} copied now  {mark}"
+        line = (
+            f"  {t.name:<{width}}  {t.source_rows:>9,} in state.db  {t.present:>9,} in PostgreSQL  "
+            f"{t.copied:>9,} copied now  {mark}"
+        )
         if t.left_out_columns:
             line += f"  (columns left out: {', '.join(t.left_out_columns)})"
         out.append(line)
     if memories is not None:
-        out.append(f"curated memory: {memories.files} files, {memories.entries} entries: {memories.copied} copied, "
-                   f"{memories.present} already there, {len(memories.refused)} refused")
+        out.append(
+            f"curated memory: {memories.files} files, {memories.entries} entries: {memories.copied} copied, "
+            f"{memories.present} already there, {len(memories.refused)} refused"
+        )
         out.extend(f"  refused in {name}: {why}" for name, why in memories.refused)
     for n in receipt.not_migrated:
         out.append(f"not migrated: {n.what} — {n.why}")

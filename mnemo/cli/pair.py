@@ -1,9 +1,9 @@
 """``mnemo pair``: the operator's side of pairing (the same store as ``/pair``).
 
-    mnemo pair list
-    mnemo pair approve CODE
-    mnemo pair deny CODE
-    mnemo pair revoke PLATFORM:ID
+mnemo pair list
+mnemo pair approve CODE
+mnemo pair deny CODE
+mnemo pair revoke PLATFORM:ID
 """
 
 from __future__ import annotations

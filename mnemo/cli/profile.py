@@ -45,8 +45,8 @@ from mnemo.gateway.config import Settings
 from mnemo.memory.atomic import ensure_folder
 from mnemo.memory.discovery import discover
 from mnemo.memory.errors import InvalidIdentifier
-from mnemo.memory.scope import validate_id
 from mnemo.memory.provider_config import CONFIG_FILE, SECRETS_FILE
+from mnemo.memory.scope import validate_id
 
 log = structlog.get_logger(__name__)
 
@@ -114,7 +114,9 @@ def verify_database(rel: PurePosixPath, path: Path) -> None:
     from mnemo.cli.doctor import quick_check
 
     if not _is_sqlite(path):
-        raise BackupRefused(f"{rel} is not a SQLite database ({_size(path.stat().st_size)} of something else)")
+        raise BackupRefused(
+            f"{rel} is not a SQLite database ({_size(path.stat().st_size)} of something else)"
+        )
     try:
         problems = quick_check(path, limit=3)
         if not problems and rel.as_posix() == "state.db":
@@ -125,7 +127,9 @@ def verify_database(rel: PurePosixPath, path: Path) -> None:
             finally:
                 conn.close()
             if not _STATE_TABLES <= tables or version < 1:
-                raise BackupRefused(f"{rel} is a SQLite database, but not a mnemo state.db (no sessions/messages tables)")
+                raise BackupRefused(
+                    f"{rel} is a SQLite database, but not a mnemo state.db (no sessions/messages tables)"
+                )
     except sqlite3.DatabaseError as e:
         raise BackupRefused(f"{rel} is not a usable database: {e}") from None
     if problems:
@@ -138,23 +142,43 @@ def register(subparsers: Any) -> None:
     exp.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     exp.set_defaults(handler=_export)
     imp = subparsers.add_parser(
-        "import", help="restore a profile exported with `mnemo export`, or move in from Hermes Agent or OpenClaw",
+        "import",
+        help="restore a profile exported with `mnemo export`, or move in from Hermes Agent or OpenClaw",
         description="Without --from: restore FILE, an archive written by `mnemo export`. With --from: read a Hermes "
         "Agent profile (~/.hermes, or its backup .zip/.tar.gz) or an OpenClaw folder (~/.openclaw, or a workspace) "
         "and add its memory, persona, skills and conversations to this profile (see the README).",
     )
     imp.add_argument("file", metavar="FILE")
-    imp.add_argument("--force", action="store_true", help="import into a non-empty home (replaced files are kept aside)")
-    imp.add_argument("--from", dest="source_kind", choices=("hermes", "openclaw"),
-                     help="FILE is a Hermes Agent profile or an OpenClaw folder, not a mnemo export")
-    imp.add_argument("--user", metavar="PLATFORM:ID",
-                     help="with --from: whose USER.md the source's profile becomes (required for hermes)")
-    imp.add_argument("--chat-map", metavar="SOURCE=TARGET", action="append",
-                     help="with --from: put the conversations of SOURCE (as the dry run lists it) in mnemo chat TARGET "
-                     "(PLATFORM:CHAT_ID or a session key); repeatable")
-    imp.add_argument("--chat-map-file", metavar="FILE", action="append",
-                     help="with --from: SOURCE=TARGET lines (# comments) read from FILE")
-    imp.add_argument("--dry-run", action="store_true", help="with --from: print what would be imported, write nothing")
+    imp.add_argument(
+        "--force", action="store_true", help="import into a non-empty home (replaced files are kept aside)"
+    )
+    imp.add_argument(
+        "--from",
+        dest="source_kind",
+        choices=("hermes", "openclaw"),
+        help="FILE is a Hermes Agent profile or an OpenClaw folder, not a mnemo export",
+    )
+    imp.add_argument(
+        "--user",
+        metavar="PLATFORM:ID",
+        help="with --from: whose USER.md the source's profile becomes (required for hermes)",
+    )
+    imp.add_argument(
+        "--chat-map",
+        metavar="SOURCE=TARGET",
+        action="append",
+        help="with --from: put the conversations of SOURCE (as the dry run lists it) in mnemo chat TARGET "
+        "(PLATFORM:CHAT_ID or a session key); repeatable",
+    )
+    imp.add_argument(
+        "--chat-map-file",
+        metavar="FILE",
+        action="append",
+        help="with --from: SOURCE=TARGET lines (# comments) read from FILE",
+    )
+    imp.add_argument(
+        "--dry-run", action="store_true", help="with --from: print what would be imported, write nothing"
+    )
     imp.add_argument("--json", action="store_true", help="with --from: print the receipt as JSON")
     imp.set_defaults(handler=_import)
 
@@ -194,7 +218,9 @@ def _provider_paths(home: Path) -> list[Path]:
         for path in candidates:
             path = Path(path)
             if not path.resolve().is_relative_to((home / "providers").resolve()):
-                log.warning("provider backup path outside providers/ ignored", provider=info.name, path=str(path))
+                log.warning(
+                    "provider backup path outside providers/ ignored", provider=info.name, path=str(path)
+                )
                 continue
             out.extend(_walk(path))
     return out
@@ -257,7 +283,9 @@ def check_target(dest: Path, force: bool) -> None:
     """Where the archive goes: a file name in an existing folder, not overwritten
     without ``force``. Raises ``BackupRefused``."""
     if dest.is_dir():
-        raise BackupRefused(f"{dest} is a folder: give the archive a file name, e.g. {dest / 'mnemo-profile.tar.gz'}")
+        raise BackupRefused(
+            f"{dest} is a folder: give the archive a file name, e.g. {dest / 'mnemo-profile.tar.gz'}"
+        )
     if not dest.parent.is_dir():
         raise BackupRefused(f"folder {dest.parent} does not exist: create it first, or choose another path")
     if (dest.exists() or dest.is_symlink()) and not force:
@@ -294,17 +322,27 @@ def export_profile(home: Path, dest: Path, force: bool = False) -> list[str]:
                 verify_database(rel, source)
             size = source.stat().st_size
             if size > MAX_MEMBER_BYTES:
-                raise BackupRefused(f"{rel} is {_size(size)}; an export member may be at most {_size(MAX_MEMBER_BYTES)}")
+                raise BackupRefused(
+                    f"{rel} is {_size(size)}; an export member may be at most {_size(MAX_MEMBER_BYTES)}"
+                )
             total += size
             if total > MAX_TOTAL_BYTES:
-                raise BackupRefused(f"the profile is over {_size(MAX_TOTAL_BYTES)}, the most an export may hold")
+                raise BackupRefused(
+                    f"the profile is over {_size(MAX_TOTAL_BYTES)}, the most an export may hold"
+                )
             sources.append(source)
             checksums[name] = file_sha256(source)
         fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
         os.close(fd)
         try:
             with tarfile.open(tmp_name, "w:gz") as tar:
-                manifest = {"format": FORMAT, "version": VERSION, "created_at": time.time(), "files": names, "sha256": checksums}
+                manifest = {
+                    "format": FORMAT,
+                    "version": VERSION,
+                    "created_at": time.time(),
+                    "files": names,
+                    "sha256": checksums,
+                }
                 data = json.dumps(manifest, indent=2).encode()
                 info = tarfile.TarInfo(MANIFEST)
                 info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
@@ -353,10 +391,14 @@ def check_members(tar: tarfile.TarFile) -> list[Member]:
         if info.issparse():
             raise UnsafeArchive(f"{info.name!r} is a sparse file; only plain files are allowed")
         if info.size > MAX_MEMBER_BYTES:
-            raise UnsafeArchive(f"{info.name!r} is {_size(info.size)}; a member may be at most {_size(MAX_MEMBER_BYTES)}")
+            raise UnsafeArchive(
+                f"{info.name!r} is {_size(info.size)}; a member may be at most {_size(MAX_MEMBER_BYTES)}"
+            )
         total += info.size
         if total > MAX_TOTAL_BYTES:
-            raise UnsafeArchive(f"the archive unpacks to over {_size(MAX_TOTAL_BYTES)}, the most an import takes")
+            raise UnsafeArchive(
+                f"the archive unpacks to over {_size(MAX_TOTAL_BYTES)}, the most an import takes"
+            )
         raw = info.name
         if raw.startswith(("/", "\\")) or "\\" in raw or (len(raw) > 1 and raw[1] == ":"):
             raise UnsafeArchive(f"absolute or non-POSIX path in archive: {raw!r}")
@@ -392,7 +434,9 @@ def check_members(tar: tarfile.TarFile) -> list[Member]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise UnsafeArchive("not a mnemo profile export")
     if manifest.get("version") != VERSION:
-        raise UnsafeArchive(f"export format version {manifest.get('version')!r} is not supported (expected {VERSION})")
+        raise UnsafeArchive(
+            f"export format version {manifest.get('version')!r} is not supported (expected {VERSION})"
+        )
     return members
 
 
@@ -420,7 +464,9 @@ def import_profile(home: Path, archive: Path, force: bool = False) -> tuple[int,
     if not archive.is_file():
         raise FileNotFoundError(f"{archive}: no such file")
     if not force and not home_is_empty(home):
-        raise FileExistsError(f"{home} is not empty; use --force to import anyway (replaced files are kept aside)")
+        raise FileExistsError(
+            f"{home} is not empty; use --force to import anyway (replaced files are kept aside)"
+        )
     try:
         tar = tarfile.open(archive, "r:gz")
     except (tarfile.TarError, OSError) as e:
@@ -456,7 +502,9 @@ def _check_room(home: Path, needed: int) -> None:
     where = next(p for p in (home, *home.parents) if p.exists())
     free = shutil.disk_usage(where).free
     if needed > free:
-        raise UnsafeArchive(f"the archive unpacks to {_size(needed)}, but {where} has only {_size(free)} free")
+        raise UnsafeArchive(
+            f"the archive unpacks to {_size(needed)}, but {where} has only {_size(free)} free"
+        )
 
 
 def _extract(tar: tarfile.TarFile, members: list[Member], staging: Path) -> list[PurePosixPath]:
@@ -512,9 +560,17 @@ def _import(args: argparse.Namespace, settings: Settings) -> int:
         from mnemo.importers.command import import_foreign
 
         return import_foreign(args, settings)
-    extra = [flag for flag, on in (("--user", args.user), ("--chat-map", args.chat_map),
-                                   ("--chat-map-file", args.chat_map_file), ("--dry-run", args.dry_run),
-                                   ("--json", args.json)) if on]
+    extra = [
+        flag
+        for flag, on in (
+            ("--user", args.user),
+            ("--chat-map", args.chat_map),
+            ("--chat-map-file", args.chat_map_file),
+            ("--dry-run", args.dry_run),
+            ("--json", args.json),
+        )
+        if on
+    ]
     if extra:
         raise CommandError(f"{', '.join(extra)}: only with --from hermes|openclaw", EXIT_USAGE)
     try:
@@ -528,5 +584,7 @@ def _import(args: argparse.Namespace, settings: Settings) -> int:
     print(f"imported {count} files into {settings.home}")
     if replaced is not None:
         print(f"replaced files were moved to {replaced}")
-    print("secrets were not part of the export: recreate .env (and provider secrets with `mnemo providers setup`)")
+    print(
+        "secrets were not part of the export: recreate .env (and provider secrets with `mnemo providers setup`)"
+    )
     return EXIT_OK

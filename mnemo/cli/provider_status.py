@@ -92,7 +92,10 @@ async def write_counts(settings: Settings, name: str) -> dict[str, Any]:
         "queued_writes": sum(1 for j in jobs if j.state in ("queued", "running")),
         "failed_writes": len(failed),
         "done_writes": sum(1 for j in jobs if j.state == "done"),
-        "last_write_error": (failed[-1].error if failed else next((j.error for j in reversed(jobs) if j.error), None)) or "",
+        "last_write_error": (
+            failed[-1].error if failed else next((j.error for j in reversed(jobs) if j.error), None)
+        )
+        or "",
     }
 
 
@@ -119,7 +122,9 @@ def status(args: argparse.Namespace, settings: Settings) -> int:
         reach = {True: "reachable", False: "unreachable", None: "not contacted yet"}[body["reachable"]]
         print(f"provider: {name} ({'available' if body['available'] else 'unavailable: ' + body['reason']})")
         print(f"  {reach}" + (f"; last error: {body['last_error']}" if body["last_error"] else ""))
-        print(f"  writes: {body['queued_writes']} queued, {body['failed_writes']} failed, {body['done_writes']} done")
+        print(
+            f"  writes: {body['queued_writes']} queued, {body['failed_writes']} failed, {body['done_writes']} done"
+        )
         if body["last_write_error"]:
             print(f"  last write error: {body['last_write_error']}")
     if name and not body["available"]:

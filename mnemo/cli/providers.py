@@ -37,7 +37,9 @@ def register(subparsers: Any) -> None:
     )
     sub = parser.add_subparsers(dest="providers_command", metavar="ACTION", required=True)
     ls = sub.add_parser("list", help="name, description, and whether each provider can run here")
-    ls.add_argument("--json", action="store_true", help="machine-readable: installed, configured, available per provider")
+    ls.add_argument(
+        "--json", action="store_true", help="machine-readable: installed, configured, available per provider"
+    )
     ls.set_defaults(handler=_list)
     st = sub.add_parser("status", help="the active provider: reachable, last error, queued/failed writes")
     st.add_argument("--json", action="store_true", help="machine-readable output")
@@ -45,7 +47,12 @@ def register(subparsers: Any) -> None:
     setup = sub.add_parser("setup", help="configure one provider from its settings schema")
     setup.add_argument("name", metavar="NAME")
     setup.add_argument(
-        "--set", dest="values", action="append", default=[], metavar="KEY=VALUE", help="set one field (repeatable)"
+        "--set",
+        dest="values",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set one field (repeatable)",
     )
     setup.set_defaults(handler=_setup)
 
@@ -102,7 +109,9 @@ def prompt_fields(
     """Ask for each field until its answer parses; Enter keeps the bracketed value."""
     out: dict[str, Any] = {}
     for field in fields:
-        print(f"{field.key}: {field.description}" + (f" ({', '.join(field.choices)})" if field.choices else ""))
+        print(
+            f"{field.key}: {field.description}" + (f" ({', '.join(field.choices)})" if field.choices else "")
+        )
         existing = current.get(field.key, field.default)
         while True:
             label = f"  {field.key} [{_shown(field, existing)}]: "

@@ -54,9 +54,13 @@ def build_adapters(settings: Settings, server: WebServer) -> list[Adapter]:
     if settings.web.enabled:
         from mnemo.adapters.web import WebAdapter
 
-        adapters.append(WebAdapter(server, trial=settings.trial_mode, uploads_dir=settings.home / "media" / "uploads"))
+        adapters.append(
+            WebAdapter(server, trial=settings.trial_mode, uploads_dir=settings.home / "media" / "uploads")
+        )
     if not adapters:
-        raise StartupError("no adapter is enabled: configure a platform token or enable web (web.enabled: true)")
+        raise StartupError(
+            "no adapter is enabled: configure a platform token or enable web (web.enabled: true)"
+        )
     return adapters
 
 
@@ -97,7 +101,9 @@ async def _run(settings: Settings) -> int:
     return 0
 
 
-async def _serve(settings: Settings, server: WebServer, adapters: list[Adapter], app: App, stop: asyncio.Event) -> None:
+async def _serve(
+    settings: Settings, server: WebServer, adapters: list[Adapter], app: App, stop: asyncio.Event
+) -> None:
     """Until SIGTERM/SIGINT — or until an adapter retried in the background meets a
     configuration error (its platform came back and refused the token), which ends the
     process like one found at start: ``StartupError``, exit 2."""
@@ -135,5 +141,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
         generated = ensure_admin_token(settings)  # /admin's sign-in token, the first time only
         if generated is not None:
-            print(token_notice(admin_token_path(settings), generated, terminal=sys.stderr.isatty()), file=sys.stderr)
+            print(
+                token_notice(admin_token_path(settings), generated, terminal=sys.stderr.isatty()),
+                file=sys.stderr,
+            )
         return asyncio.run(_run(settings))

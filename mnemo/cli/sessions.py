@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 from mnemo.cli.main import EXIT_OK, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
-from mnemo.memory.dataset import import_dataset, load_dataset
 from mnemo.gateway.storage import StorageBackend, open_backend
+from mnemo.memory.dataset import import_dataset, load_dataset
 from mnemo.memory.errors import InvalidDataset, StoreError
 from mnemo.memory.search import result_to_json
 from mnemo.memory.sessions import SessionRow
@@ -105,9 +105,20 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
     rows = _run(settings, lambda b: b.sessions.list_sessions(args.chat, limit=args.limit))
     for s in rows:
         if args.json:
-            print(json.dumps({"id": s.id, "chat_key": s.chat_key, "source": s.source,
-                              "started_at": s.started_at.isoformat(), "ended_at": s.ended_at and s.ended_at.isoformat(),
-                              "end_reason": s.end_reason, "message_count": s.message_count, "title": s.title}))
+            print(
+                json.dumps(
+                    {
+                        "id": s.id,
+                        "chat_key": s.chat_key,
+                        "source": s.source,
+                        "started_at": s.started_at.isoformat(),
+                        "ended_at": s.ended_at and s.ended_at.isoformat(),
+                        "end_reason": s.end_reason,
+                        "message_count": s.message_count,
+                        "title": s.title,
+                    }
+                )
+            )
         else:
             print(printable(_session_line(s)))
     if not rows and not args.json:
@@ -150,16 +161,30 @@ def _search(args: argparse.Namespace, settings: Settings) -> int:
             searcher = backend.search
         result = await searcher.search(args.query, chat_keys=keys, limit=args.limit)
         if args.json:
-            print(printable_json(json.dumps(
-                {"query": args.query, "count": len(result.hits), "results": result_to_json(result)}, ensure_ascii=False
-            )))
+            print(
+                printable_json(
+                    json.dumps(
+                        {"query": args.query, "count": len(result.hits), "results": result_to_json(result)},
+                        ensure_ascii=False,
+                    )
+                )
+            )
             return EXIT_OK
         if not result.hits:
             print("no matches", file=sys.stderr)
         for s in result.sessions:
-            print(printable(f"{s.session_id}  {s.started_at:%Y-%m-%d}  {s.chat_key}" + (f"  {s.title}" if s.title else "")))
+            print(
+                printable(
+                    f"{s.session_id}  {s.started_at:%Y-%m-%d}  {s.chat_key}"
+                    + (f"  {s.title}" if s.title else "")
+                )
+            )
             for h in s.hits:
-                print(printable(f"  #{h.message_id} {h.created_at:%Y-%m-%d %H:%M} {h.author_name or h.role}: {h.snippet}"))
+                print(
+                    printable(
+                        f"  #{h.message_id} {h.created_at:%Y-%m-%d %H:%M} {h.author_name or h.role}: {h.snippet}"
+                    )
+                )
         return EXIT_OK
 
     return _run(settings, body)
@@ -178,7 +203,9 @@ class Progress:
         if self._tty:
             bar = "#" * int(frac * 30)
             end = "\n" if done >= total else ""
-            print(f"\r{self._label} [{bar:<30}] {done}/{total} messages", end=end, file=sys.stderr, flush=True)
+            print(
+                f"\r{self._label} [{bar:<30}] {done}/{total} messages", end=end, file=sys.stderr, flush=True
+            )
         elif int(frac * 10) > self._last_decile:
             self._last_decile = int(frac * 10)
             print(f"{self._label}: {done}/{total} messages", file=sys.stderr, flush=True)

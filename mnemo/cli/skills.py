@@ -26,14 +26,17 @@ from mnemo.memory.skills.format import SKILL_FILE, SUBFOLDERS, check_file_path
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "skills", help="list, show, install and manage skills (SKILL.md folders)",
+        "skills",
+        help="list, show, install and manage skills (SKILL.md folders)",
         description="Manage skills: shared ones by default, a user's own with --user PLATFORM:ID.",
     )
     sub = parser.add_subparsers(dest="skills_command", metavar="ACTION", required=True)
 
     ls = sub.add_parser("list", help="list skills (shared, or the ones a user sees with --user)")
     _user(ls)
-    ls.add_argument("--json", action="store_true", help="print a JSON list of {name, description, scope, ...}")
+    ls.add_argument(
+        "--json", action="store_true", help="print a JSON list of {name, description, scope, ...}"
+    )
     ls.set_defaults(handler=_list)
 
     show = sub.add_parser("show", help="print a skill's SKILL.md or one supporting file")
@@ -66,12 +69,16 @@ def register(subparsers: Any) -> None:
     rollback = sub.add_parser("rollback", help="restore a previous version (default: the latest kept)")
     rollback.add_argument("name", metavar="NAME")
     _user(rollback)
-    rollback.add_argument("--to", type=int, metavar="N", help="the version number from `mnemo skills history`")
+    rollback.add_argument(
+        "--to", type=int, metavar="N", help="the version number from `mnemo skills history`"
+    )
     rollback.set_defaults(handler=_rollback)
 
 
 def _user(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--user", metavar="PLATFORM:ID", help="a chat user's own skills instead of the shared ones")
+    parser.add_argument(
+        "--user", metavar="PLATFORM:ID", help="a chat user's own skills instead of the shared ones"
+    )
 
 
 def _ref(args: argparse.Namespace) -> UserRef | None:
@@ -98,8 +105,14 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
     store = _store(settings)
     skills = store.visible(ref) if ref is not None else store.shared()
     rows = [
-        {"name": s.name, "description": s.meta.description, "scope": s.scope, "category": s.meta.category,
-         "platforms": list(s.meta.platforms), "owner": None if s.owner is None else str(s.owner)}
+        {
+            "name": s.name,
+            "description": s.meta.description,
+            "scope": s.scope,
+            "category": s.meta.category,
+            "platforms": list(s.meta.platforms),
+            "owner": None if s.owner is None else str(s.owner),
+        }
         for s in skills
     ]
     if args.json:
@@ -149,7 +162,9 @@ def _check_members(members: list[tuple[str, bool, bool]]) -> None:
     for name, _is_dir, is_link in members:
         parts = name.rstrip("/").split("/")
         if name.startswith("/") or ".." in parts or is_link:
-            raise CommandError(f"archive member {name!r} is absolute, climbs out or is a link; refused", EXIT_REFUSED)
+            raise CommandError(
+                f"archive member {name!r} is absolute, climbs out or is a link; refused", EXIT_REFUSED
+            )
 
 
 def _read_folder(folder: Path) -> tuple[str, dict[str, str]]:

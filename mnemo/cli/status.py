@@ -70,14 +70,22 @@ def _print(report: dict[str, Any]) -> None:
     live, dead = report["replicas"], report["dead"]
     print(f"{len(live)} live replica{'s' if len(live) != 1 else ''} on PostgreSQL")
     for r in live:
-        adapters = ", ".join(f"{n}{'' if ok else ' (down)'}" for n, ok in sorted(r["adapters"].items())) or "-"
+        adapters = (
+            ", ".join(f"{n}{'' if ok else ' (down)'}" for n, ok in sorted(r["adapters"].items())) or "-"
+        )
         roles = ", ".join(r["roles"]) or "-"
-        print(f"  {r['replica_id']}  v{r['version']}  since {_when(r['started_at'])}  "
-              f"beat {r['last_seen_s_ago']:g} s ago  adapters: {adapters}  roles: {roles}")
+        print(
+            f"  {r['replica_id']}  v{r['version']}  since {_when(r['started_at'])}  "
+            f"beat {r['last_seen_s_ago']:g} s ago  adapters: {adapters}  roles: {roles}"
+        )
     if dead:
         print("recently stopped or dead:")
         for r in dead:
-            how = f"stopped {_when(r['stopped_at'])}" if r["stopped_at"] is not None else f"last beat {_when(r['last_seen'])}"
+            how = (
+                f"stopped {_when(r['stopped_at'])}"
+                if r["stopped_at"] is not None
+                else f"last beat {_when(r['last_seen'])}"
+            )
             print(f"  {r['replica_id']}  v{r['version']}  {how}")
 
 

@@ -37,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="one person: sessions, profile, spend and caps")
     show.add_argument("user", metavar="PLATFORM:ID")
     usage = actions.add_parser("usage", help="spend today and this month, highest first")
-    budget = actions.add_parser("budget", help="show or set a person's own caps (unset = the configured default)")
+    budget = actions.add_parser(
+        "budget", help="show or set a person's own caps (unset = the configured default)"
+    )
     budget.add_argument("user", metavar="PLATFORM:ID")
     budget.add_argument("--daily-usd", type=float, metavar="USD")
     budget.add_argument("--monthly-usd", type=float, metavar="USD")
@@ -47,10 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     erase.add_argument("user", metavar="PLATFORM:ID")
     erase.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     erase.add_argument("--dry-run", action="store_true", help="print the receipt, delete nothing")
-    link = actions.add_parser("link", help="link two accounts of one person (shared profile, budget, provider scope)")
+    link = actions.add_parser(
+        "link", help="link two accounts of one person (shared profile, budget, provider scope)"
+    )
     link.add_argument("user", metavar="PLATFORM:ID")
     link.add_argument("other", metavar="PLATFORM:ID")
-    unlink = actions.add_parser("unlink", help="split an account off its linked person (it keeps a copy of the profile)")
+    unlink = actions.add_parser(
+        "unlink", help="split an account off its linked person (it keeps a copy of the profile)"
+    )
     unlink.add_argument("user", metavar="PLATFORM:ID")
     for a in (ls, show, usage, budget, erase, link, unlink):
         a.add_argument("--json", action="store_true", help="print JSON")
@@ -61,7 +67,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if settings.database.is_postgresql and args.users_action == "erase":
         raise CommandError(
             "erasure on PostgreSQL is not supported yet: mnemo users erase scrubs the SQLite state.db and the "
-            "memory files, not the server's rows (list, show, usage, budget, link and unlink work)", EXIT_USAGE)
+            "memory files, not the server's rows (list, show, usage, budget, link and unlink work)",
+            EXIT_USAGE,
+        )
     return asyncio.run(_run(args, settings))
 
 
@@ -97,10 +105,15 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         action = args.users_action
         if action == "usage":
             rows = [{"user": p.payer, **asdict(p.spend)} for p in await ledger.everyone()]
-            _out(args, rows, [
-                f"{r['user']}  today ${r['day_usd']:.4f} ({r['day_tokens']:,} tokens)  month ${r['month_usd']:.4f}"
-                for r in rows
-            ] or ["no spend this month"])
+            _out(
+                args,
+                rows,
+                [
+                    f"{r['user']}  today ${r['day_usd']:.4f} ({r['day_tokens']:,} tokens)  month ${r['month_usd']:.4f}"
+                    for r in rows
+                ]
+                or ["no spend this month"],
+            )
             return EXIT_OK
         if action == "list":
             people = await (_pg_people(db) if backend.name == "postgresql" else _people(db, settings))
@@ -116,15 +129,22 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             receipt = await erasure.count(user)
             if not args.dry_run and not args.yes:
                 if not sys.stdin.isatty():
-                    raise CommandError("erase needs --yes when not run interactively (or --dry-run)", EXIT_REFUSED)
-                answer = input(f"Erase everything of {user}? This cannot be undone. Type 'erase' to confirm: ")
+                    raise CommandError(
+                        "erase needs --yes when not run interactively (or --dry-run)", EXIT_REFUSED
+                    )
+                answer = input(
+                    f"Erase everything of {user}? This cannot be undone. Type 'erase' to confirm: "
+                )
                 if answer.strip() != "erase":
                     print("not erased")
                     return EXIT_REFUSED
             if not args.dry_run:
                 receipt = await erasure.erase(user)
-            _out(args, {"user": str(user), "dry_run": args.dry_run, "removed": receipt.counts},
-                 [f"{'would remove' if args.dry_run else 'removed'} for {user}:", *receipt.lines()])
+            _out(
+                args,
+                {"user": str(user), "dry_run": args.dry_run, "removed": receipt.counts},
+                [f"{'would remove' if args.dry_run else 'removed'} for {user}:", *receipt.lines()],
+            )
             return EXIT_OK
         if action in ("link", "unlink"):
             return await _link(args, _links(backend))
@@ -140,15 +160,20 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
                 await ledger.set_override(str(user), None)
             elif any(v is not None for v in values):
                 old = await ledger.override(str(user)) or Override()
-                await ledger.set_override(str(user), Override(
-                    args.daily_usd if args.daily_usd is not None else old.daily_usd,
-                    args.monthly_usd if args.monthly_usd is not None else old.monthly_usd,
-                    args.daily_tokens if args.daily_tokens is not None else old.daily_tokens,
-                ))
+                await ledger.set_override(
+                    str(user),
+                    Override(
+                        args.daily_usd if args.daily_usd is not None else old.daily_usd,
+                        args.monthly_usd if args.monthly_usd is not None else old.monthly_usd,
+                        args.daily_tokens if args.daily_tokens is not None else old.daily_tokens,
+                    ),
+                )
         limits = await gate.limits(user, admin=admin)
         spend = await ledger.spend(str(user))
         data: dict[str, Any] = {
-            "user": str(user), "admin": admin, "limits": asdict(limits),
+            "user": str(user),
+            "admin": admin,
+            "limits": asdict(limits),
             "own_limits": asdict(o) if (o := await ledger.override(str(user))) else None,
             "spend": asdict(spend),
         }
@@ -163,17 +188,32 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             data.update(facts)
             linked = await _links(backend).rows(user)
             data["linked"] = [
-                {"user": str(r.member), "canonical": r.member == r.canonical, "linked_at": r.linked_at.isoformat(),
-                 "linked_by": r.linked_by} for r in linked
+                {
+                    "user": str(r.member),
+                    "canonical": r.member == r.canonical,
+                    "linked_at": r.linked_at.isoformat(),
+                    "linked_by": r.linked_by,
+                }
+                for r in linked
             ]
             # Linked accounts share the canonical account's profile.
             owner = linked[0].canonical if linked else user
-            profile = await _pg_profile(db, owner) if backend.name == "postgresql" else _profile(settings, owner).exists()
-            lines.append(f"sessions: {facts['sessions']}, messages written: {facts['messages']}, "
-                         f"profile: {'yes' if profile else 'no'}")
+            profile = (
+                await _pg_profile(db, owner)
+                if backend.name == "postgresql"
+                else _profile(settings, owner).exists()
+            )
+            lines.append(
+                f"sessions: {facts['sessions']}, messages written: {facts['messages']}, "
+                f"profile: {'yes' if profile else 'no'}"
+            )
             if linked:
-                lines.append("linked: " + ", ".join(
-                    f"{r.member}{' (profile)' if r.member == r.canonical else ''}" for r in linked))
+                lines.append(
+                    "linked: "
+                    + ", ".join(
+                        f"{r.member}{' (profile)' if r.member == r.canonical else ''}" for r in linked
+                    )
+                )
             if not facts["sessions"] and not spend.month_usd and not profile and not linked:
                 _out(args, data, [*lines, "(mnemo knows nothing of this person)"])
                 return EXIT_REFUSED
@@ -205,24 +245,38 @@ async def _link(args: argparse.Namespace, links: Any) -> int:
         if not done.was_linked:
             _out(args, {"user": str(user), "unlinked": False}, [f"{user} is not linked"])
             return EXIT_REFUSED
-        _out(args, {"user": str(user), "unlinked": True, "remaining": [str(m) for m in done.remaining]},
-             [f"unlinked {user}: it keeps a copy of the profile; {', '.join(map(str, done.remaining))} stay linked"
-              if len(done.remaining) > 1 else f"unlinked {user} from {done.remaining[0]}: each keeps a copy of the profile"])
+        _out(
+            args,
+            {"user": str(user), "unlinked": True, "remaining": [str(m) for m in done.remaining]},
+            [
+                f"unlinked {user}: it keeps a copy of the profile; {', '.join(map(str, done.remaining))} stay linked"
+                if len(done.remaining) > 1
+                else f"unlinked {user} from {done.remaining[0]}: each keeps a copy of the profile"
+            ],
+        )
         return EXIT_OK
     other = _user(args.other)
     if other == user:
         raise CommandError(f"{user} cannot be linked with itself", EXIT_USAGE)
     result = await links.link(user, other)
     data = {
-        "user": str(user), "other": str(other), "linked": result.status.value == "linked",
-        "already": result.status.value == "already", "canonical": str(result.canonical),
-        "members": [str(m) for m in result.members], "merged": result.merged, "left_out": result.left_out,
+        "user": str(user),
+        "other": str(other),
+        "linked": result.status.value == "linked",
+        "already": result.status.value == "already",
+        "canonical": str(result.canonical),
+        "members": [str(m) for m in result.members],
+        "merged": result.merged,
+        "left_out": result.left_out,
     }
     if data["already"]:
         _out(args, data, [f"{user} and {other} are already linked"])
         return EXIT_OK
-    lines = [f"linked {', '.join(data['members'])}: one profile ({result.canonical}), budget and provider scope",
-             f"profile entries merged: {result.merged}" + (f", left out: {result.left_out}" if result.left_out else "")]
+    lines = [
+        f"linked {', '.join(data['members'])}: one profile ({result.canonical}), budget and provider scope",
+        f"profile entries merged: {result.merged}"
+        + (f", left out: {result.left_out}" if result.left_out else ""),
+    ]
     _out(args, data, lines)
     return EXIT_OK
 
@@ -248,7 +302,8 @@ async def _facts(db: Any, user: UserRef) -> dict[str, int]:
         ).fetchone()[0]
         messages = conn.execute(
             "SELECT COUNT(*) FROM messages m JOIN sessions s ON s.id = m.session_id"
-            " WHERE s.platform = ? AND m.author_id = ? AND m.role = 'user'", (user.platform, user.user_id)
+            " WHERE s.platform = ? AND m.author_id = ? AND m.role = 'user'",
+            (user.platform, user.user_id),
         ).fetchone()[0]
         return {"sessions": int(sessions), "messages": int(messages)}
 
@@ -257,8 +312,12 @@ async def _facts(db: Any, user: UserRef) -> dict[str, int]:
 
 async def _people(db: Any, settings: Settings) -> list[str]:
     def q(conn: Any) -> set[str]:
-        found = {f"{r[0]}:{r[1]}" for r in conn.execute(
-            "SELECT DISTINCT platform, user_id FROM sessions WHERE user_id IS NOT NULL AND source != 'cron'")}
+        found = {
+            f"{r[0]}:{r[1]}"
+            for r in conn.execute(
+                "SELECT DISTINCT platform, user_id FROM sessions WHERE user_id IS NOT NULL AND source != 'cron'"
+            )
+        }
         found |= {r[0] for r in conn.execute("SELECT DISTINCT payer FROM usage_days WHERE payer != '*'")}
         return found
 
@@ -272,11 +331,16 @@ async def _people(db: Any, settings: Settings) -> list[str]:
 async def _pg_facts(db: Any, user: UserRef) -> dict[str, int]:
     async def q(conn: Any) -> dict[str, int]:
         who = (user.platform, user.user_id)
-        sessions = await (await conn.execute(
-            "SELECT count(*) AS n FROM sessions WHERE platform = %s AND user_id = %s", who)).fetchone()
-        messages = await (await conn.execute(
-            "SELECT count(*) AS n FROM messages m JOIN sessions s ON s.id = m.session_id"
-            " WHERE s.platform = %s AND m.author_id = %s AND m.role = 'user'", who)).fetchone()
+        sessions = await (
+            await conn.execute("SELECT count(*) AS n FROM sessions WHERE platform = %s AND user_id = %s", who)
+        ).fetchone()
+        messages = await (
+            await conn.execute(
+                "SELECT count(*) AS n FROM messages m JOIN sessions s ON s.id = m.session_id"
+                " WHERE s.platform = %s AND m.author_id = %s AND m.role = 'user'",
+                who,
+            )
+        ).fetchone()
         return {"sessions": int(sessions["n"]), "messages": int(messages["n"])}
 
     return await db.read(q)
@@ -284,11 +348,13 @@ async def _pg_facts(db: Any, user: UserRef) -> dict[str, int]:
 
 async def _pg_people(db: Any) -> list[str]:
     """Everyone with a session, spend or a USER.md row on PostgreSQL."""
+
     async def q(conn: Any) -> list[str]:
         cur = await conn.execute(
             "SELECT platform || ':' || user_id AS who FROM sessions WHERE user_id IS NOT NULL AND source != 'cron'"
             " UNION SELECT payer FROM usage_days WHERE payer != '*'"
-            " UNION SELECT owner FROM curated_memory WHERE target = 'user'")
+            " UNION SELECT owner FROM curated_memory WHERE target = 'user'"
+        )
         return sorted(r["who"] for r in await cur.fetchall())
 
     return await db.read(q)
@@ -297,7 +363,8 @@ async def _pg_people(db: Any) -> list[str]:
 async def _pg_profile(db: Any, user: UserRef) -> bool:
     async def q(conn: Any) -> bool:
         cur = await conn.execute(
-            "SELECT 1 FROM curated_memory WHERE target = 'user' AND owner = %s", (str(user),))
+            "SELECT 1 FROM curated_memory WHERE target = 'user' AND owner = %s", (str(user),)
+        )
         return await cur.fetchone() is not None
 
     return await db.read(q)

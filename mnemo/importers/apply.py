@@ -54,8 +54,12 @@ class Layer:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"added": len(self.added), "present": len(self.present),
-                "refused": [{"item": i, "reason": r} for i, r in self.refused], "notes": self.notes}
+        return {
+            "added": len(self.added),
+            "present": len(self.present),
+            "refused": [{"item": i, "reason": r} for i, r in self.refused],
+            "notes": self.notes,
+        }
 
 
 @dataclass
@@ -68,8 +72,13 @@ class ChatReceipt:
     present_sessions: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"how": self.how, "from": sorted(self.sources), "sessions": self.sessions,
-                "messages": self.messages, "already_imported_sessions": self.present_sessions}
+        return {
+            "how": self.how,
+            "from": sorted(self.sources),
+            "sessions": self.sessions,
+            "messages": self.messages,
+            "already_imported_sessions": self.present_sessions,
+        }
 
 
 @dataclass
@@ -92,21 +101,34 @@ class Receipt:
 
     @property
     def refused(self) -> int:
-        return len(self.memory.refused) + len(self.user.refused) + len(self.skills.refused) + (
-            1 if self.soul.startswith("refused") else 0)
+        return (
+            len(self.memory.refused)
+            + len(self.user.refused)
+            + len(self.skills.refused)
+            + (1 if self.soul.startswith("refused") else 0)
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "from": self.kind, "path": self.origin, "dry_run": self.dry_run,
+            "from": self.kind,
+            "path": self.origin,
+            "dry_run": self.dry_run,
             "memory": self.memory.to_json(),
             "user": {**self.user.to_json(), "user": self.user_ref},
             "soul": self.soul,
-            "skills": {**self.skills.to_json(), "installed_names": self.skills.added,
-                       "present_names": self.skills.present},
-            "sessions": {"imported": self.sessions_new, "already_imported": self.sessions_present,
-                         "messages": self.messages_new, "chats": {k: c.to_json() for k, c in sorted(self.chats.items())},
-                         "skipped_messages": dict(self.skipped_messages),
-                         "skipped_sessions": dict(self.skipped_sessions)},
+            "skills": {
+                **self.skills.to_json(),
+                "installed_names": self.skills.added,
+                "present_names": self.skills.present,
+            },
+            "sessions": {
+                "imported": self.sessions_new,
+                "already_imported": self.sessions_present,
+                "messages": self.messages_new,
+                "chats": {k: c.to_json() for k, c in sorted(self.chats.items())},
+                "skipped_messages": dict(self.skipped_messages),
+                "skipped_sessions": dict(self.skipped_sessions),
+            },
             "notes": self.notes,
         }
 
@@ -131,7 +153,8 @@ def _memory(bundle: Bundle, files: MemoryFiles, user: UserRef | None, receipt: R
         receipt.user.notes.append("the source has no USER.md")
     elif user is None:
         receipt.user.notes.append(
-            f"USER.md ({len(bundle.user)} entries) not imported: name whose profile it is with --user PLATFORM:ID")
+            f"USER.md ({len(bundle.user)} entries) not imported: name whose profile it is with --user PLATFORM:ID"
+        )
     else:
         _curated(files.user(user), bundle.user, receipt.user)
 
@@ -146,7 +169,9 @@ def _soul(bundle: Bundle, path: Path, dry_run: bool) -> str:
         current = path.read_text(encoding="utf-8-sig")
         if current.strip() == bundle.soul.strip():
             return "already present"
-        return f"kept the existing {path.name} (it differs from the imported one; compare with {bundle.origin})"
+        return (
+            f"kept the existing {path.name} (it differs from the imported one; compare with {bundle.origin})"
+        )
     if not dry_run:
         replace_file(path, bundle.soul.encode("utf-8"))
     return "imported" if not dry_run else "would be imported"
@@ -181,7 +206,10 @@ def _adapt_front_matter(content: str) -> tuple[str, str | None]:
     else:
         data.pop("platforms")
     front = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-    return f"---\n{front}---\n{''.join(lines[end + 1:])}", f"platforms {', '.join(dropped)} dropped (not chat platforms)"
+    return (
+        f"---\n{front}---\n{''.join(lines[end + 1 :])}",
+        f"platforms {', '.join(dropped)} dropped (not chat platforms)",
+    )
 
 
 def _skill_files(folder: Path, skipped: list[str]) -> dict[str, str]:
@@ -219,7 +247,9 @@ def _skills(skills: tuple[ForeignSkill, ...], store: SkillStore, layer: Layer) -
                 if store.read(existing) == content:
                     layer.present.append(meta.name)
                 else:
-                    layer.refused.append((meta.name, "a different shared skill with this name exists; kept it"))
+                    layer.refused.append(
+                        (meta.name, "a different shared skill with this name exists; kept it")
+                    )
                 continue
             skipped: list[str] = []
             files = _skill_files(fs.path, skipped)
@@ -245,11 +275,18 @@ def _skills(skills: tuple[ForeignSkill, ...], store: SkillStore, layer: Layer) -
 def _new_messages(kind: str, fs: ForeignSession, have: set[str]) -> list[NewMessage]:
     return [
         NewMessage(
-            role=m.role, content=m.content, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id,
-            tool_name=m.tool_name, is_error=m.is_error, author_id=m.author_id, created_at=m.created_at,
+            role=m.role,
+            content=m.content,
+            tool_calls=m.tool_calls,
+            tool_call_id=m.tool_call_id,
+            tool_name=m.tool_name,
+            is_error=m.is_error,
+            author_id=m.author_id,
+            created_at=m.created_at,
             meta={"import": {"from": kind, "session": fs.key, "message": m.key}},
         )
-        for m in fs.messages if m.key not in have
+        for m in fs.messages
+        if m.key not in have
     ]
 
 
@@ -299,9 +336,17 @@ async def _write_sessions(bundle: Bundle, chats: ChatMap, settings: Settings, re
             have: set[str] = set()
             if existing is None:
                 await store.create_session(
-                    chat_key=target.chat_key, platform=target.platform, chat_id=target.chat_id,
-                    thread_id=target.thread_id, user_id=target.user_id, agent_context="primary", source="import",
-                    model=fs.model or bundle.kind, system_prompt="", title=fs.title, started_at=fs.started_at,
+                    chat_key=target.chat_key,
+                    platform=target.platform,
+                    chat_id=target.chat_id,
+                    thread_id=target.thread_id,
+                    user_id=target.user_id,
+                    agent_context="primary",
+                    source="import",
+                    model=fs.model or bundle.kind,
+                    system_prompt="",
+                    title=fs.title,
+                    started_at=fs.started_at,
                     session_id=sid,
                 )
             else:
@@ -309,7 +354,14 @@ async def _write_sessions(bundle: Bundle, chats: ChatMap, settings: Settings, re
             new = _new_messages(bundle.kind, fs, have)
             await store.append_messages(sid, new)
             await store.end_session(sid, "imported")
-            _count(receipt, fs, existing.chat_key if existing else target.chat_key, how, len(new), existing is not None)
+            _count(
+                receipt,
+                fs,
+                existing.chat_key if existing else target.chat_key,
+                how,
+                len(new),
+                existing is not None,
+            )
     finally:
         await db.close()
 
@@ -325,10 +377,16 @@ def _plan_sessions(bundle: Bundle, chats: ChatMap, state_db: Path, receipt: Rece
                 continue
             target, how = chats.resolve(fs)
             sid = stable_id(bundle.kind, fs.key)
-            row = conn.execute("SELECT chat_key FROM sessions WHERE id = ?", (sid,)).fetchone() if conn else None
+            row = (
+                conn.execute("SELECT chat_key FROM sessions WHERE id = ?", (sid,)).fetchone()
+                if conn
+                else None
+            )
             have: set[str] = set()
             if row is not None:
-                have = _keys(r[0] for r in conn.execute("SELECT meta FROM messages WHERE session_id = ?", (sid,)))
+                have = _keys(
+                    r[0] for r in conn.execute("SELECT meta FROM messages WHERE session_id = ?", (sid,))
+                )
             new = sum(1 for m in fs.messages if m.key not in have)
             _count(receipt, fs, row[0] if row else target.chat_key, how, new, row is not None)
     finally:
@@ -337,9 +395,16 @@ def _plan_sessions(bundle: Bundle, chats: ChatMap, state_db: Path, receipt: Rece
 
 
 # --- the whole import -------------------------------------------------------------------
-def run(bundle: Bundle, settings: Settings, chats: ChatMap, user: UserRef | None, *, dry_run: bool) -> Receipt:
-    receipt = Receipt(bundle.kind, str(bundle.origin), dry_run, notes=list(bundle.notes),
-                      skipped_sessions=Counter(bundle.skipped_sessions))
+def run(
+    bundle: Bundle, settings: Settings, chats: ChatMap, user: UserRef | None, *, dry_run: bool
+) -> Receipt:
+    receipt = Receipt(
+        bundle.kind,
+        str(bundle.origin),
+        dry_run,
+        notes=list(bundle.notes),
+        skipped_sessions=Counter(bundle.skipped_sessions),
+    )
     limits = (settings.memory.memory_char_limit, settings.memory.user_char_limit)
     if dry_run:
         with tempfile.TemporaryDirectory(prefix="mnemo-import-") as scratch:
@@ -352,8 +417,12 @@ def run(bundle: Bundle, settings: Settings, chats: ChatMap, user: UserRef | None
             _memory(bundle, MemoryFiles(memories, *limits), user, receipt)
             skills = Path(scratch) / "skills"
             if settings.skills_dir.is_dir():
-                shutil.copytree(settings.skills_dir, skills, symlinks=True,
-                                ignore=shutil.ignore_patterns(".lock", ".history"))
+                shutil.copytree(
+                    settings.skills_dir,
+                    skills,
+                    symlinks=True,
+                    ignore=shutil.ignore_patterns(".lock", ".history"),
+                )
             _skills(bundle.skills, SkillStore(skills, settings.skills.max_visible), receipt.skills)
         receipt.soul = _soul(bundle, settings.soul_path, dry_run=True)
         _plan_sessions(bundle, chats, settings.state_db, receipt)

@@ -58,8 +58,14 @@ def _members(archive: Path) -> Iterator[list[_Member]]:
                 for info in zf.infolist():
                     mode = info.external_attr >> 16
                     regular = not info.is_dir() and (mode == 0 or (mode & 0o170000) == 0o100000)
-                    out.append(_Member(_parts(info.filename, archive), info.file_size, regular,
-                                       lambda info=info: zf.open(info)))
+                    out.append(
+                        _Member(
+                            _parts(info.filename, archive),
+                            info.file_size,
+                            regular,
+                            lambda info=info: zf.open(info),
+                        )
+                    )
                     if len(out) > MAX_MEMBERS:
                         raise SourceProblem(f"{archive}: more than {MAX_MEMBERS:,} entries", usage=False)
                 yield out
@@ -67,17 +73,21 @@ def _members(archive: Path) -> Iterator[list[_Member]]:
             with tarfile.open(archive, "r:gz") as tf:
                 out = []
                 while (info := tf.next()) is not None:
+
                     def opener(info: tarfile.TarInfo = info) -> IO[bytes]:
                         f = tf.extractfile(info)
                         if f is None:
                             raise SourceProblem(f"{archive}: {info.name} cannot be read", usage=False)
                         return f
+
                     out.append(_Member(_parts(info.name, archive), info.size, info.isfile(), opener))
                     if len(out) > MAX_MEMBERS:
                         raise SourceProblem(f"{archive}: more than {MAX_MEMBERS:,} entries", usage=False)
                 yield out
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error) as e:
-        raise SourceProblem(f"{archive}: the archive is damaged or not a {_kind(archive)} ({e})", usage=False) from None
+        raise SourceProblem(
+            f"{archive}: the archive is damaged or not a {_kind(archive)} ({e})", usage=False
+        ) from None
 
 
 def _kind(archive: Path) -> str:
@@ -100,17 +110,21 @@ def unpack(
     with _members(archive) as members:
         roots = {r for m in members if m.regular and (r := root_of(m.parts)) is not None}
         if not roots:
-            raise SourceProblem(f"{archive}: nothing in this archive looks like the profile folder expected", usage=True)
+            raise SourceProblem(
+                f"{archive}: nothing in this archive looks like the profile folder expected", usage=True
+            )
         root = min(roots, key=lambda r: (len(r), r))
         total = 0
         for m in members:
             if not m.regular or m.parts[: len(root)] != root:
                 continue
-            rel = m.parts[len(root):]
+            rel = m.parts[len(root) :]
             if not rel or not wanted(rel):
                 continue
             if m.size > MAX_MEMBER_BYTES:
-                raise SourceProblem(f"{archive}: {'/'.join(m.parts)} is larger than {MAX_MEMBER_BYTES:,} bytes", usage=False)
+                raise SourceProblem(
+                    f"{archive}: {'/'.join(m.parts)} is larger than {MAX_MEMBER_BYTES:,} bytes", usage=False
+                )
             total += m.size
             if total > MAX_TOTAL_BYTES:
                 raise SourceProblem(f"{archive}: unpacks to more than {MAX_TOTAL_BYTES:,} bytes", usage=False)

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mnemo.gateway.events import ChatType, session_key
+from mnemo.importers.common import ChatHint, ForeignSession
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import validate_id
-
-from mnemo.importers.common import ChatHint, ForeignSession
 
 SAME_ID_PLATFORMS = frozenset({"telegram", "discord"})
 
@@ -62,7 +61,9 @@ def parse_target(text: str) -> Target:
     """``PLATFORM:CHAT_ID`` (a direct chat) or a whole mnemo session key."""
     parts = text.strip().split(":")
     if len(parts) < 2 or any(not p for p in parts):
-        raise ChatMapError(f"{text!r}: a target is PLATFORM:CHAT_ID or a session key such as telegram:dm:12345")
+        raise ChatMapError(
+            f"{text!r}: a target is PLATFORM:CHAT_ID or a session key such as telegram:dm:12345"
+        )
     platform = _part("platform", parts[0], text)
     if len(parts) == 2:
         chat = _part("chat", parts[1], text)
@@ -104,7 +105,9 @@ class ChatMap:
         for text in mappings:
             source, target = parse_mapping(text)
             if source in explicit and explicit[source] != target:
-                raise ChatMapError(f"{source!r} is mapped twice, to {explicit[source].chat_key} and {target.chat_key}")
+                raise ChatMapError(
+                    f"{source!r} is mapped twice, to {explicit[source].chat_key} and {target.chat_key}"
+                )
             explicit[source] = target
         self.explicit: Mapping[str, Target] = explicit
 
@@ -117,17 +120,25 @@ class ChatMap:
         same = self._same_ids(session.hint)
         if same is not None:
             return same, "same ids"
-        return Target(f"import:{self.kind}:{session.source_chat}", "import", f"{self.kind}:{session.source_chat}"), "unmapped"
+        return Target(
+            f"import:{self.kind}:{session.source_chat}", "import", f"{self.kind}:{session.source_chat}"
+        ), "unmapped"
 
     def _same_ids(self, hint: ChatHint) -> Target | None:
         if hint.platform not in SAME_ID_PLATFORMS or hint.chat_id is None or hint.kind is None:
             return None
         try:
             if hint.kind == "dm":
-                return Target(session_key(hint.platform, ChatType.DM, hint.chat_id), hint.platform, hint.chat_id,
-                              user_id=hint.user_id)
+                return Target(
+                    session_key(hint.platform, ChatType.DM, hint.chat_id),
+                    hint.platform,
+                    hint.chat_id,
+                    user_id=hint.user_id,
+                )
             per_user = self.group_per_user and hint.user_id is not None
-            key = session_key(hint.platform, ChatType.GROUP, hint.chat_id, hint.thread_id, hint.user_id, per_user=per_user)
+            key = session_key(
+                hint.platform, ChatType.GROUP, hint.chat_id, hint.thread_id, hint.user_id, per_user=per_user
+            )
         except ValueError:  # an id with ':' cannot be a key part: leave it unmapped
             return None
         return Target(key, hint.platform, hint.chat_id, hint.thread_id, hint.user_id if per_user else None)

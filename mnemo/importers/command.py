@@ -28,7 +28,9 @@ def _user(args: argparse.Namespace) -> UserRef | None:
         if args.source_kind == "hermes":
             raise CommandError(
                 "--from hermes needs --user PLATFORM:ID: Hermes keeps one USER.md per profile; "
-                "name the chat user it describes (e.g. --user telegram:12345)", EXIT_USAGE)
+                "name the chat user it describes (e.g. --user telegram:12345)",
+                EXIT_USAGE,
+            )
         return None
     try:
         return UserRef.parse(args.user)
@@ -60,8 +62,11 @@ def import_foreign(args: argparse.Namespace, settings: Settings) -> int:
     if args.force:
         raise CommandError("--force applies to restoring a mnemo export, not to --from", EXIT_USAGE)
     if settings.database.is_postgresql:
-        raise CommandError("mnemo import --from writes the SQLite state.db; this profile uses PostgreSQL "
-                           "(import into a SQLite profile first)", EXIT_USAGE)
+        raise CommandError(
+            "mnemo import --from writes the SQLite state.db; this profile uses PostgreSQL "
+            "(import into a SQLite profile first)",
+            EXIT_USAGE,
+        )
     user = _user(args)
     chats = _chat_map(args, settings)
     path = Path(args.file).expanduser()
@@ -99,8 +104,10 @@ def report(r: Receipt) -> list[str]:
     out = [f"{TITLES[r.kind]} {r.origin}" + (" — dry run, nothing was written" if r.dry_run else "")]
 
     def layer(title: str, layer_: Layer) -> None:
-        out.append(f"{title}: {len(layer_.added)} {done}, {len(layer_.present)} already present, "
-                   f"{len(layer_.refused)} refused")
+        out.append(
+            f"{title}: {len(layer_.added)} {done}, {len(layer_.present)} already present, "
+            f"{len(layer_.refused)} refused"
+        )
         out.extend(f"  refused: {item!r} — {reason}" for item, reason in layer_.refused)
         out.extend(f"  note: {n}" for n in layer_.notes)
 
@@ -110,12 +117,16 @@ def report(r: Receipt) -> list[str]:
     layer("skills", r.skills)
     if r.skills.added:
         out.append(f"  {'to install' if r.dry_run else 'installed'}: {', '.join(r.skills.added)}")
-    out.append(f"sessions: {r.sessions_new} {put} ({_plural(r.messages_new, 'message')}), "
-               f"{r.sessions_present} already imported")
+    out.append(
+        f"sessions: {r.sessions_new} {put} ({_plural(r.messages_new, 'message')}), "
+        f"{r.sessions_present} already imported"
+    )
     for key, chat in sorted(r.chats.items()):
         sources = ", ".join(sorted(chat.sources))
-        line = f"  {key} ← {sources} ({chat.how}): {_plural(chat.sessions, 'session')}, " \
-               f"{_plural(chat.messages, 'message')}"
+        line = (
+            f"  {key} ← {sources} ({chat.how}): {_plural(chat.sessions, 'session')}, "
+            f"{_plural(chat.messages, 'message')}"
+        )
         if chat.present_sessions:
             line += f", {chat.present_sessions} already imported"
         if chat.how == "unmapped":
@@ -129,6 +140,8 @@ def report(r: Receipt) -> list[str]:
         out.append(f"  messages left out: {', '.join(left)}")
     out.extend(f"note: {n}" for n in r.notes)
     if r.refused:
-        out.append(f"{_plural(r.refused, 'item')} refused (listed above); everything else is "
-                   f"{'ready to import' if r.dry_run else 'in place'}")
+        out.append(
+            f"{_plural(r.refused, 'item')} refused (listed above); everything else is "
+            f"{'ready to import' if r.dry_run else 'in place'}"
+        )
     return out

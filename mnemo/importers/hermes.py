@@ -55,7 +55,7 @@ _MARKERS = ("state.db", "memories", "SOUL.md", "skills")
 
 def _root_of(parts: tuple[str, ...]) -> tuple[str, ...] | None:
     for tail in (("state.db",), ("memories", "MEMORY.md"), ("memories", "USER.md"), ("SOUL.md",)):
-        if len(parts) >= len(tail) and parts[-len(tail):] == tail:
+        if len(parts) >= len(tail) and parts[-len(tail) :] == tail:
             return parts[: -len(tail)]
     return None
 
@@ -72,8 +72,10 @@ def locate(path: Path, scratch: Path) -> Path:
         raise SourceProblem(f"{path}: no such file or folder", usage=True)
     if path.is_file():
         if not is_archive(path):
-            raise SourceProblem(f"{path}: expected a Hermes profile folder (~/.hermes) or its backup (.zip, .tar.gz)",
-                                usage=True)
+            raise SourceProblem(
+                f"{path}: expected a Hermes profile folder (~/.hermes) or its backup (.zip, .tar.gz)",
+                usage=True,
+            )
         return unpack(path, scratch, _root_of, _wanted)
     try:
         names = {p.name for p in path.iterdir()}
@@ -85,8 +87,10 @@ def locate(path: Path, scratch: Path) -> Path:
             hint = " (it looks like an OpenClaw folder: use --from openclaw)"
         elif ".hermes" in names:
             hint = f" (did you mean {path / '.hermes'}?)"
-        raise SourceProblem(f"{path}: not a Hermes profile folder: no state.db, memories/, SOUL.md or skills/{hint}",
-                            usage=True)
+        raise SourceProblem(
+            f"{path}: not a Hermes profile folder: no state.db, memories/, SOUL.md or skills/{hint}",
+            usage=True,
+        )
     return path
 
 
@@ -136,20 +140,25 @@ def _check(db: Path) -> Schema:
     except OSError as e:
         raise SourceProblem(f"{db}: cannot read ({e.strerror or e})", usage=True) from None
     if magic != SQLITE_MAGIC:
-        raise SourceProblem(f"{db}: not a SQLite database (Hermes' state.db is one); is the file damaged?", usage=False)
+        raise SourceProblem(
+            f"{db}: not a SQLite database (Hermes' state.db is one); is the file damaged?", usage=False
+        )
     try:
         conn = _connect(db)
         try:
             problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
             if problems != ["ok"]:
-                raise SourceProblem(f"{db}: the database is damaged (quick_check: {'; '.join(problems)})", usage=False)
+                raise SourceProblem(
+                    f"{db}: the database is damaged (quick_check: {'; '.join(problems)})", usage=False
+                )
             sessions, messages = _columns(conn, "sessions"), _columns(conn, "messages")
         finally:
             conn.close()
     except sqlite3.DatabaseError as e:
         raise SourceProblem(f"{db}: the database cannot be read ({e})", usage=False) from None
     missing = sorted({"id", "source", "started_at"} - sessions) + sorted(
-        f"messages.{c}" for c in {"id", "session_id", "role", "timestamp"} - messages)
+        f"messages.{c}" for c in {"id", "session_id", "role", "timestamp"} - messages
+    )
     if missing:
         raise SourceProblem(f"{db}: not a Hermes state.db (missing {', '.join(missing)})", usage=True)
     return frozenset(sessions), frozenset(messages)
@@ -160,7 +169,9 @@ def _skipped_sessions(db: Path) -> Counter[str]:
     try:
         rows = conn.execute(
             f"SELECT source, count(*) FROM sessions WHERE source IN ({','.join('?' * len(_SKIPPED_SOURCES))})"
-            " GROUP BY source", tuple(_SKIPPED_SOURCES)).fetchall()
+            " GROUP BY source",
+            tuple(_SKIPPED_SOURCES),
+        ).fetchall()
     finally:
         conn.close()
     return Counter({_SKIPPED_SOURCES[r[0]]: r[1] for r in rows})
@@ -216,11 +227,15 @@ def _tool_calls(raw: Any, skipped: Counter[str]) -> tuple[ToolCall, ...]:
                 args = {"arguments": args}
         if not isinstance(args, dict):
             args = {"arguments": args}
-        calls.append(ToolCall(str(c.get("id") or c.get("call_id") or f"call_{i}"), str(fn.get("name") or "tool"), args))
+        calls.append(
+            ToolCall(str(c.get("id") or c.get("call_id") or f"call_{i}"), str(fn.get("name") or "tool"), args)
+        )
     return tuple(calls)
 
 
-def _message(m: sqlite3.Row, cols: frozenset[str], author: str | None, skipped: Counter[str]) -> ForeignMessage | None:
+def _message(
+    m: sqlite3.Row, cols: frozenset[str], author: str | None, skipped: Counter[str]
+) -> ForeignMessage | None:
     role = m["role"]
     if role not in _ROLES:
         skipped[f"role {role!r}"] += 1
@@ -255,20 +270,51 @@ def _sessions(db: Path, schema: Schema) -> Iterator[ForeignSession]:
     scols, mcols = schema
     conn = _connect(db)
     try:
-        wanted_s = [c for c in ("id", "source", "started_at", "title", "model", "user_id", "chat_id", "chat_type",
-                                "thread_id") if c in scols]
-        wanted_m = [c for c in ("id", "role", "content", "timestamp", "tool_calls", "tool_call_id", "tool_name",
-                                "active", "compacted", "_compressed_summary", "display_kind") if c in mcols]
+        wanted_s = [
+            c
+            for c in (
+                "id",
+                "source",
+                "started_at",
+                "title",
+                "model",
+                "user_id",
+                "chat_id",
+                "chat_type",
+                "thread_id",
+            )
+            if c in scols
+        ]
+        wanted_m = [
+            c
+            for c in (
+                "id",
+                "role",
+                "content",
+                "timestamp",
+                "tool_calls",
+                "tool_call_id",
+                "tool_name",
+                "active",
+                "compacted",
+                "_compressed_summary",
+                "display_kind",
+            )
+            if c in mcols
+        ]
         marks = ",".join("?" * len(_SKIPPED_SOURCES))
         rows = conn.execute(
             f"SELECT {', '.join(wanted_s)} FROM sessions WHERE source IS NULL OR source NOT IN ({marks})"
-            " ORDER BY started_at, id", tuple(_SKIPPED_SOURCES)).fetchall()
+            " ORDER BY started_at, id",
+            tuple(_SKIPPED_SOURCES),
+        ).fetchall()
         for s in rows:
             source_chat, hint = _hint(s, scols)
             skipped: Counter[str] = Counter()
             messages = []
-            for m in conn.execute(f"SELECT {', '.join(wanted_m)} FROM messages WHERE session_id = ? ORDER BY id",
-                                  (s["id"],)):
+            for m in conn.execute(
+                f"SELECT {', '.join(wanted_m)} FROM messages WHERE session_id = ? ORDER BY id", (s["id"],)
+            ):
                 msg = _message(m, mcols, hint.user_id, skipped)
                 if msg is not None:
                     messages.append(msg)

@@ -76,13 +76,17 @@ def read(path: Path, scratch: Path) -> Bundle:
     if not path.exists():
         raise SourceProblem(f"{path}: no such file or folder", usage=True)
     if not path.is_dir():
-        raise SourceProblem(f"{path}: expected an OpenClaw state folder (~/.openclaw) or its workspace", usage=True)
+        raise SourceProblem(
+            f"{path}: expected an OpenClaw state folder (~/.openclaw) or its workspace", usage=True
+        )
     state, workspace = _workspace_of(path)
     bundle = Bundle(kind="openclaw", origin=path)
     notes: list[Path] = []
     skills = []
     if workspace is not None:
-        memory = read_text(workspace / "MEMORY.md", "MEMORY.md") or read_text(workspace / "memory.md", "memory.md")
+        memory = read_text(workspace / "MEMORY.md", "MEMORY.md") or read_text(
+            workspace / "memory.md", "memory.md"
+        )
         user = read_text(workspace / "USER.md", "USER.md")
         bundle.memory = markdown_entries(memory) if memory else ()
         bundle.user = markdown_entries(user) if user is not None else None
@@ -123,17 +127,19 @@ def _index(path: Path, agent: str, notes: list[str]) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     prefix = f"agent:{agent}:"
-    for key, entry in (data.items() if isinstance(data, dict) else ()):
+    for key, entry in data.items() if isinstance(data, dict) else ():
         if not isinstance(entry, dict) or not isinstance(key, str):
             continue
-        chat = key[len(prefix):] if key.startswith(prefix) else key
+        chat = key[len(prefix) :] if key.startswith(prefix) else key
         for ref in (entry.get("sessionId"), Path(str(entry.get("sessionFile") or "")).name or None):
             if isinstance(ref, str) and ref:
                 out.setdefault(ref, chat)
     return out
 
 
-def _all_sessions(notes: list[Path], transcripts: list[tuple[str, Path, dict[str, str]]]) -> Iterator[ForeignSession]:
+def _all_sessions(
+    notes: list[Path], transcripts: list[tuple[str, Path, dict[str, str]]]
+) -> Iterator[ForeignSession]:
     for note in notes:
         yield _note_session(note)
     for agent, path, index in transcripts:
@@ -155,7 +161,9 @@ def _note_session(path: Path) -> ForeignSession:
         ForeignMessage(hashlib.sha256(block.encode()).hexdigest()[:20], "assistant", block, day)
         for block in dict.fromkeys(e for e in markdown_entries(text) if e.strip())
     )
-    return ForeignSession(f"note:{path.name}", NOTES_CHAT, ChatHint(), day, f"daily note {path.stem}", None, messages)
+    return ForeignSession(
+        f"note:{path.name}", NOTES_CHAT, ChatHint(), day, f"daily note {path.stem}", None, messages
+    )
 
 
 # --- transcripts -----------------------------------------------------------------------
@@ -201,8 +209,13 @@ def _blocks(content: Any, skipped: Counter[str]) -> tuple[str, tuple[ToolCall, .
             texts.append(block["text"])
         elif kind in ("toolCall", "tool_use"):
             args = block.get("arguments", block.get("input", {}))
-            calls.append(ToolCall(str(block.get("id") or f"call_{len(calls)}"), str(block.get("name") or "tool"),
-                                  args if isinstance(args, dict) else {"arguments": args}))
+            calls.append(
+                ToolCall(
+                    str(block.get("id") or f"call_{len(calls)}"),
+                    str(block.get("name") or "tool"),
+                    args if isinstance(args, dict) else {"arguments": args},
+                )
+            )
         elif kind == "image":
             texts.append("[image]")
             skipped["images (kept as [image])"] += 1
@@ -259,16 +272,18 @@ def _transcript(agent: str, path: Path, index: dict[str, str]) -> ForeignSession
             continue
         if role == "assistant" and isinstance(msg.get("model"), str):
             model = msg["model"]
-        messages.append(ForeignMessage(
-            key=str(entry.get("id") or f"line-{n}"),
-            role=role,
-            content=text,
-            created_at=_when(entry, msg, started),
-            tool_calls=calls,
-            tool_call_id=str(msg["toolCallId"]) if role == "tool" and msg.get("toolCallId") else None,
-            tool_name=str(msg["toolName"]) if role == "tool" and msg.get("toolName") else None,
-            is_error=bool(msg.get("isError")) if role == "tool" else False,
-        ))
+        messages.append(
+            ForeignMessage(
+                key=str(entry.get("id") or f"line-{n}"),
+                role=role,
+                content=text,
+                created_at=_when(entry, msg, started),
+                tool_calls=calls,
+                tool_call_id=str(msg["toolCallId"]) if role == "tool" and msg.get("toolCallId") else None,
+                tool_name=str(msg["toolName"]) if role == "tool" and msg.get("toolName") else None,
+                is_error=bool(msg.get("isError")) if role == "tool" else False,
+            )
+        )
     session_id = str(header.get("id") or path.stem)
     chat = index.get(session_id) or index.get(path.name) or UNKEYED_CHAT
     return ForeignSession(

@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+
 from mnemo.memory.durable import RetryLater
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider_scope import ProviderScope
@@ -61,7 +62,7 @@ def _run(coro: Any) -> Any:
     def target() -> None:
         try:
             box["value"] = asyncio.run(coro)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+        except BaseException as e:
             box["error"] = e
 
     t = threading.Thread(target=target, name="byterover-call", daemon=True)
@@ -111,7 +112,9 @@ def memories_in(body: Any, folder: str) -> list[Memory]:
 
 
 class ByteRoverClient:
-    def __init__(self, base_url: str, api_key: str, team_id: str, space_id: str, branch: str, timeout_s: float) -> None:
+    def __init__(
+        self, base_url: str, api_key: str, team_id: str, space_id: str, branch: str, timeout_s: float
+    ) -> None:
         self.base_url = (base_url or DEFAULT_URL).rstrip("/")
         self.api_key = api_key
         self.team_id = team_id
@@ -122,7 +125,13 @@ class ByteRoverClient:
         self._commit_lock = threading.Lock()
 
     async def _request(
-        self, method: str, path: str, scope: ProviderScope, *, json: Any = None, params: Mapping[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        scope: ProviderScope,
+        *,
+        json: Any = None,
+        params: Mapping[str, str] | None = None,
     ) -> tuple[int, Any]:
         headers = {
             "Authorization": f"Bearer {self.api_key}",
@@ -135,13 +144,17 @@ class ByteRoverClient:
             session.request(method, self.base_url + path, json=json, params=params) as response,
         ):
             if response.status in (429, 503):
-                raise RetryLater(f"byterover answered {response.status}", _retry_after(response.headers.get("Retry-After")))
+                raise RetryLater(
+                    f"byterover answered {response.status}", _retry_after(response.headers.get("Retry-After"))
+                )
             text = await response.text()
         try:
             body = _json.loads(text) if text else {}
         except ValueError:
             if response.status >= 400:
-                raise ProviderError(f"byterover {method} {path}: HTTP {response.status}: {text[:200]}") from None
+                raise ProviderError(
+                    f"byterover {method} {path}: HTTP {response.status}: {text[:200]}"
+                ) from None
             raise ProviderError(f"byterover {method} {path}: not JSON: {text[:200]}") from None
         return response.status, body
 
@@ -156,7 +169,9 @@ class ByteRoverClient:
             raise ProviderError(f"byterover {method} {path}: {type(e).__name__}: {e}") from e
 
     # --- the API -----------------------------------------------------------------------
-    def retrieve(self, query: str, scope: ProviderScope, folders: Sequence[str], *, limit: int) -> list[Memory]:
+    def retrieve(
+        self, query: str, scope: ProviderScope, folders: Sequence[str], *, limit: int
+    ) -> list[Memory]:
         """Memories of ``folders`` (each inside the scope's user folder) for ``query``."""
         params = {"project_id": self.space_id, "query": query or "*", "node_keys": ",".join(folders)}
         status, body = self._call("GET", "/retrieve", scope, params=params)
@@ -171,10 +186,16 @@ class ByteRoverClient:
         Commits of this process go one at a time (each names the branch head it builds
         on); a head moved by another writer is answered 400 with the current SHA, and the
         commit is sent once more on top of it."""
-        path = f"/organizations/{quote(self.team_id, safe='')}/projects/{quote(self.space_id, safe='')}/commits"
+        path = (
+            f"/organizations/{quote(self.team_id, safe='')}/projects/{quote(self.space_id, safe='')}/commits"
+        )
         with self._commit_lock:
             for _ in range(COMMIT_ATTEMPTS):
-                body = {"branch": self.branch, "current_sha": self._sha, "memories": [dict(c) for c in changes]}
+                body = {
+                    "branch": self.branch,
+                    "current_sha": self._sha,
+                    "memories": [dict(c) for c in changes],
+                }
                 status, answer = self._call("POST", path, scope, json=body)
                 if status < 400 and isinstance(answer, Mapping) and answer.get("success") is not False:
                     self._sha = str(answer.get("commit_sha") or SHA_PLACEHOLDER)

@@ -67,15 +67,26 @@ class ByteRoverProvider(ProviderState, DurableWrites, MemoryProvider):
             ConfigField("branch", "branch of the space's context tree", default="main"),
             ConfigField("root", "folder of the context tree that holds mnemo's users", default="mnemo"),
             ConfigField("top_k", "memories recalled per turn", ConfigKind.INTEGER, 5, minimum=1, maximum=50),
-            ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
+            ConfigField(
+                "timeout_s",
+                "HTTP timeout per request (seconds)",
+                ConfigKind.NUMBER,
+                10.0,
+                minimum=0.1,
+                maximum=300,
+            ),
         )
 
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
         if not setting(config, "api_key", "BYTEROVER_API_KEY"):
-            return Availability(False, "set api_key (mnemo providers setup byterover --set api_key=…) or BYTEROVER_API_KEY")
+            return Availability(
+                False, "set api_key (mnemo providers setup byterover --set api_key=…) or BYTEROVER_API_KEY"
+            )
         missing = [k for k in ("team_id", "space_id") if not config.get(k)]
         if missing:
-            return Availability(False, f"set {' and '.join(missing)} (mnemo providers setup byterover --set {missing[0]}=…)")
+            return Availability(
+                False, f"set {' and '.join(missing)} (mnemo providers setup byterover --set {missing[0]}=…)"
+            )
         return Availability(True)
 
     def initialize(self, home: Path, config: Mapping[str, Any]) -> None:
@@ -154,7 +165,14 @@ class ByteRoverProvider(ProviderState, DurableWrites, MemoryProvider):
         else:
             return None
         key = write_key(op, ctx, content)
-        return {"op": op, "key": key, "scope": scope.as_dict(), "folder": folder, "title": title, "content": content}
+        return {
+            "op": op,
+            "key": key,
+            "scope": scope.as_dict(),
+            "folder": folder,
+            "title": title,
+            "content": content,
+        }
 
     def apply_write(self, payload: Mapping[str, Any]) -> None:
         if payload["op"] == FORGET_USER:
@@ -177,7 +195,10 @@ class ByteRoverProvider(ProviderState, DurableWrites, MemoryProvider):
             found = self._retrieve("*", scope, [folder], 50)
             if not found:
                 return
-            deletes = [{"operation": "delete", "path": m.path, "title": m.title, "content": "", "tags": []} for m in found]
+            deletes = [
+                {"operation": "delete", "path": m.path, "title": m.title, "content": "", "tags": []}
+                for m in found
+            ]
             self._call(lambda c: c.commit(deletes, scope))
         raise ProviderError(f"byterover: {folder} still holds memories after {FORGET_ROUNDS} delete rounds")
 

@@ -26,14 +26,21 @@ from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mnemo.memory.durable import FORGET_USER, DurableWrites, ProviderHealth, RetryLater, forget_scope, write_key
+from mnemo.memory.durable import (
+    FORGET_USER,
+    DurableWrites,
+    ProviderHealth,
+    RetryLater,
+    forget_scope,
+    write_key,
+)
 from mnemo.memory.provider import (
-    message_text,
     Availability,
     MemoryProvider,
     ProviderContext,
     Recall,
     ToolSchema,
+    message_text,
 )
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
 from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope, scope_for
@@ -73,20 +80,38 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
 
     def get_config_schema(self) -> Sequence[ConfigField]:
         return (
-            ConfigField("api_key", "Hindsight API key (or HINDSIGHT_API_KEY); empty for an open server", secret=True),
+            ConfigField(
+                "api_key", "Hindsight API key (or HINDSIGHT_API_KEY); empty for an open server", secret=True
+            ),
             ConfigField("base_url", "Hindsight API base URL (or HINDSIGHT_BASE_URL)"),
             ConfigField("bank_prefix", "prefix of the per-user bank ids", default="mnemo"),
             ConfigField("agent_id", "the bot's id, stored with each memory", default=DEFAULT_AGENT_ID),
             ConfigField("budget", "recall budget", ConfigKind.CHOICE, "low", choices=("low", "mid", "high")),
-            ConfigField("max_tokens", "recall size per turn (tokens)", ConfigKind.INTEGER, 1024, minimum=64, maximum=8192),
-            ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
+            ConfigField(
+                "max_tokens",
+                "recall size per turn (tokens)",
+                ConfigKind.INTEGER,
+                1024,
+                minimum=64,
+                maximum=8192,
+            ),
+            ConfigField(
+                "timeout_s",
+                "HTTP timeout per request (seconds)",
+                ConfigKind.NUMBER,
+                10.0,
+                minimum=0.1,
+                maximum=300,
+            ),
         )
 
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
         try:
             import hindsight_client  # noqa: F401
         except ImportError:
-            return Availability(False, "the hindsight-client package is missing: pip install 'mnemo[hindsight]'")
+            return Availability(
+                False, "the hindsight-client package is missing: pip install 'mnemo[hindsight]'"
+            )
         if not setting(config, "base_url", "HINDSIGHT_BASE_URL"):
             return Availability(False, "set base_url (or HINDSIGHT_BASE_URL) to the Hindsight server")
         return Availability(True)
@@ -102,7 +127,7 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
         if client is not None:
             try:
                 asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(5)
-            except Exception:  # noqa: BLE001, S110 - closing is best effort
+            except Exception:
                 pass
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
@@ -113,7 +138,9 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=self._loop.run_forever, name="mnemo-hindsight", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name="mnemo-hindsight", daemon=True
+                )
                 self._thread.start()
             loop = self._loop
 
@@ -133,7 +160,9 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
             return await coro
 
         try:
-            result = asyncio.run_coroutine_threadsafe(call(), loop).result(float(self._config.get("timeout_s", 10.0)) + 5)
+            result = asyncio.run_coroutine_threadsafe(call(), loop).result(
+                float(self._config.get("timeout_s", 10.0)) + 5
+            )
         except Exception as e:
             self.health.failed(e)
             status = getattr(e, "status", None)
@@ -192,7 +221,9 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
             self.health.ok()
 
     def reflect(self, query: str, scope: ProviderScope) -> str:
-        return self._run("reflect", lambda c: c.areflect(bank_id=self.bank_id(scope), query=query[:MAX_TEXT])).text
+        return self._run(
+            "reflect", lambda c: c.areflect(bank_id=self.bank_id(scope), query=query[:MAX_TEXT])
+        ).text
 
     # --- per turn -------------------------------------------------------------------------
     def _scope(self, ctx: ProviderContext) -> ProviderScope | None:
@@ -205,7 +236,9 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
         found = self.recall(query, scope)
         if not found:
             return Recall("")
-        return Recall("Hindsight remembers about this user:\n" + "\n".join(f"- {t}" for t in found), len(found))
+        return Recall(
+            "Hindsight remembers about this user:\n" + "\n".join(f"- {t}" for t in found), len(found)
+        )
 
     def prepare_write(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any] | None:
         scope = self._scope(ctx)
@@ -228,11 +261,19 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
             if not lines:
                 return None
             content = "\n".join(lines)
-            context = "a conversation" + (" before it was compressed" if op == "pre_compress" else " that ended")
+            context = "a conversation" + (
+                " before it was compressed" if op == "pre_compress" else " that ended"
+            )
         else:
             return None
         key = write_key(op, ctx, content)
-        return {"op": op, "key": key, "scope": scope.as_dict(), "content": content[:MAX_TEXT], "context": context}
+        return {
+            "op": op,
+            "key": key,
+            "scope": scope.as_dict(),
+            "content": content[:MAX_TEXT],
+            "context": context,
+        }
 
     def apply_write(self, payload: Mapping[str, Any]) -> None:
         if payload["op"] == FORGET_USER:  # erasure: the user's whole bank
@@ -259,6 +300,8 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
         if name == "hindsight_retain":
             if not ctx.may_write:
                 return json.dumps({"ok": False, "error": "memory is read-only in this context"})
-            self.retain(text, scope, key=write_key("retain", ctx, text), context="a fact the assistant concluded")
+            self.retain(
+                text, scope, key=write_key("retain", ctx, text), context="a fact the assistant concluded"
+            )
             return json.dumps({"ok": True})
         return json.dumps({"ok": False, "error": f"unknown tool {name}"})

@@ -39,7 +39,9 @@ STOPWORDS = frozenset(
     which while who whom why will with would you your yours s t d ll m re ve""".split()
 )
 
-NEGATIONS = frozenset("not no never nobody nothing neither nor none cannot can't don't doesn't didn't isn't aren't wasn't weren't won't wouldn't shouldn't n't".split())
+NEGATIONS = frozenset(
+    "not no never nobody nothing neither nor none cannot can't don't doesn't didn't isn't aren't wasn't weren't won't wouldn't shouldn't n't".split()
+)
 
 _WORD = re.compile(r"[^\W_][\w'’\-.]*[^\W_]|[^\W_]", re.UNICODE)
 _QUOTED = re.compile(

@@ -56,7 +56,9 @@ def count_owner_pg(url: str, owner: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         if conn.execute("SELECT to_regclass('holographic.facts')").fetchone()[0] is None:
             return 0
-        return int(conn.execute("SELECT COUNT(*) FROM holographic.facts WHERE owner = %s", (owner,)).fetchone()[0])
+        return int(
+            conn.execute("SELECT COUNT(*) FROM holographic.facts WHERE owner = %s", (owner,)).fetchone()[0]
+        )
 
 
 def erase_owner_pg(url: str, owner: str) -> int:
@@ -74,7 +76,8 @@ def erase_owner_pg(url: str, owner: str) -> int:
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (WRITE_LOCK,))
             conn.execute(
                 "DELETE FROM holographic.fact_entities WHERE fact_id IN"
-                " (SELECT id FROM holographic.facts WHERE owner = %s)", (owner,)
+                " (SELECT id FROM holographic.facts WHERE owner = %s)",
+                (owner,),
             )
             n = conn.execute("DELETE FROM holographic.facts WHERE owner = %s", (owner,)).rowcount
             conn.execute("DELETE FROM holographic.memory_banks WHERE owner = %s", (owner,))

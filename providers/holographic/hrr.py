@@ -46,6 +46,7 @@ MIN_DIM = 64
 MAX_DIM = 16384
 SNR_WARNING = 2.0
 
+
 def _check_dim(dim: int) -> int:
     if not isinstance(dim, int) or not MIN_DIM <= dim <= MAX_DIM:
         raise ValueError(f"dim must be an integer in [{MIN_DIM}, {MAX_DIM}], got {dim!r}")
@@ -186,7 +187,7 @@ def expected_recall(dim: int, n: int, candidates: int) -> float:
         return 1.0
     z = np.linspace(-8.0, 8.0, 4001)
     pdf = np.exp(-0.5 * z * z) / math.sqrt(TWO_PI)
-    cdf = 0.5 * (1.0 + _erf(((z + snr) / math.sqrt(2.0))))
+    cdf = 0.5 * (1.0 + _erf((z + snr) / math.sqrt(2.0)))
     integrand = pdf * np.power(cdf, candidates - 1)
     return float(np.trapezoid(integrand, z))
 

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 import psycopg
 from psycopg import pq
 
@@ -129,7 +128,9 @@ def apply_schema(conn: psycopg.Connection[Any], where: str) -> int:
             f"CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_migrations (version integer PRIMARY KEY,"
             " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
         )
-        rows = conn.execute(f"SELECT version, name FROM {SCHEMA}.schema_migrations ORDER BY version").fetchall()
+        rows = conn.execute(
+            f"SELECT version, name FROM {SCHEMA}.schema_migrations ORDER BY version"
+        ).fetchall()
         if rows and rows[-1][0] > len(HOLOGRAPHIC_MIGRATIONS):
             raise SchemaTooNew(
                 f"{where}: holographic schema version {rows[-1][0]} is newer than this mnemo "
@@ -137,12 +138,16 @@ def apply_schema(conn: psycopg.Connection[Any], where: str) -> int:
             )
         for version, name in rows:
             if HOLOGRAPHIC_MIGRATIONS[version - 1][0] != name:
-                raise StoreError(f"{where}: holographic schema step {version} is {name!r}, expected "
-                                 f"{HOLOGRAPHIC_MIGRATIONS[version - 1][0]!r}")
+                raise StoreError(
+                    f"{where}: holographic schema step {version} is {name!r}, expected "
+                    f"{HOLOGRAPHIC_MIGRATIONS[version - 1][0]!r}"
+                )
         for index in range(len(rows), len(HOLOGRAPHIC_MIGRATIONS)):
             name, sql = HOLOGRAPHIC_MIGRATIONS[index]
             conn.execute(sql)
-            conn.execute(f"INSERT INTO {SCHEMA}.schema_migrations(version, name) VALUES (%s, %s)", (index + 1, name))
+            conn.execute(
+                f"INSERT INTO {SCHEMA}.schema_migrations(version, name) VALUES (%s, %s)", (index + 1, name)
+            )
         return len(HOLOGRAPHIC_MIGRATIONS)
 
 
@@ -263,15 +268,18 @@ class PgFactStore(FactStore):
         fact_id, owner, content, category = row[0], row[1], row[2], row[3]
         if db.execute(self._SQL_FIND, self._find_params(owner, content)).fetchone() is not None:
             return False
-        columns = "owner, content, category, tags, source, trust, retrieval_count, helpful_count, created_at," \
-                  " updated_at, vector"
+        columns = (
+            "owner, content, category, tags, source, trust, retrieval_count, helpful_count, created_at,"
+            " updated_at, vector"
+        )
         values = (*row[1:11], bytes(row[11]))
         taken = db.execute("SELECT 1 FROM facts WHERE id = ?", (fact_id,)).fetchone() is not None
         if taken:
             new_id = self._insert_id(db, f"INSERT INTO facts({columns}) VALUES ({_placeholders(11)})", values)
         else:
-            new_id = self._insert_id(db, f"INSERT INTO facts(id, {columns}) VALUES ({_placeholders(12)})",
-                                     (fact_id, *values))
+            new_id = self._insert_id(
+                db, f"INSERT INTO facts(id, {columns}) VALUES ({_placeholders(12)})", (fact_id, *values)
+            )
         for name in names:
             db.execute(self._SQL_LINK, (new_id, self._entity_id(db, name)))
         vector = np.frombuffer(bytes(row[11]), dtype=np.uint16)
@@ -319,7 +327,12 @@ class FactsCopy:
     verified: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "copied": self.copied, "present": self.present, "verified": self.verified}
+        return {
+            "source": self.source,
+            "copied": self.copied,
+            "present": self.present,
+            "verified": self.verified,
+        }
 
 
 COPY_BATCH = 500
@@ -368,7 +381,8 @@ def copy_facts(facts_db: Path, url: str, clock: Callable[[], float] = time.time)
                     )
             with store.reading() as db:
                 missing = [
-                    r for r in rows
+                    r
+                    for r in rows
                     if db.execute(store._SQL_FIND, store._find_params(r[1], r[2])).fetchone() is None
                 ]
             result.verified = not missing

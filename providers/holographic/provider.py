@@ -66,13 +66,20 @@ FACT_STORE = ToolSchema(
     input_schema={
         "type": "object",
         "properties": {
-            "action": {"type": "string", "enum": ["add", "search", "probe", "related", "reason", "contradict"]},
+            "action": {
+                "type": "string",
+                "enum": ["add", "search", "probe", "related", "reason", "contradict"],
+            },
             "content": {"type": "string", "description": "add: the fact, one declarative sentence"},
             "category": {"type": "string", "description": "add/search: e.g. preference, project, person"},
             "tags": {"type": "string", "description": "add: optional comma-separated tags"},
             "query": {"type": "string", "description": "search: what to look for"},
             "entity": {"type": "string", "description": "probe/related: a name"},
-            "entities": {"type": "array", "items": {"type": "string"}, "description": "reason: two or more names"},
+            "entities": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "reason: two or more names",
+            },
             "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
         },
         "required": ["action"],
@@ -125,7 +132,9 @@ class _BadArgs(ValueError):
 class HolographicProvider(MemoryProvider):
     name = "holographic"
     label = "Holographic"
-    description = "Local fact store: SQLite + FTS5 + HRR vectors; probe, reason, contradict (no service needed)"
+    description = (
+        "Local fact store: SQLite + FTS5 + HRR vectors; probe, reason, contradict (no service needed)"
+    )
     shares_database = True  # takes database.url as ``database_url`` (see the module text)
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
@@ -161,8 +170,9 @@ class HolographicProvider(MemoryProvider):
             try:
                 import psycopg  # noqa: F401
             except ImportError:
-                return Availability(False, "database.url is PostgreSQL but psycopg is missing: "
-                                           "pip install 'mnemo[postgres]'")
+                return Availability(
+                    False, "database.url is PostgreSQL but psycopg is missing: pip install 'mnemo[postgres]'"
+                )
             return Availability(True)
         path = self.db_path(home)
         if not path.exists():
@@ -248,7 +258,9 @@ class HolographicProvider(MemoryProvider):
         if write.action in (Action.REPLACE, Action.REMOVE) and write.old_text:
             # old_text is the whole entry as it was stored, so this finds its mirror.
             if store.remove_mirrored(owner, category, write.old_text) is None:
-                log.info("mirrored fact not found; nothing to remove", action=write.action.value, category=category)
+                log.info(
+                    "mirrored fact not found; nothing to remove", action=write.action.value, category=category
+                )
         if write.action in (Action.ADD, Action.REPLACE) and write.content:
             store.add(NewFact(owner, write.content[:MAX_CONTENT], category, source="mirror"))
 
@@ -296,11 +308,21 @@ class HolographicProvider(MemoryProvider):
                 {"category": c.category, "similarity": c.similarity, "facts": c.facts, "reliable": c.reliable}
                 for c in retriever.categories(entity, owners)
             ]
-            return {"ok": True, "entity": entity, "facts": [_fact_json(h) for h in hits], "categories": categories}
+            return {
+                "ok": True,
+                "entity": entity,
+                "facts": [_fact_json(h) for h in hits],
+                "categories": categories,
+            }
         if action == "related":
             entity = _text(args, "entity")
             related = [
-                {"entity": n.entity, "shared_facts": n.shared_facts, "weight": n.weight, "fact_ids": list(n.fact_ids)}
+                {
+                    "entity": n.entity,
+                    "shared_facts": n.shared_facts,
+                    "weight": n.weight,
+                    "fact_ids": list(n.fact_ids),
+                }
                 for n in retriever.related(entity, owners, limit)
             ]
             return {"ok": True, "entity": entity, "related": related}
@@ -330,7 +352,12 @@ class HolographicProvider(MemoryProvider):
         fact = store.feedback(fact_id, helpful, _owners(ctx))
         if fact is None:
             raise _BadArgs(f"no fact {fact_id}")
-        return {"ok": True, "fact_id": fact.id, "trust": round(fact.trust, 3), "helpful_count": fact.helpful_count}
+        return {
+            "ok": True,
+            "fact_id": fact.id,
+            "trust": round(fact.trust, 3),
+            "helpful_count": fact.helpful_count,
+        }
 
 
 def _text(args: Mapping[str, Any], key: str, default: str | None = None) -> str:

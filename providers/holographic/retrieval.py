@@ -30,9 +30,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from mnemo.providers.holographic import hrr
-from mnemo.providers.holographic.entities import NEGATIONS, content_terms, extract_entities, ngrams, normalize, words
+from mnemo.providers.holographic.entities import (
+    NEGATIONS,
+    content_terms,
+    extract_entities,
+    ngrams,
+    normalize,
+    words,
+)
 from mnemo.providers.holographic.store import Candidate, Conn, Fact, FactStore
-
 
 W_FTS, W_OVERLAP, W_SIM = 0.4, 0.3, 0.3
 DAY_S = 86400.0
@@ -85,7 +91,12 @@ class Retriever:
 
     # --- search and recall -------------------------------------------------------
     def search(
-        self, query: str, owners: Sequence[str], limit: int, category: str | None = None, min_trust: float = 0.0
+        self,
+        query: str,
+        owners: Sequence[str],
+        limit: int,
+        category: str | None = None,
+        min_trust: float = 0.0,
     ) -> list[Hit]:
         terms = content_terms(query)
         with self.store.reading() as db:
@@ -104,12 +115,23 @@ class Retriever:
         best = min(fts.values()) if fts else -1.0
         fts_part = np.array([fts[c.id] / best if c.id in fts and best < 0 else 0.0 for c in cands])
         wanted = set(terms)
-        overlap = np.array([len(wanted.intersection(words(c.content))) / len(wanted) if wanted else 0.0 for c in cands])
+        overlap = np.array(
+            [len(wanted.intersection(words(c.content))) / len(wanted) if wanted else 0.0 for c in cands]
+        )
         trust = np.array([c.trust for c in cands])
-        scores = (W_FTS * fts_part + W_OVERLAP * overlap + W_SIM * (sims + 1.0) / 2.0) * trust * self._decay(cands)
+        scores = (
+            (W_FTS * fts_part + W_OVERLAP * overlap + W_SIM * (sims + 1.0) / 2.0) * trust * self._decay(cands)
+        )
         return self._top(cands, scores, limit, min_trust)
 
-    def _top(self, cands: Sequence[Candidate], scores: np.ndarray, limit: int, min_trust: float, first: set[int] | None = None) -> list[Hit]:
+    def _top(
+        self,
+        cands: Sequence[Candidate],
+        scores: np.ndarray,
+        limit: int,
+        min_trust: float,
+        first: set[int] | None = None,
+    ) -> list[Hit]:
         """The ``limit`` best candidates (those in ``first`` ahead of the rest), loaded whole."""
         order = sorted(
             (i for i, c in enumerate(cands) if c.trust >= min_trust),
@@ -163,7 +185,9 @@ class Retriever:
             sim = hrr.similarity(vector, key)
             if sim <= noise:
                 continue
-            hint = CategoryHint(category, round(sim, 4), count, not hrr.capacity_warning(self.store.dim, count))
+            hint = CategoryHint(
+                category, round(sim, 4), count, not hrr.capacity_warning(self.store.dim, count)
+            )
             if category not in best or hint.similarity > best[category].similarity:
                 best[category] = hint
         return sorted(best.values(), key=lambda h: -h.similarity)
@@ -175,13 +199,16 @@ class Retriever:
             known = self.store.known_entities(db, [name.lower()], owners)
             if not known:
                 return []
-            (entity_id, _), = known.values()
+            ((entity_id, _),) = known.values()
             rows = self.store.neighbours(db, entity_id, owners, limit)
         return [
-            Neighbour(n, c, round(w, 4), tuple(sorted(int(i) for i in ids.split(",")))) for n, c, w, ids in rows
+            Neighbour(n, c, round(w, 4), tuple(sorted(int(i) for i in ids.split(","))))
+            for n, c, w, ids in rows
         ]
 
-    def reason(self, entities: Sequence[str], owners: Sequence[str], limit: int) -> tuple[list[Hit], list[str]]:
+    def reason(
+        self, entities: Sequence[str], owners: Sequence[str], limit: int
+    ) -> tuple[list[Hit], list[str]]:
         """Facts linked to *all* of ``entities``; also returns the names not known."""
         names = [n for n in dict.fromkeys(normalize(e) for e in entities) if n]
         with self.store.reading() as db:
@@ -235,7 +262,13 @@ class Retriever:
         mask = np.triu((jaccard >= 0.3) & (frame_sim >= 0.5) & differ, k=1)
         pairs = np.argwhere(mask)
         conflicts = [
-            Conflict(facts[i], facts[j], round(float(score[i, j]), 4), round(float(jaccard[i, j]), 4), round(float(frame_sim[i, j]), 4))
+            Conflict(
+                facts[i],
+                facts[j],
+                round(float(score[i, j]), 4),
+                round(float(jaccard[i, j]), 4),
+                round(float(frame_sim[i, j]), 4),
+            )
             for i, j in pairs
         ]
         conflicts.sort(key=lambda c: (-c.score, c.a.id, c.b.id))
@@ -246,13 +279,20 @@ class Retriever:
         keys = ngrams(query) | {e.lower() for e in extract_entities(query)}
         return sorted(self.store.known_entities(db, keys, owners).values(), key=lambda r: r[1].lower())
 
-    def _fts(self, db: Conn, terms: Sequence[str], owners: Sequence[str], category: str | None) -> dict[int, float]:
+    def _fts(
+        self, db: Conn, terms: Sequence[str], owners: Sequence[str], category: str | None
+    ) -> dict[int, float]:
         if not terms:
             return {}
         return self.store.fts_ranks(db, terms, owners, category, self.settings.candidates)
 
     def _linked(
-        self, db: Conn, entity_ids: Sequence[int], owners: Sequence[str], category: str | None, cap: int | None = None
+        self,
+        db: Conn,
+        entity_ids: Sequence[int],
+        owners: Sequence[str],
+        category: str | None,
+        cap: int | None = None,
     ) -> list[int]:
         if not entity_ids:
             return []

@@ -180,12 +180,12 @@ class FactStore:
     _SQL_LINK = "INSERT OR IGNORE INTO fact_entities(fact_id, entity_id) VALUES (?,?)"
     _SQL_CONTAINS = "instr(content, ?) > 0"
     _SQL_CLAMPED_TRUST = "min(1.0, max(0.0, trust + ?))"
-    _SQL_PUT_BANK = (
-        "INSERT OR REPLACE INTO memory_banks(owner, category, fact_count, phasor_sum, updated_at) VALUES (?,?,?,?,?)"
-    )
+    _SQL_PUT_BANK = "INSERT OR REPLACE INTO memory_banks(owner, category, fact_count, phasor_sum, updated_at) VALUES (?,?,?,?,?)"
     _SQL_PUT_DIM = "INSERT OR REPLACE INTO meta(key, value) VALUES ('dim', ?)"
 
-    def __init__(self, path: Path, dim: int = hrr.DEFAULT_DIM, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, path: Path, dim: int = hrr.DEFAULT_DIM, clock: Callable[[], float] = time.time
+    ) -> None:
         self.path = Path(path)
         self.dim = dim
         self.clock = clock
@@ -229,7 +229,9 @@ class FactStore:
     def _migrate(self, db: sqlite3.Connection) -> None:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version > len(MIGRATIONS):
-            raise SchemaTooNew(f"{self.path}: schema version {version} is newer than this mnemo ({len(MIGRATIONS)})")
+            raise SchemaTooNew(
+                f"{self.path}: schema version {version} is newer than this mnemo ({len(MIGRATIONS)})"
+            )
         for index in range(version, len(MIGRATIONS)):
             _, sql = MIGRATIONS[index]
             db.execute("BEGIN IMMEDIATE")
@@ -299,7 +301,17 @@ class FactStore:
                     db,
                     "INSERT INTO facts(owner, content, category, tags, source, trust, created_at, updated_at, vector)"
                     " VALUES (?,?,?,?,?,?,?,?,?)",
-                    (new.owner, new.content, new.category, new.tags, new.source, DEFAULT_TRUST, now, now, blob),
+                    (
+                        new.owner,
+                        new.content,
+                        new.category,
+                        new.tags,
+                        new.source,
+                        DEFAULT_TRUST,
+                        now,
+                        now,
+                        blob,
+                    ),
                 )
                 for name in names:
                     entity_id = self._entity_id(db, name)
@@ -345,7 +357,9 @@ class FactStore:
 
     def _delete(self, db: Conn, fact: Fact) -> None:
         blob = db.execute("SELECT vector FROM facts WHERE id=?", (fact.id,)).fetchone()[0]
-        entity_ids = [r[0] for r in db.execute("SELECT entity_id FROM fact_entities WHERE fact_id=?", (fact.id,))]
+        entity_ids = [
+            r[0] for r in db.execute("SELECT entity_id FROM fact_entities WHERE fact_id=?", (fact.id,))
+        ]
         db.execute("DELETE FROM facts WHERE id=?", (fact.id,))
         self._bank_add(db, fact.owner, fact.category, -hrr.phasors(hrr.from_blob(blob)), -1)
         if entity_ids:
@@ -373,7 +387,10 @@ class FactStore:
         if not ids:
             return
         with self._write() as db:
-            db.execute(f"UPDATE facts SET retrieval_count = retrieval_count + 1 WHERE id IN ({_placeholders(len(ids))})", ids)
+            db.execute(
+                f"UPDATE facts SET retrieval_count = retrieval_count + 1 WHERE id IN ({_placeholders(len(ids))})",
+                ids,
+            )
 
     def rebuild_all_vectors(self, dim: int) -> int:
         """Re-encode every fact at ``dim`` and rebuild the banks; returns the count.
@@ -498,7 +515,9 @@ class FactStore:
         blobs: dict[int, bytes] = {}
         for start in range(0, len(fact_ids), 500):
             chunk = list(fact_ids[start : start + 500])
-            rows = db.execute(f"SELECT id, vector FROM facts WHERE id IN ({_placeholders(len(chunk))})", chunk)
+            rows = db.execute(
+                f"SELECT id, vector FROM facts WHERE id IN ({_placeholders(len(chunk))})", chunk
+            )
             blobs.update(rows.fetchall())
         return hrr.from_blobs([blobs[i] for i in fact_ids], self.dim)
 
@@ -511,8 +530,12 @@ class FactStore:
         ).fetchall()
         return [(o, c, n, hrr.phase_of(hrr.phasor_from_blob(b))) for o, c, n, b in rows]
 
-    def _bank_add(self, db: Conn, owner: str, category: str, phasor_delta: np.ndarray, count_delta: int) -> None:
-        row = db.execute("SELECT fact_count, phasor_sum FROM memory_banks WHERE owner=? AND category=?", (owner, category)).fetchone()
+    def _bank_add(
+        self, db: Conn, owner: str, category: str, phasor_delta: np.ndarray, count_delta: int
+    ) -> None:
+        row = db.execute(
+            "SELECT fact_count, phasor_sum FROM memory_banks WHERE owner=? AND category=?", (owner, category)
+        ).fetchone()
         if row is None:
             count, total = 0, np.zeros(self.dim, dtype=np.complex128)
         else:
@@ -521,7 +544,10 @@ class FactStore:
         if count <= 0:
             db.execute("DELETE FROM memory_banks WHERE owner=? AND category=?", (owner, category))
             return
-        db.execute(self._SQL_PUT_BANK, (owner, category, count, hrr.phasor_to_blob(total + phasor_delta), self.clock()))
+        db.execute(
+            self._SQL_PUT_BANK,
+            (owner, category, count, hrr.phasor_to_blob(total + phasor_delta), self.clock()),
+        )
 
     # --- the queries whose SQL is the backend's own --------------------------------
     def fts_ranks(
@@ -555,15 +581,18 @@ class FactStore:
     ) -> list[tuple[str, int, float, str]]:
         """(name, shared facts, summed trust, comma-separated fact ids) of the entities
         sharing visible facts with ``entity_id``, heaviest first."""
-        return [tuple(r) for r in db.execute(  # type: ignore[misc]
-            f"SELECT e2.name, COUNT(*), SUM(f.trust), {self._SQL_ID_LIST} FROM fact_entities fe1"
-            " JOIN facts f ON f.id = fe1.fact_id"
-            " JOIN fact_entities fe2 ON fe2.fact_id = fe1.fact_id AND fe2.entity_id != fe1.entity_id"
-            " JOIN entities e2 ON e2.id = fe2.entity_id"
-            f" WHERE fe1.entity_id = ? AND f.owner IN ({_placeholders(len(owners))})"
-            " GROUP BY e2.id ORDER BY SUM(f.trust) DESC, e2.name_lc LIMIT ?",
-            (entity_id, *owners, limit),
-        ).fetchall()]
+        return [
+            tuple(r)
+            for r in db.execute(  # type: ignore[misc]
+                f"SELECT e2.name, COUNT(*), SUM(f.trust), {self._SQL_ID_LIST} FROM fact_entities fe1"
+                " JOIN facts f ON f.id = fe1.fact_id"
+                " JOIN fact_entities fe2 ON fe2.fact_id = fe1.fact_id AND fe2.entity_id != fe1.entity_id"
+                " JOIN entities e2 ON e2.id = fe2.entity_id"
+                f" WHERE fe1.entity_id = ? AND f.owner IN ({_placeholders(len(owners))})"
+                " GROUP BY e2.id ORDER BY SUM(f.trust) DESC, e2.name_lc LIMIT ?",
+                (entity_id, *owners, limit),
+            ).fetchall()
+        ]
 
     _SQL_ID_LIST = "group_concat(f.id)"
 

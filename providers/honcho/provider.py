@@ -31,7 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from mnemo.memory.durable import FORGET_USER, DurableWrites, ProviderHealth, RetryLater, forget_scope, write_key
+
+from mnemo.memory.durable import (
+    FORGET_USER,
+    DurableWrites,
+    ProviderHealth,
+    RetryLater,
+    forget_scope,
+    write_key,
+)
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import (
     Availability,
@@ -54,12 +62,19 @@ log = structlog.get_logger(__name__)
 HOSTED_URL = "https://api.honcho.dev"
 MAX_TEXT = 8000
 
-PROFILE = profile_tool("honcho", "Honcho's peer card of the user you are talking to (the key facts it holds about them).")
-SEARCH = search_tool("honcho", "Honcho", description="Search the messages Honcho holds from the user you are talking to.")
+PROFILE = profile_tool(
+    "honcho", "Honcho's peer card of the user you are talking to (the key facts it holds about them)."
+)
+SEARCH = search_tool(
+    "honcho", "Honcho", description="Search the messages Honcho holds from the user you are talking to."
+)
 CONTEXT = ToolSchema(
     name="honcho_context",
     description="Honcho's representation of the user you are talking to, optionally focused on a query.",
-    input_schema={"type": "object", "properties": {"query": {"type": "string", "description": "optional focus"}}},
+    input_schema={
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "optional focus"}},
+    },
 )
 CONCLUDE = conclude_tool("honcho", "Honcho")
 
@@ -84,12 +99,30 @@ class HonchoProvider(DurableWrites, MemoryProvider):
     # --- settings --------------------------------------------------------------------
     def get_config_schema(self) -> Sequence[ConfigField]:
         return (
-            ConfigField("api_key", "Honcho API key (or HONCHO_API_KEY); a self-hosted server may need none", secret=True),
+            ConfigField(
+                "api_key",
+                "Honcho API key (or HONCHO_API_KEY); a self-hosted server may need none",
+                secret=True,
+            ),
             ConfigField("base_url", "API base URL (or HONCHO_BASE_URL); empty: the hosted api.honcho.dev"),
             ConfigField("workspace_id", "Honcho workspace of this profile (empty: mnemo-<profile folder>)"),
             ConfigField("agent_id", "the bot's peer id in Honcho", default=DEFAULT_AGENT_ID),
-            ConfigField("search_top_k", "conclusions recalled per turn", ConfigKind.INTEGER, 10, minimum=1, maximum=100),
-            ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
+            ConfigField(
+                "search_top_k",
+                "conclusions recalled per turn",
+                ConfigKind.INTEGER,
+                10,
+                minimum=1,
+                maximum=100,
+            ),
+            ConfigField(
+                "timeout_s",
+                "HTTP timeout per request (seconds)",
+                ConfigKind.NUMBER,
+                10.0,
+                minimum=0.1,
+                maximum=300,
+            ),
         )
 
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
@@ -97,8 +130,13 @@ class HonchoProvider(DurableWrites, MemoryProvider):
             import honcho.http  # noqa: F401
         except ImportError:
             return Availability(False, "the honcho-ai package is missing: pip install 'mnemo[honcho]'")
-        if not setting(config, "api_key", "HONCHO_API_KEY") and not setting(config, "base_url", "HONCHO_BASE_URL"):
-            return Availability(False, "set api_key (or HONCHO_API_KEY) for the hosted Honcho, or base_url (HONCHO_BASE_URL) for a self-hosted server")
+        if not setting(config, "api_key", "HONCHO_API_KEY") and not setting(
+            config, "base_url", "HONCHO_BASE_URL"
+        ):
+            return Availability(
+                False,
+                "set api_key (or HONCHO_API_KEY) for the hosted Honcho, or base_url (HONCHO_BASE_URL) for a self-hosted server",
+            )
         return Availability(True)
 
     def initialize(self, home: Path, config: Mapping[str, Any]) -> None:
@@ -110,7 +148,7 @@ class HonchoProvider(DurableWrites, MemoryProvider):
         try:
             if self._http is not None:
                 self._http.close()
-        except Exception:  # noqa: BLE001, S110 - closing is best effort
+        except Exception:
             pass
 
     def backup_paths(self, home: Path) -> Sequence[Path]:
@@ -155,7 +193,10 @@ class HonchoProvider(DurableWrites, MemoryProvider):
                 self._call("peer", "POST", routes.peers(ws), body={"id": peer})
                 self._known.add((ws, "peer", peer))
         if (ws, "session", scope.session_id, scope.user_id) not in self._known:
-            peers = {scope.user_id: {"observe_me": True, "observe_others": False}, scope.agent_id: {"observe_me": False, "observe_others": True}}
+            peers = {
+                scope.user_id: {"observe_me": True, "observe_others": False},
+                scope.agent_id: {"observe_me": False, "observe_others": True},
+            }
             self._call("session", "POST", routes.sessions(ws), body={"id": scope.session_id, "peers": peers})
             self._known.add((ws, "session", scope.session_id, scope.user_id))
         return ws
@@ -165,7 +206,9 @@ class HonchoProvider(DurableWrites, MemoryProvider):
         from honcho.http import routes
 
         ws = self._ensure(scope)
-        return self._call("messages", "POST", routes.messages(ws, scope.session_id), body={"messages": messages})
+        return self._call(
+            "messages", "POST", routes.messages(ws, scope.session_id), body={"messages": messages}
+        )
 
     def context(self, scope: ProviderScope, query: str | None) -> tuple[str, list[str]]:
         from honcho.http import routes
@@ -193,16 +236,32 @@ class HonchoProvider(DurableWrites, MemoryProvider):
         from honcho.http import routes
 
         ws = self._ensure(scope)
-        body = self._call("search", "POST", routes.peer_search(ws, scope.user_id), body={"query": query[:MAX_TEXT], "filters": None, "limit": limit})
+        body = self._call(
+            "search",
+            "POST",
+            routes.peer_search(ws, scope.user_id),
+            body={"query": query[:MAX_TEXT], "filters": None, "limit": limit},
+        )
         if not isinstance(body, list):
             raise ProviderError(f"honcho answered an unexpected search body: {str(body)[:200]}")
-        return [str(m["content"]) for m in body if isinstance(m, Mapping) and m.get("peer_id") == scope.user_id and isinstance(m.get("content"), str)]
+        return [
+            str(m["content"])
+            for m in body
+            if isinstance(m, Mapping)
+            and m.get("peer_id") == scope.user_id
+            and isinstance(m.get("content"), str)
+        ]
 
     def conclude(self, scope: ProviderScope, text: str) -> Any:
         from honcho.http import routes
 
         ws = self._ensure(scope)
-        item = {"observer_id": scope.agent_id, "observed_id": scope.user_id, "content": text[:MAX_TEXT], "session_id": scope.session_id}
+        item = {
+            "observer_id": scope.agent_id,
+            "observed_id": scope.user_id,
+            "content": text[:MAX_TEXT],
+            "session_id": scope.session_id,
+        }
         return self._call("conclude", "POST", routes.conclusions(ws), body={"conclusions": [item]})
 
     def _pages(self, what: str, method: str, path: str, body: Any = None) -> list[Mapping[str, Any]]:
@@ -234,10 +293,14 @@ class HonchoProvider(DurableWrites, MemoryProvider):
             return
         for session in sessions:
             sid = str(session.get("id"))
-            members = {str(p.get("id")) for p in self._pages("session peers", "GET", routes.session_peers(ws, sid))}
+            members = {
+                str(p.get("id")) for p in self._pages("session peers", "GET", routes.session_peers(ws, sid))
+            }
             if members <= {peer, bot}:
                 self._call("delete session", "DELETE", routes.session(ws, sid))
-        about = self._pages("conclusions", "POST", routes.conclusions_list(ws), body={"filters": {"observed_id": peer}})
+        about = self._pages(
+            "conclusions", "POST", routes.conclusions_list(ws), body={"filters": {"observed_id": peer}}
+        )
         for conclusion in about:
             self._call("delete conclusion", "DELETE", routes.conclusion(ws, str(conclusion.get("id"))))
         self._call("card", "PUT", routes.peer_card(ws, peer), body={"peer_card": []})
@@ -247,7 +310,12 @@ class HonchoProvider(DurableWrites, MemoryProvider):
         from honcho.http import routes
 
         ws = self._ensure(scope)
-        body = {"observer": scope.user_id, "observed": scope.user_id, "session_id": scope.session_id, "dream_type": "omni"}
+        body = {
+            "observer": scope.user_id,
+            "observed": scope.user_id,
+            "session_id": scope.session_id,
+            "dream_type": "omni",
+        }
         return self._call("dream", "POST", routes.workspace_schedule_dream(ws), body=body)
 
     # --- per turn ---------------------------------------------------------------------
@@ -264,7 +332,10 @@ class HonchoProvider(DurableWrites, MemoryProvider):
             parts.append(representation.strip())
         if not parts:
             return Recall("")
-        return Recall("Honcho knows about this user:\n" + "\n".join(parts), len(card) + (1 if representation.strip() else 0))
+        return Recall(
+            "Honcho knows about this user:\n" + "\n".join(parts),
+            len(card) + (1 if representation.strip() else 0),
+        )
 
     def prepare_write(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any] | None:
         scope = self._scope(ctx)
@@ -278,7 +349,12 @@ class HonchoProvider(DurableWrites, MemoryProvider):
                 {"peer_id": scope.user_id, "content": user, "metadata": meta},
                 {"peer_id": scope.agent_id, "content": assistant, "metadata": meta},
             ]
-            return {"op": op, "key": key, "scope": scope.as_dict(), "messages": [m for m in messages if m["content"].strip()]}
+            return {
+                "op": op,
+                "key": key,
+                "scope": scope.as_dict(),
+                "messages": [m for m in messages if m["content"].strip()],
+            }
         if op == "memory":
             write = data["write"]
             if write.content is None or (write.owner is not None and str(write.owner) != str(ctx.user)):
@@ -317,8 +393,12 @@ class HonchoProvider(DurableWrites, MemoryProvider):
             return json.dumps({"ok": True, "card": self.card(scope)}, ensure_ascii=False)
         if name == "honcho_context":
             query = args.get("query")
-            representation, card = self.context(scope, query if isinstance(query, str) and query.strip() else None)
-            return json.dumps({"ok": True, "representation": representation, "card": card}, ensure_ascii=False)
+            representation, card = self.context(
+                scope, query if isinstance(query, str) and query.strip() else None
+            )
+            return json.dumps(
+                {"ok": True, "representation": representation, "card": card}, ensure_ascii=False
+            )
         if name == "honcho_search":
             query = args.get("query")
             if not isinstance(query, str) or not query.strip():

@@ -30,15 +30,23 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from mnemo.memory.durable import FORGET_USER, DurableWrites, ProviderHealth, RetryLater, forget_scope, write_key
+
+from mnemo.memory.durable import (
+    FORGET_USER,
+    DurableWrites,
+    ProviderHealth,
+    RetryLater,
+    forget_scope,
+    write_key,
+)
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import (
-    message_text,
     Availability,
     MemoryProvider,
     ProviderContext,
     Recall,
     ToolSchema,
+    message_text,
 )
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
 from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope, scope_for
@@ -50,7 +58,9 @@ PLATFORM_URL = "https://api.mem0.ai"
 MAX_TEXT = 4000
 SESSION_END_MESSAGES = 20
 
-PROFILE = profile_tool("mem0", "Everything Mem0 remembers about the user you are talking to (their stored memories).")
+PROFILE = profile_tool(
+    "mem0", "Everything Mem0 remembers about the user you are talking to (their stored memories)."
+)
 SEARCH = search_tool("mem0", "Mem0")
 CONCLUDE = conclude_tool("mem0", "Mem0")
 
@@ -78,10 +88,23 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
         return (
             ConfigField("api_key", "Mem0 API key (or MEM0_API_KEY)", secret=True),
             ConfigField("base_url", "API base URL (or MEM0_BASE_URL); empty: the hosted platform"),
-            ConfigField("api", "platform (the official client) or server (self-hosted REST)", ConfigKind.CHOICE, "platform", choices=("platform", "server")),
+            ConfigField(
+                "api",
+                "platform (the official client) or server (self-hosted REST)",
+                ConfigKind.CHOICE,
+                "platform",
+                choices=("platform", "server"),
+            ),
             ConfigField("agent_id", "the bot's agent id in Mem0", default=DEFAULT_AGENT_ID),
             ConfigField("top_k", "memories recalled per turn", ConfigKind.INTEGER, 5, minimum=1, maximum=50),
-            ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
+            ConfigField(
+                "timeout_s",
+                "HTTP timeout per request (seconds)",
+                ConfigKind.NUMBER,
+                10.0,
+                minimum=0.1,
+                maximum=300,
+            ),
         )
 
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
@@ -96,7 +119,9 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
         except ImportError:
             return Availability(False, "the mem0ai package is missing: pip install 'mnemo[mem0]'")
         if not setting(config, "api_key", "MEM0_API_KEY"):
-            return Availability(False, "set api_key (mnemo providers setup mem0 --set api_key=…) or MEM0_API_KEY")
+            return Availability(
+                False, "set api_key (mnemo providers setup mem0 --set api_key=…) or MEM0_API_KEY"
+            )
         return Availability(True)
 
     def initialize(self, home: Path, config: Mapping[str, Any]) -> None:
@@ -109,7 +134,7 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
             try:
                 if c is not None:
                     c.close()
-            except Exception:  # noqa: BLE001, S110 - closing is best effort
+            except Exception:
                 pass
 
     def backup_paths(self, home: Path) -> Sequence[Path]:
@@ -149,10 +174,17 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
                 key = setting(self._config, "api_key", "MEM0_API_KEY")
                 if key:
                     headers["Authorization"] = f"Token {key}"
-                self._http = httpx.Client(base_url=self._base_url(), headers=headers, timeout=float(self._config.get("timeout_s", 10.0)))
+                self._http = httpx.Client(
+                    base_url=self._base_url(),
+                    headers=headers,
+                    timeout=float(self._config.get("timeout_s", 10.0)),
+                )
         response = self._http.request(method, path, **kw)
         if response.status_code in (429, 503):
-            raise RetryLater(f"mem0 server answered {response.status_code}", _retry_after(response.headers.get("Retry-After")))
+            raise RetryLater(
+                f"mem0 server answered {response.status_code}",
+                _retry_after(response.headers.get("Retry-After")),
+            )
         response.raise_for_status()
         return response.json()
 
@@ -168,13 +200,22 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
             retry = getattr(e, "debug_info", None)
             if type(e).__name__ == "RateLimitError":
                 after = retry.get("retry_after") if isinstance(retry, Mapping) else None
-                raise RetryLater(f"mem0 {what}: rate limited", float(after) if after is not None else None) from e
+                raise RetryLater(
+                    f"mem0 {what}: rate limited", float(after) if after is not None else None
+                ) from e
             raise
         self.health.ok()
         return result
 
     # --- the API, always with an explicit scope ----------------------------------------
-    def add(self, messages: list[dict[str, str]], scope: ProviderScope, *, metadata: Mapping[str, Any], infer: bool = True) -> Any:
+    def add(
+        self,
+        messages: list[dict[str, str]],
+        scope: ProviderScope,
+        *,
+        metadata: Mapping[str, Any],
+        infer: bool = True,
+    ) -> Any:
         ids = {"user_id": scope.user_id, "agent_id": scope.agent_id, "run_id": scope.session_id}
         if self._server:
             body = {"messages": messages, **ids, "metadata": dict(metadata), "infer": infer}
@@ -201,7 +242,9 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
 
     def profile(self, scope: ProviderScope) -> list[str]:
         if self._server:
-            return _memories(self._call("list", lambda: self._rest("GET", "/memories", params={"user_id": scope.user_id})))
+            return _memories(
+                self._call("list", lambda: self._rest("GET", "/memories", params={"user_id": scope.user_id}))
+            )
         client = self._platform() if self._client is not None else self._call("connect", self._platform)
         return _memories(self._call("list", lambda: client.get_all(filters={"user_id": scope.user_id})))
 
@@ -253,7 +296,12 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
             self.forget(forget_scope(payload))
             return
         scope = ProviderScope.from_dict(payload["scope"])
-        self.add(list(payload["messages"]), scope, metadata={"mnemo_key": payload["key"], "mnemo_op": payload["op"]}, infer=bool(payload.get("infer", True)))
+        self.add(
+            list(payload["messages"]),
+            scope,
+            metadata={"mnemo_key": payload["key"], "mnemo_op": payload["op"]},
+            infer=bool(payload.get("infer", True)),
+        )
 
     # --- tools ------------------------------------------------------------------------
     def get_tool_schemas(self) -> Sequence[ToolSchema]:
@@ -271,7 +319,9 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
                 return json.dumps({"ok": False, "error": "query is required"})
             limit = args.get("limit", 10)
             limit = limit if isinstance(limit, int) and 1 <= limit <= 50 else 10
-            return json.dumps({"ok": True, "results": self.search(query, scope, limit=limit)}, ensure_ascii=False)
+            return json.dumps(
+                {"ok": True, "results": self.search(query, scope, limit=limit)}, ensure_ascii=False
+            )
         if name == "mem0_conclude":
             if not ctx.may_write:
                 return json.dumps({"ok": False, "error": "memory is read-only in this context"})
@@ -279,7 +329,12 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
             if not isinstance(text, str) or not text.strip():
                 return json.dumps({"ok": False, "error": "conclusion is required"})
             key = write_key("conclude", ctx, text)
-            self.add([{"role": "user", "content": text[:MAX_TEXT]}], scope, metadata={"mnemo_key": key, "mnemo_op": "conclude"}, infer=False)
+            self.add(
+                [{"role": "user", "content": text[:MAX_TEXT]}],
+                scope,
+                metadata={"mnemo_key": key, "mnemo_op": "conclude"},
+                infer=False,
+            )
             return json.dumps({"ok": True})
         return json.dumps({"ok": False, "error": f"unknown tool {name}"})
 

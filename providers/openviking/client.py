@@ -27,10 +27,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import httpx
+from openviking_sdk import OpenVikingError, SyncHTTPClient
+
 from mnemo.memory.durable import RetryLater
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider_scope import ProviderScope
-from openviking_sdk import OpenVikingError, SyncHTTPClient
 
 MEMORIES = "viking://user/memories"
 PROFILE = f"{MEMORIES}/profile.md"
@@ -73,7 +74,9 @@ def _retry_after(value: str | None) -> float | None:
 async def _raise_for_retry(response: httpx.Response) -> None:
     if response.status_code in (429, 503):
         await response.aclose()
-        raise RetryLater(f"openviking answered {response.status_code}", _retry_after(response.headers.get("Retry-After")))
+        raise RetryLater(
+            f"openviking answered {response.status_code}", _retry_after(response.headers.get("Retry-After"))
+        )
 
 
 class OpenVikingClient:

@@ -56,12 +56,23 @@ class OpenVikingProvider(ProviderState, DurableWrites, MemoryProvider):
     # --- settings --------------------------------------------------------------------
     def get_config_schema(self) -> Sequence[ConfigField]:
         return (
-            ConfigField("api_key", "OpenViking API key that may act for the account's users (or OPENVIKING_API_KEY)", secret=True),
+            ConfigField(
+                "api_key",
+                "OpenViking API key that may act for the account's users (or OPENVIKING_API_KEY)",
+                secret=True,
+            ),
             ConfigField("base_url", f"server URL (or OPENVIKING_BASE_URL); empty: {DEFAULT_URL}"),
             ConfigField("account", "OpenViking account holding mnemo's users", default="mnemo"),
             ConfigField("agent_id", "the bot's actor peer id", default=DEFAULT_AGENT_ID),
             ConfigField("top_k", "memories recalled per turn", ConfigKind.INTEGER, 5, minimum=1, maximum=50),
-            ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
+            ConfigField(
+                "timeout_s",
+                "HTTP timeout per request (seconds)",
+                ConfigKind.NUMBER,
+                10.0,
+                minimum=0.1,
+                maximum=300,
+            ),
         )
 
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
@@ -70,7 +81,9 @@ class OpenVikingProvider(ProviderState, DurableWrites, MemoryProvider):
         if importlib.util.find_spec("openviking_sdk") is None:
             return Availability(False, "the OpenViking SDK is missing: pip install 'mnemo[openviking]'")
         if not setting(config, "api_key", "OPENVIKING_API_KEY"):
-            return Availability(False, "set api_key (mnemo providers setup openviking --set api_key=…) or OPENVIKING_API_KEY")
+            return Availability(
+                False, "set api_key (mnemo providers setup openviking --set api_key=…) or OPENVIKING_API_KEY"
+            )
         return Availability(True)
 
     def initialize(self, home: Path, config: Mapping[str, Any]) -> None:
@@ -115,21 +128,30 @@ class OpenVikingProvider(ProviderState, DurableWrites, MemoryProvider):
         found = self._call(lambda c: c.find(query[:MAX_TEXT], scope, limit=top_k))
         if not found:
             return Recall("")
-        return Recall("OpenViking remembers about this user:\n" + "\n".join(f"- {m}" for m in found), len(found))
+        return Recall(
+            "OpenViking remembers about this user:\n" + "\n".join(f"- {m}" for m in found), len(found)
+        )
 
     def prepare_write(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any] | None:
         scope = self._scope(ctx)
         if scope is None:
             return None
         if op == "turn":
-            body: dict[str, Any] = {"user": str(data["user"])[:MAX_TEXT], "assistant": str(data["assistant"])[:MAX_TEXT]}
+            body: dict[str, Any] = {
+                "user": str(data["user"])[:MAX_TEXT],
+                "assistant": str(data["assistant"])[:MAX_TEXT],
+            }
         elif op == "memory":
             write = data["write"]
             if write.content is None or (write.owner is not None and str(write.owner) != str(ctx.user)):
                 return None  # removals stay with the built-in files; never another user's entry
             body = {"content": write.content[:MAX_TEXT]}
         elif op in ("session_end", "pre_compress"):
-            said = [m for m in data["messages"] if m.get("role") in ("user", "assistant") and message_text(m.get("content")).strip()]
+            said = [
+                m
+                for m in data["messages"]
+                if m.get("role") in ("user", "assistant") and message_text(m.get("content")).strip()
+            ]
             if not said:
                 return None
             body = {"messages": len(said)}  # the turns are in the session already; commit them
@@ -169,14 +191,19 @@ class OpenVikingProvider(ProviderState, DurableWrites, MemoryProvider):
         if scope is None:
             return json.dumps({"ok": False, "error": "no user in this conversation"})
         if name == "openviking_profile":
-            return json.dumps({"ok": True, "profile": self._call(lambda c: c.profile(scope))}, ensure_ascii=False)
+            return json.dumps(
+                {"ok": True, "profile": self._call(lambda c: c.profile(scope))}, ensure_ascii=False
+            )
         if name == "openviking_search":
             query = args.get("query")
             if not isinstance(query, str) or not query.strip():
                 return json.dumps({"ok": False, "error": "query is required"})
             limit = args.get("limit", 10)
             limit = limit if isinstance(limit, int) and 1 <= limit <= 50 else 10
-            return json.dumps({"ok": True, "results": self._call(lambda c: c.find(query, scope, limit=limit))}, ensure_ascii=False)
+            return json.dumps(
+                {"ok": True, "results": self._call(lambda c: c.find(query, scope, limit=limit))},
+                ensure_ascii=False,
+            )
         if name == "openviking_remember":
             if not ctx.may_write:
                 return json.dumps({"ok": False, "error": "memory is read-only in this context"})

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+
 from mnemo.memory.durable import RetryLater
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider_scope import ProviderScope
@@ -51,7 +52,7 @@ def _run(coro: Any) -> Any:
     def target() -> None:
         try:
             box["value"] = asyncio.run(coro)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+        except BaseException as e:
             box["error"] = e
 
     t = threading.Thread(target=target, name="retaindb-call", daemon=True)
@@ -103,7 +104,9 @@ class RetainDBClient:
         self.project = project
         self.timeout_s = timeout_s
 
-    async def _request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None) -> Any:
+    async def _request(
+        self, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None
+    ) -> Any:
         headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json"}
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         async with (
@@ -111,7 +114,9 @@ class RetainDBClient:
             session.request(method, self.base_url + path, json=json, params=params) as response,
         ):
             if response.status in (429, 503):
-                raise RetryLater(f"retaindb answered {response.status}", _retry_after(response.headers.get("Retry-After")))
+                raise RetryLater(
+                    f"retaindb answered {response.status}", _retry_after(response.headers.get("Retry-After"))
+                )
             text = await response.text()
         if response.status >= 400:
             raise ProviderError(f"retaindb {method} {path}: HTTP {response.status}: {text[:200]}")
@@ -134,17 +139,33 @@ class RetainDBClient:
         return {"project": self.project, "user_id": scope.user_id, "session_id": scope.session_id}
 
     # --- the API -----------------------------------------------------------------------
-    def remember(self, content: str, scope: ProviderScope, *, memory_type: str, metadata: Mapping[str, Any]) -> Any:
-        body = {**self._ids(scope), "content": content, "memory_type": memory_type, "write_mode": "sync", "metadata": dict(metadata)}
+    def remember(
+        self, content: str, scope: ProviderScope, *, memory_type: str, metadata: Mapping[str, Any]
+    ) -> Any:
+        body = {
+            **self._ids(scope),
+            "content": content,
+            "memory_type": memory_type,
+            "write_mode": "sync",
+            "metadata": dict(metadata),
+        }
         return self.call("POST", "/v1/memory", json=body)
 
-    def ingest_session(self, messages: list[dict[str, str]], scope: ProviderScope, *, metadata: Mapping[str, Any]) -> Any:
+    def ingest_session(
+        self, messages: list[dict[str, str]], scope: ProviderScope, *, metadata: Mapping[str, Any]
+    ) -> Any:
         body = {**self._ids(scope), "messages": messages, "metadata": dict(metadata)}
         return self.call("POST", "/v1/memory/ingest/session", json=body)
 
     def search(self, query: str, scope: ProviderScope, *, top_k: int) -> list[str]:
         # user-wide recall: no session_id, which would narrow it to this session
-        body = {"project": self.project, "user_id": scope.user_id, "query": query, "top_k": top_k, "include_pending": True}
+        body = {
+            "project": self.project,
+            "user_id": scope.user_id,
+            "query": query,
+            "top_k": top_k,
+            "include_pending": True,
+        }
         return memory_texts(self.call("POST", "/v1/memory/search", json=body))
 
     def profile(self, scope: ProviderScope) -> list[str]:
@@ -162,6 +183,8 @@ class RetainDBClient:
             if not ids:
                 return deleted
             for memory_id in ids:
-                self.call("DELETE", "/v1/memory/" + quote(memory_id, safe=""), params={"project": self.project})
+                self.call(
+                    "DELETE", "/v1/memory/" + quote(memory_id, safe=""), params={"project": self.project}
+                )
                 deleted += 1
         raise ProviderError(f"retaindb: memories of {scope.user_id} remain after {rounds} rounds of deletes")

@@ -19,14 +19,21 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mnemo.memory.durable import FORGET_USER, DurableWrites, ProviderHealth, RetryLater, forget_scope, write_key
+from mnemo.memory.durable import (
+    FORGET_USER,
+    DurableWrites,
+    ProviderHealth,
+    RetryLater,
+    forget_scope,
+    write_key,
+)
 from mnemo.memory.provider import (
-    message_text,
     Availability,
     MemoryProvider,
     ProviderContext,
     Recall,
     ToolSchema,
+    message_text,
 )
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
 from mnemo.memory.provider_scope import ProviderScope, scope_for
@@ -55,12 +62,21 @@ class RetainDBProvider(ProviderState, DurableWrites, MemoryProvider):
             ConfigField("base_url", f"API base URL (or RETAINDB_BASE_URL); empty: {DEFAULT_URL}"),
             ConfigField("project", "RetainDB project the memories live in", default="mnemo"),
             ConfigField("top_k", "memories recalled per turn", ConfigKind.INTEGER, 5, minimum=1, maximum=50),
-            ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
+            ConfigField(
+                "timeout_s",
+                "HTTP timeout per request (seconds)",
+                ConfigKind.NUMBER,
+                10.0,
+                minimum=0.1,
+                maximum=300,
+            ),
         )
 
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
         if not setting(config, "api_key", "RETAINDB_API_KEY"):
-            return Availability(False, "set api_key (mnemo providers setup retaindb --set api_key=…) or RETAINDB_API_KEY")
+            return Availability(
+                False, "set api_key (mnemo providers setup retaindb --set api_key=…) or RETAINDB_API_KEY"
+            )
         return Availability(True)
 
     def initialize(self, home: Path, config: Mapping[str, Any]) -> None:
@@ -106,7 +122,9 @@ class RetainDBProvider(ProviderState, DurableWrites, MemoryProvider):
         found = self._call(lambda c: c.search(query[:MAX_TEXT], scope, top_k=top_k))
         if not found:
             return Recall("")
-        return Recall("RetainDB remembers about this user:\n" + "\n".join(f"- {m}" for m in found), len(found))
+        return Recall(
+            "RetainDB remembers about this user:\n" + "\n".join(f"- {m}" for m in found), len(found)
+        )
 
     def prepare_write(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any] | None:
         scope = self._scope(ctx)
@@ -160,14 +178,19 @@ class RetainDBProvider(ProviderState, DurableWrites, MemoryProvider):
         if scope is None:
             return json.dumps({"ok": False, "error": "no user in this conversation"})
         if name == "retaindb_profile":
-            return json.dumps({"ok": True, "memories": self._call(lambda c: c.profile(scope))}, ensure_ascii=False)
+            return json.dumps(
+                {"ok": True, "memories": self._call(lambda c: c.profile(scope))}, ensure_ascii=False
+            )
         if name == "retaindb_search":
             query = args.get("query")
             if not isinstance(query, str) or not query.strip():
                 return json.dumps({"ok": False, "error": "query is required"})
             limit = args.get("limit", 10)
             limit = limit if isinstance(limit, int) and 1 <= limit <= 50 else 10
-            return json.dumps({"ok": True, "results": self._call(lambda c: c.search(query, scope, top_k=limit))}, ensure_ascii=False)
+            return json.dumps(
+                {"ok": True, "results": self._call(lambda c: c.search(query, scope, top_k=limit))},
+                ensure_ascii=False,
+            )
         if name == "retaindb_remember":
             if not ctx.may_write:
                 return json.dumps({"ok": False, "error": "memory is read-only in this context"})

@@ -126,7 +126,9 @@ class SupermemoryClient:
     # --- the API, always with an explicit namespace ------------------------------------
     def add(self, namespace: str, content: str, *, doc_id: str, metadata: Mapping[str, str]) -> str:
         """Store one document; returns its processing status (``queued``, ``done``, …)."""
-        ref = self._call("add", lambda: self._sdk.add(namespace, content=content, id=doc_id, metadata=dict(metadata)))
+        ref = self._call(
+            "add", lambda: self._sdk.add(namespace, content=content, id=doc_id, metadata=dict(metadata))
+        )
         status = getattr(ref, "status", None)
         if not isinstance(status, str):
             raise _unexpected("add", ref)
@@ -134,7 +136,9 @@ class SupermemoryClient:
 
     def search(self, namespace: str, query: str, *, limit: int, mode: str) -> list[str]:
         """The texts of the namespace's best matches: learned memories and source chunks."""
-        answer = self._call("search", lambda: self._sdk.search(namespace, query=query, limit=limit, search_mode=mode))
+        answer = self._call(
+            "search", lambda: self._sdk.search(namespace, query=query, limit=limit, search_mode=mode)
+        )
         results = getattr(answer, "results", None)
         if not isinstance(results, list):
             raise _unexpected("search", answer)

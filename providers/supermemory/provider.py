@@ -45,7 +45,9 @@ SESSION_END_MESSAGES = 20
 DEFAULT_PREFIX = "mnemo"
 FORGET_USER = "forget_user"
 
-PROFILE = profile_tool("supermemory", "Supermemory's profile of the user you are talking to: stable facts and recent context.")
+PROFILE = profile_tool(
+    "supermemory", "Supermemory's profile of the user you are talking to: stable facts and recent context."
+)
 SEARCH = search_tool("supermemory", "Supermemory")
 REMEMBER = remember_tool("supermemory", "Supermemory")
 
@@ -69,10 +71,27 @@ class SupermemoryProvider(ProviderState, DurableWrites, MemoryProvider):
         return (
             ConfigField("api_key", "Supermemory API key (or SUPERMEMORY_API_KEY)", secret=True),
             ConfigField("base_url", f"API base URL (or SUPERMEMORY_BASE_URL); empty: {DEFAULT_URL}"),
-            ConfigField("namespace_prefix", "namespaces are PREFIX:user (letters, digits, _ and -)", default=DEFAULT_PREFIX),
-            ConfigField("search_mode", "what recall searches: learned memories, source chunks, or both", ConfigKind.CHOICE, "hybrid", choices=SEARCH_MODES),
+            ConfigField(
+                "namespace_prefix",
+                "namespaces are PREFIX:user (letters, digits, _ and -)",
+                default=DEFAULT_PREFIX,
+            ),
+            ConfigField(
+                "search_mode",
+                "what recall searches: learned memories, source chunks, or both",
+                ConfigKind.CHOICE,
+                "hybrid",
+                choices=SEARCH_MODES,
+            ),
             ConfigField("top_k", "memories recalled per turn", ConfigKind.INTEGER, 5, minimum=1, maximum=50),
-            ConfigField("timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300),
+            ConfigField(
+                "timeout_s",
+                "HTTP timeout per request (seconds)",
+                ConfigKind.NUMBER,
+                10.0,
+                minimum=0.1,
+                maximum=300,
+            ),
         )
 
     def save_config(self, values: Mapping[str, Any], home: Path) -> Path:
@@ -96,7 +115,10 @@ class SupermemoryProvider(ProviderState, DurableWrites, MemoryProvider):
         except ImportError:
             return Availability(False, "the supermemory package is missing: pip install 'mnemo[supermemory]'")
         if not setting(config, "api_key", "SUPERMEMORY_API_KEY"):
-            return Availability(False, "set api_key (mnemo providers setup supermemory --set api_key=…) or SUPERMEMORY_API_KEY")
+            return Availability(
+                False,
+                "set api_key (mnemo providers setup supermemory --set api_key=…) or SUPERMEMORY_API_KEY",
+            )
         reason = self._prefix_problem(config)
         return Availability(not reason, reason)
 
@@ -132,7 +154,7 @@ class SupermemoryProvider(ProviderState, DurableWrites, MemoryProvider):
             raise RuntimeError("supermemory provider is not initialised")
         try:
             result = fn(self._client)
-        except Exception as e:  # noqa: BLE001 - recorded, then raised to the manager / job queue
+        except Exception as e:
             self.health.failed(e)
             raise
         self.health.ok()
@@ -143,11 +165,17 @@ class SupermemoryProvider(ProviderState, DurableWrites, MemoryProvider):
         scope = self._scope(ctx)
         if scope is None:
             return Recall("")
-        ns, top_k, mode = self.namespace(scope), int(self._config.get("top_k", 5)), str(self._config.get("search_mode", "hybrid"))
+        ns, top_k, mode = (
+            self.namespace(scope),
+            int(self._config.get("top_k", 5)),
+            str(self._config.get("search_mode", "hybrid")),
+        )
         found = self._call(lambda c: c.search(ns, query[:MAX_TEXT], limit=top_k, mode=mode))
         if not found:
             return Recall("")
-        return Recall("Supermemory remembers about this user:\n" + "\n".join(f"- {m}" for m in found), len(found))
+        return Recall(
+            "Supermemory remembers about this user:\n" + "\n".join(f"- {m}" for m in found), len(found)
+        )
 
     def prepare_write(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any] | None:
         scope = self._scope(ctx)
@@ -158,10 +186,12 @@ class SupermemoryProvider(ProviderState, DurableWrites, MemoryProvider):
             nonce = str(data.get("requested_at") or time.time_ns())
             return {"op": op, "key": write_key(op, ctx, scope.user_id, nonce), "scope": scope.as_dict()}
         if op == "turn":
-            content = transcript([
-                {"role": "user", "content": str(data["user"])[:MAX_TEXT]},
-                {"role": "assistant", "content": str(data["assistant"])[:MAX_TEXT]},
-            ])
+            content = transcript(
+                [
+                    {"role": "user", "content": str(data["user"])[:MAX_TEXT]},
+                    {"role": "assistant", "content": str(data["assistant"])[:MAX_TEXT]},
+                ]
+            )
         elif op == "memory":
             write = data["write"]
             if write.content is None or (write.owner is not None and str(write.owner) != str(ctx.user)):
@@ -195,7 +225,12 @@ class SupermemoryProvider(ProviderState, DurableWrites, MemoryProvider):
 
     @staticmethod
     def _metadata(key: str, op: str, scope: ProviderScope) -> dict[str, str]:
-        return {"mnemo_key": key, "mnemo_op": op, "mnemo_session": scope.session_id, "mnemo_agent": scope.agent_id}
+        return {
+            "mnemo_key": key,
+            "mnemo_op": op,
+            "mnemo_session": scope.session_id,
+            "mnemo_agent": scope.agent_id,
+        }
 
     # --- tools ------------------------------------------------------------------------
     def get_tool_schemas(self) -> Sequence[ToolSchema]:
@@ -214,7 +249,9 @@ class SupermemoryProvider(ProviderState, DurableWrites, MemoryProvider):
             if not isinstance(query, str) or not query.strip():
                 return json.dumps({"ok": False, "error": "query is required"})
             limit = args.get("limit", 10)
-            limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and 1 <= limit <= 50 else 10
+            limit = (
+                limit if isinstance(limit, int) and not isinstance(limit, bool) and 1 <= limit <= 50 else 10
+            )
             mode = str(self._config.get("search_mode", "hybrid"))
             found = self._call(lambda c: c.search(ns, query[:MAX_TEXT], limit=limit, mode=mode))
             return json.dumps({"ok": True, "results": found}, ensure_ascii=False)

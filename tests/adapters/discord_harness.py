@@ -77,7 +77,9 @@ class Bot:
     def requests_mentioning(self, marker: str) -> list[RecordedRequest]:
         return [r for r in self.emulator.requests if marker in json.dumps(r.body)]
 
-    def session_key(self, channel: FakeChannel, user: FakeUser | None = None, thread: int | None = None) -> str:
+    def session_key(
+        self, channel: FakeChannel, user: FakeUser | None = None, thread: int | None = None
+    ) -> str:
         parts = ["discord", "group", str(channel.id)]
         if thread is not None:
             parts.append(str(thread))

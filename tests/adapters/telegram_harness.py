@@ -123,6 +123,11 @@ class TelegramRig:
             web = WebServer(settings.web, Metrics())
         adapter = self.adapter(settings, web=web, **(adapter_options or {}))
         async with open_app(
-            settings, adapters=[adapter], web=web, llm_base_url=self.emulator.base_url, api_key="test-key", trial=False
+            settings,
+            adapters=[adapter],
+            web=web,
+            llm_base_url=self.emulator.base_url,
+            api_key="test-key",
+            trial=False,
         ) as app:
             yield app, adapter

@@ -18,8 +18,8 @@ from mnemo.adapters.discord_routing import restore_discord_defaults
 from mnemo.gateway.config import load_settings
 from mnemo.gateway.emulator import Emulator, Reply, ToolUse
 from mnemo.gateway.errors import StartupError
-from mnemo.gateway.ports import CommandInfo
 from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage
+from mnemo.gateway.ports import CommandInfo
 from mnemo.memory.scope import UserRef
 from tests.adapters.discord_harness import TIMEOUT, Bot, running_bot
 from tests.fakes.discord_api import FakeDiscord
@@ -105,7 +105,10 @@ async def test_mention_in_a_thread_reply_channel_moves_the_conversation_into_a_t
     session = await bot.app.store.active_session(key)
     assert session is not None
     rows = await bot.app.store.load_messages(session.id)
-    assert [r.content for r in rows if r.role == "user"] == ["my printer is on fire\nsecond line", "still burning"]
+    assert [r.content for r in rows if r.role == "user"] == [
+        "my printer is on fire\nsecond line",
+        "still burning",
+    ]
 
 
 async def test_thread_that_cannot_be_created_means_an_answer_in_the_channel(bot: Bot) -> None:
@@ -184,11 +187,17 @@ async def test_resend_of_the_same_outbox_row_is_deduplicated_by_its_nonce(bot: B
     assert len(bot.fake.sent) == 1
 
     labelled = OutboundMessage(
-        chat=ChatRef("discord", str(bot.general.id)), text="daily digest", scheduled=True,
-        possible_duplicate=True, outbox_id=999,
+        chat=ChatRef("discord", str(bot.general.id)),
+        text="daily digest",
+        scheduled=True,
+        possible_duplicate=True,
+        outbox_id=999,
     )
     await bot.adapter.send(labelled)
-    assert bot.fake.sent[-1].content == "⏰ scheduled · (possible duplicate: re-sent after a restart)\ndaily digest"
+    assert (
+        bot.fake.sent[-1].content
+        == "⏰ scheduled · (possible duplicate: re-sent after a restart)\ndaily digest"
+    )
     assert bot.fake.sent[-1].allowed_mentions == {"parse": [], "users": []}
 
 
@@ -305,7 +314,9 @@ async def test_refusal_of_a_command_stays_private_to_the_caller(home: Path, emul
 
 async def test_members_of_one_channel_have_isolated_profiles(bot: Bot) -> None:
     bot.emulator.script(
-        Reply(tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": "Alice keeps bees"})]),
+        Reply(
+            tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": "Alice keeps bees"})]
+        ),
         Reply(text="Noted."),
         Reply(text="Hello Bob."),
         Reply(text="You keep bees."),
@@ -329,7 +340,7 @@ async def test_members_of_one_channel_have_isolated_profiles(bot: Bot) -> None:
         "You keep bees.",
         "I know nothing about you, Bob.",
     ]
-    alices = bot.requests_mentioning("what is my hobby?\"")
+    alices = bot.requests_mentioning('what is my hobby?"')
     assert len(alices) == 1 and "Alice keeps bees" in alices[0].system_text
     bobs = bot.requests_mentioning("bob-")
     assert len(bobs) == 2

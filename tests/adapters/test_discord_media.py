@@ -7,7 +7,6 @@ import base64
 from pathlib import Path
 
 from mnemo.gateway.emulator import Emulator, Reply
-
 from tests.adapters.discord_harness import running_bot
 from tests.fakes.telegram_world import jpeg
 

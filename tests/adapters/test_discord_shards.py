@@ -86,7 +86,9 @@ async def test_a_count_without_ids_connects_every_shard_and_no_count_means_unsha
         ({"DISCORD_SHARD_COUNT": "0"}, "discord.shard_count"),
     ],
 )
-def test_bad_shard_settings_are_a_clear_configuration_error(home: Path, env: dict[str, str], needle: str) -> None:
+def test_bad_shard_settings_are_a_clear_configuration_error(
+    home: Path, env: dict[str, str], needle: str
+) -> None:
     with pytest.raises(ConfigError, match="discord.shard") as err:
         load_settings(home, environ=env)
     assert needle in str(err.value)

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
+
 from mnemo.adapters.discord import DiscordAdapter
 from mnemo.adapters.discord_routing import restore_discord_defaults
 from mnemo.adapters.telegram import TelegramAdapter
@@ -20,8 +22,6 @@ from mnemo.gateway.config import load_settings
 from mnemo.gateway.errors import StartupError
 from mnemo.gateway.events import InboundMessage, Submitted
 from mnemo.gateway.supervisor import AdapterSupervisor, Begin, backoff_delays
-from structlog.testing import capture_logs
-
 from tests.adapters.telegram_harness import wait_until
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.telegram_api import FakeTelegram
@@ -54,12 +54,16 @@ async def telegram() -> AsyncIterator[FakeTelegram]:
 
 def telegram_adapter(home: Path, fake: FakeTelegram, token: str | None = None) -> TelegramAdapter:
     settings = load_settings(
-        home, environ={}, overrides={"telegram.bot_token": token or fake.token, "telegram.api_base_url": fake.root}
+        home,
+        environ={},
+        overrides={"telegram.bot_token": token or fake.token, "telegram.api_base_url": fake.root},
     )
     return TelegramAdapter(settings.telegram, poll_timeout_s=1.0, reconnect_backoff_s=(0.05, 0.2))
 
 
-async def test_telegram_unreachable_at_start_is_retried_until_it_answers(home: Path, telegram: FakeTelegram) -> None:
+async def test_telegram_unreachable_at_start_is_retried_until_it_answers(
+    home: Path, telegram: FakeTelegram
+) -> None:
     telegram.fail_next("getMe", drop=True, times=3)  # connection closed without an answer
     adapter, inbox, supervisor = telegram_adapter(home, telegram), Inbox(), fast_supervisor()
     try:
@@ -135,7 +139,9 @@ async def test_stop_during_the_backoff_ends_the_retries(home: Path, telegram: Fa
     assert not adapter.connected
 
 
-async def test_an_adapter_that_starts_does_not_wait_for_one_that_cannot(home: Path, telegram: FakeTelegram) -> None:
+async def test_an_adapter_that_starts_does_not_wait_for_one_that_cannot(
+    home: Path, telegram: FakeTelegram
+) -> None:
     down = telegram_adapter(home, telegram)
     telegram.fail_next("getMe", drop=True, times=1000)
     async with FakeTelegram() as other:

@@ -24,7 +24,9 @@ def shown(bot: Bot, channel_id: int) -> list[str]:
     return [bot.fake.message(i)["content"] for i in ids]
 
 
-async def test_a_long_dm_reply_is_edited_while_written_then_split_like_today(home: Path, emulator: Emulator) -> None:
+async def test_a_long_dm_reply_is_edited_while_written_then_split_like_today(
+    home: Path, emulator: Emulator
+) -> None:
     chunks = split_message(neutralise_mass_mentions(TEXT), 2000)
     assert len(chunks) == 2
     emulator.script(Reply(text=TEXT, chunk_delay=0.05), Reply(text=TEXT))

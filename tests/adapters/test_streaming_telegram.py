@@ -81,7 +81,9 @@ def assert_paced(calls: list[ApiCall], interval: float) -> None:
     assert all(g >= interval for g in gaps), f"edits closer than {interval}s: {gaps}"
 
 
-async def test_a_long_reply_is_edited_while_written_then_becomes_the_formatted_split_reply(rig: TelegramRig) -> None:
+async def test_a_long_reply_is_edited_while_written_then_becomes_the_formatted_split_reply(
+    rig: TelegramRig,
+) -> None:
     fake = rig.fake
     rig.emulator.script(Reply(text=LONG, chunk_delay=0.006), Reply(text=LONG))
     async with rig.app(adapter_options=FAST, **streaming()) as (app, adapter):
@@ -89,7 +91,10 @@ async def test_a_long_reply_is_edited_while_written_then_becomes_the_formatted_s
         chunks = render_chunks(LONG, adapter.max_message_len)
         assert len(chunks) == 2
         await wait_until(
-            lambda: any(e.parse_mode == "HTML" for e in fake.edits) and any(m.parse_mode == "HTML" for m in fake.sent),
+            lambda: (
+                any(e.parse_mode == "HTML" for e in fake.edits)
+                and any(m.parse_mode == "HTML" for m in fake.sent)
+            ),
             60,
         )
     assert rig.emulator.requests[0].stream, "the request was streamed"
@@ -119,7 +124,9 @@ async def test_streaming_off_is_exactly_todays_behaviour(rig: TelegramRig) -> No
     async with rig.app(adapter_options=FAST, **streaming(False)):
         fake.push_text(1001, 1001, "hello")
         await fake.wait_for_sent(1, timeout=30)
-        await wait_until(lambda: not rig.emulator.requests or rig.emulator.requests[-1].response_status == 200, 10)
+        await wait_until(
+            lambda: not rig.emulator.requests or rig.emulator.requests[-1].response_status == 200, 10
+        )
     assert not rig.emulator.requests[0].stream
     assert fake.calls_to("editMessageText") == []
     [sent] = fake.sent
@@ -167,7 +174,11 @@ async def test_a_flood_wait_skips_edits_and_never_holds_the_turn(rig: TelegramRi
 async def test_a_tool_call_shows_a_status_line(rig: TelegramRig) -> None:
     fake = rig.fake
     rig.emulator.script(
-        Reply(text="Let me look through our earlier chats for that. " * 4, tool_uses=[ToolUse("session_search", {"query": "plans"})], chunk_delay=0.02),
+        Reply(
+            text="Let me look through our earlier chats for that. " * 4,
+            tool_uses=[ToolUse("session_search", {"query": "plans"})],
+            chunk_delay=0.02,
+        ),
         Reply(text="Found it: **the plan** was to ship on Friday.", delay=1.0),
     )
     async with rig.app(adapter_options=FAST, **streaming()):
@@ -178,7 +189,9 @@ async def test_a_tool_call_shows_a_status_line(rig: TelegramRig) -> None:
     assert visible(bot_messages(fake, 1001))[0][0] == "Found it: the plan was to ship on Friday."
 
 
-async def test_a_message_left_by_an_earlier_run_is_marked_interrupted_then_completed(rig: TelegramRig) -> None:
+async def test_a_message_left_by_an_earlier_run_is_marked_interrupted_then_completed(
+    rig: TelegramRig,
+) -> None:
     """What a restart finds after a crash mid-stream (the real kill -9 is in
     tests/gateway/test_streaming_crash.py): the recorded message is taken over."""
     fake = rig.fake
@@ -208,7 +221,9 @@ async def test_a_stream_broken_mid_reply_is_retried_and_the_history_stays_valid(
         fake.push_text(1001, 1001, "hello")
         await wait_until(lambda: any(e.parse_mode == "HTML" for e in fake.edits), 30)
     assert [r.stream for r in rig.emulator.requests] == [True, True]
-    assert not any("Partial answer before the failure" in c.params["text"] for c in live_calls(fake, 1001)[1:])
+    assert not any(
+        "Partial answer before the failure" in c.params["text"] for c in live_calls(fake, 1001)[1:]
+    )
     [message] = bot_messages(fake, 1001)
     assert message["text"].startswith("Streaming shows a reply")
     with sqlite3.connect(rig.home / "state.db") as db:

@@ -40,7 +40,9 @@ def replay(tokens: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-async def test_a_reply_streams_token_by_token_then_the_final_frame_replaces_it(home: Path, emulator: Emulator, http) -> None:
+async def test_a_reply_streams_token_by_token_then_the_final_frame_replaces_it(
+    home: Path, emulator: Emulator, http
+) -> None:
     emulator.script(Reply(text=TEXT, chunk_delay=0.005))
     async with open_web_app(web_settings(home), emulator.base_url) as app:
         chat = await ChatClient.connect(http, app.web.url, ALICE)
@@ -68,7 +70,9 @@ async def test_streaming_off_for_the_web_sends_only_the_reply(home: Path, emulat
 
 
 async def test_the_page_shows_the_live_text_then_exactly_one_rendered_reply(
-    home: Path, emulator: Emulator, browser  # noqa: F811
+    home: Path,
+    emulator: Emulator,
+    browser,  # noqa: F811
 ) -> None:
     emulator.script(Reply(text=TEXT, chunk_delay=0.02))
     async with open_web_app(web_settings(home), emulator.base_url) as app:

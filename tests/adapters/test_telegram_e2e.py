@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
+from mnemo.adapters.splitting import utf16_len
 from mnemo.adapters.telegram_format import is_valid_telegram_html, render_chunks, to_plain_text
 from mnemo.adapters.telegram_updates import UNSUPPORTED_NOTE
-from mnemo.gateway.transcription import NOT_SET_UP as VOICE_NOT_SET_UP
 from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse
 from mnemo.gateway.errors import Forbidden, StartupError
 from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage
-from mnemo.adapters.splitting import utf16_len
+from mnemo.gateway.transcription import NOT_SET_UP as VOICE_NOT_SET_UP
 from tests.adapters.telegram_harness import FlakyTelegram, TelegramRig, last_user_text, wait_until
 
 CHAT = USER = 4711
@@ -65,7 +65,11 @@ async def test_a_dm_conversation_with_html_typing_quotes_and_the_commands_menu(r
         session = await app.store.active_session(f"telegram:dm:{CHAT}")
         rows = await app.store.load_messages(session.id)
 
-    assert (first.chat_id, first.parse_mode, first.plain_text) == (CHAT, "HTML", "Hello Ada, nice to meet you.")
+    assert (first.chat_id, first.parse_mode, first.plain_text) == (
+        CHAT,
+        "HTML",
+        "Hello Ada, nice to meet you.",
+    )
     assert first.entities == ({"type": "bold", "offset": 6, "length": 3},)
     assert first.reply_to_message_id is None, "a DM answer does not quote the question"
     assert second.plain_text == "You said hello."
@@ -278,14 +282,18 @@ async def test_groups_answer_only_mentions_commands_and_replies_to_the_bot(rig: 
         await rig.fake.wait_for_sent(2)
         rig.fake.push_text(group, USER, f"/help@{BOT}", **kw)
         await rig.fake.wait_for_sent(3)
-        rig.fake.push_text(group, USER, f"@{BOT} in the topic", message_thread_id=55, is_topic_message=True, **kw)
+        rig.fake.push_text(
+            group, USER, f"@{BOT} in the topic", message_thread_id=55, is_topic_message=True, **kw
+        )
         sent = await rig.fake.wait_for_sent(4)
         await asyncio.sleep(0.2)
 
-    assert first.reply_to_message_id == asked["message"]["message_id"], "in a group the answer quotes the question"
+    assert first.reply_to_message_id == asked["message"]["message_id"], (
+        "in a group the answer quotes the question"
+    )
     assert [last_user_text(r) for r in rig.emulator.requests] == [
         "what is 2+2?",
-        f"> Re: what is 2+2?\nthanks, and 3+3?",
+        "> Re: what is 2+2?\nthanks, and 3+3?",
         "in the topic",
     ]
     assert sent[2].plain_text.startswith("Commands:")
@@ -311,9 +319,13 @@ async def test_groups_are_ignored_entirely_when_disabled(rig: TelegramRig) -> No
 async def test_unsupported_media_gets_one_note_and_captions_are_read(rig: TelegramRig) -> None:
     rig.emulator.default = lambda request: Reply(text="a nice photo")
     async with rig.app() as (app, _):
-        rig.fake.push_message(CHAT, USER, video_note={"file_id": "vn", "file_unique_id": "uvn", "duration": 1, "length": 9})
+        rig.fake.push_message(
+            CHAT, USER, video_note={"file_id": "vn", "file_unique_id": "uvn", "duration": 1, "length": 9}
+        )
         for n in range(3):  # a burst of voice notes (no transcription set up) gets one note, not three
-            rig.fake.push_message(CHAT, USER, voice={"file_id": f"v{n}", "file_unique_id": f"uv{n}", "duration": 3})
+            rig.fake.push_message(
+                CHAT, USER, voice={"file_id": f"v{n}", "file_unique_id": f"uv{n}", "duration": 3}
+            )
         rig.fake.push_photo(CHAT, USER, caption="what is in this picture?")
         sent = await rig.fake.wait_for_sent(3)
         await asyncio.sleep(0.2)
@@ -437,7 +449,11 @@ MNEMO = [sys.executable, "-m", "mnemo"]
 
 
 def _process_env(home: Path, fake: FlakyTelegram, emulator: Emulator) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
     env.update(
         MNEMO_HOME=str(home),
         TELEGRAM_BOT_TOKEN=fake.token,

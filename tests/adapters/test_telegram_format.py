@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mnemo.adapters.splitting import utf16_len
 from mnemo.adapters.telegram_format import markdown_to_html, render_chunks, to_plain_text
 from mnemo.adapters.telegram_html import TELEGRAM_MESSAGE_LIMIT, html_to_plain, is_valid_telegram_html
-from mnemo.adapters.splitting import utf16_len
 
 
 def html(markdown: str) -> str:
@@ -86,12 +86,7 @@ def test_fenced_code_keeps_indentation_and_language() -> None:
 
 def test_tables_become_aligned_preformatted_text() -> None:
     rendered = html("| Name | Qty |\n|---|--:|\n| **Apple** | 3 |\n| 日本 | 12 |")
-    assert rendered == (
-        "<pre>Name  | Qty\n"
-        "------+----\n"
-        "Apple | 3\n"
-        "日本  | 12</pre>"
-    )
+    assert rendered == ("<pre>Name  | Qty\n------+----\nApple | 3\n日本  | 12</pre>")
 
 
 def test_plain_text_fallback_drops_markup_but_keeps_words() -> None:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mnemo.adapters.splitting import utf16_len
 from mnemo.adapters.telegram_html import (
     Entity,
     TelegramHtmlError,
@@ -17,7 +18,6 @@ from mnemo.adapters.telegram_html import (
     parse_telegram_html,
     split_html,
 )
-from mnemo.adapters.splitting import utf16_len
 
 
 def error_of(html: str, *, strict: bool = True) -> str:
@@ -100,7 +100,7 @@ def test_lenient_mode_accepts_what_the_server_accepts() -> None:
         '<b class="x">y</b>',
         "<code><b>x</b></code>",
         "<pre><b>x</b></pre>",
-        "<code class=\"language-py\">x</code>",
+        '<code class="language-py">x</code>',
         "<blockquote><blockquote>x</blockquote></blockquote>",
         '<a href="https://a.org"><a href="https://b.org">x</a></a>',
         "<b><pre>x</pre></b>",
@@ -185,7 +185,9 @@ def _styled(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
 
 
 _link_free = st.recursive(_text, _styled, max_leaves=10)
-_link = st.lists(_link_free, max_size=3).map(lambda c: f'<a href="https://x.org/?a=1&amp;b=2">{"".join(c)}</a>')
+_link = st.lists(_link_free, max_size=3).map(
+    lambda c: f'<a href="https://x.org/?a=1&amp;b=2">{"".join(c)}</a>'
+)
 _inline_html = st.recursive(st.one_of(_text, _link), _styled, max_leaves=20)
 _block_html = st.one_of(
     _inline_html,

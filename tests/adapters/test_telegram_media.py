@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
+
+from mnemo.cli.main import main
 from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply
 from mnemo.gateway.events import Attachment, InboundMessage
 from mnemo.gateway.media import (
@@ -23,9 +26,6 @@ from mnemo.gateway.media import (
 )
 from mnemo.gateway.transcription import NOT_SET_UP as VOICE_NOT_SET_UP
 from mnemo.gateway.transcription import TRANSCRIBED
-from PIL import Image
-
-from mnemo.cli.main import main
 from tests.adapters.telegram_harness import FlakyTelegram, TelegramRig, last_user_text
 from tests.fakes.telegram_world import jpeg
 from tests.fakes.transcription import FakeTranscriber
@@ -62,7 +62,9 @@ def blocks_of(request: RecordedRequest, kind: str) -> list[dict[str, Any]]:
     ]
 
 
-async def test_a_photo_with_a_caption_reaches_the_model_as_an_image_block(rig: TelegramRig, home: Path) -> None:
+async def test_a_photo_with_a_caption_reaches_the_model_as_an_image_block(
+    rig: TelegramRig, home: Path
+) -> None:
     rig.emulator.script(Reply(text="A red square."))
     big = jpeg(3000, 2000)
     async with rig.app() as _:
@@ -90,7 +92,9 @@ async def test_only_the_last_three_image_turns_resend_their_images(
     async with rig.app() as _:
         for n in range(5):
             content = jpeg(40 + n, 30, (n * 40, 10, 10))
-            rig.fake.push_image(CHAT, USER, content, width=40 + n, height=30, caption=f"picture number {n} of a kiwi{n}")
+            rig.fake.push_image(
+                CHAT, USER, content, width=40 + n, height=30, caption=f"picture number {n} of a kiwi{n}"
+            )
             await rig.fake.wait_for_sent(n + 1)
     fifth = rig.emulator.requests[-1]
     images = blocks_of(fifth, "image")
@@ -112,12 +116,22 @@ async def test_only_the_last_three_image_turns_resend_their_images(
 async def test_a_pdf_is_a_document_block_and_text_files_are_inlined(rig: TelegramRig) -> None:
     rig.emulator.default = lambda request: Reply(text="read it")
     async with rig.app() as _:
-        rig.fake.push_document(CHAT, USER, MINI_PDF, file_name="report.pdf", mime_type="application/pdf",
-                               caption="summarise this")
+        rig.fake.push_document(
+            CHAT,
+            USER,
+            MINI_PDF,
+            file_name="report.pdf",
+            mime_type="application/pdf",
+            caption="summarise this",
+        )
         await rig.fake.wait_for_sent(1)
-        rig.fake.push_document(CHAT, USER, ("x" * 60_000).encode(), file_name="notes.md", mime_type="text/markdown")
+        rig.fake.push_document(
+            CHAT, USER, ("x" * 60_000).encode(), file_name="notes.md", mime_type="text/markdown"
+        )
         await rig.fake.wait_for_sent(2)
-        rig.fake.push_document(CHAT, USER, b"\x00\x01binary", file_name="tool.exe", mime_type="application/x-msdownload")
+        rig.fake.push_document(
+            CHAT, USER, b"\x00\x01binary", file_name="tool.exe", mime_type="application/x-msdownload"
+        )
         await rig.fake.wait_for_sent(3)
     first, second, third = rig.emulator.requests
     [doc] = blocks_of(first, "document")
@@ -132,11 +146,24 @@ async def test_bad_input_is_a_note_and_the_turn_goes_on(rig: TelegramRig, home: 
     rig.emulator.default = lambda request: Reply(text="ok")
     async with rig.app() as _:
         # a corrupt image, an oversize file (declared over 20 MB), a failed download
-        rig.fake.push_document(CHAT, USER, b"\xff\xd8\xff not really", file_name="broken.jpg", mime_type="image/jpeg",
-                               caption="look")
+        rig.fake.push_document(
+            CHAT,
+            USER,
+            b"\xff\xd8\xff not really",
+            file_name="broken.jpg",
+            mime_type="image/jpeg",
+            caption="look",
+        )
         await rig.fake.wait_for_sent(1)
-        rig.fake.push_document(CHAT, USER, b"small", file_name="huge.pdf", mime_type="application/pdf",
-                               file_size=21 * 1024 * 1024, caption="and this")
+        rig.fake.push_document(
+            CHAT,
+            USER,
+            b"small",
+            file_name="huge.pdf",
+            mime_type="application/pdf",
+            file_size=21 * 1024 * 1024,
+            caption="and this",
+        )
         await rig.fake.wait_for_sent(2)
         rig.fake.fail_next("getFile", status=400, description="Bad Request: file is too big")
         rig.fake.push_image(CHAT, USER, jpeg(), width=64, height=48, caption="and this one")
@@ -153,8 +180,9 @@ async def test_a_voice_note_is_transcribed_stored_and_searchable(
     rig: TelegramRig, home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rig.emulator.default = lambda request: Reply(text="noted")
-    async with FakeTranscriber(transcripts={b"OggS voice-1": "remind me to buy saffron tomorrow"},
-                               api_key="stt-key") as stt:
+    async with FakeTranscriber(
+        transcripts={b"OggS voice-1": "remind me to buy saffron tomorrow"}, api_key="stt-key"
+    ) as stt:
         async with rig.app(**{"transcription.url": stt.url, "transcription.api_key": "stt-key"}) as _:
             rig.fake.push_voice(CHAT, USER, b"OggS voice-1")
             await rig.fake.wait_for_sent(1)
@@ -164,7 +192,10 @@ async def test_a_voice_note_is_transcribed_stored_and_searchable(
     assert last_user_text(first) == f"{TRANSCRIBED} remind me to buy saffron tomorrow"
     assert "could not be transcribed" in last_user_text(second)
     assert next((u.content_type, u.model, u.authorization) for u in stt.uploads) == (
-        "audio/ogg", "whisper-1", "Bearer stt-key")
+        "audio/ogg",
+        "whisper-1",
+        "Bearer stt-key",
+    )
     capsys.readouterr()
     assert await asyncio.to_thread(main, ["--home", str(home), "sessions", "search", "saffron"]) == 0
     assert "remind me to buy saffron" in capsys.readouterr().out
@@ -190,7 +221,11 @@ async def test_an_oversized_album_reads_the_first_ten_and_says_so(rig: TelegramR
         rig.fake.add_chat(CHAT)
         refs = [rig.fake.world.photo_of(jpeg(20 + n, 20), 20 + n, 20)[0]["file_id"] for n in range(50)]
         msg = InboundMessage(
-            platform="telegram", chat_id=str(CHAT), user_id=str(USER), message_id="9001", text="my album",
+            platform="telegram",
+            chat_id=str(CHAT),
+            user_id=str(USER),
+            message_id="9001",
+            text="my album",
             attachments=tuple(Attachment(kind="photo", ref=r, media_type="image/jpeg") for r in refs),
         )
         await app.gateway.submit(msg)

@@ -70,7 +70,9 @@ async def test_a_batch_whose_handling_failed_is_fetched_again_and_nothing_is_ski
 async def test_failures_back_off_and_polling_resumes_with_a_quick_poll() -> None:
     api = Updates([5])
     api.failures = [
-        PlatformUnavailable("network down"), PlatformUnavailable("still down"), PlatformRateLimited("flood", 0.01)
+        PlatformUnavailable("network down"),
+        PlatformUnavailable("still down"),
+        PlatformRateLimited("flood", 0.01),
     ]
     seen: list[bool] = []
     done = asyncio.Event()

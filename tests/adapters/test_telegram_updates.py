@@ -50,7 +50,11 @@ def test_a_private_text_becomes_a_dm_message() -> None:
     w = world()
     msg = accepted(update(text_message(w, USER, "hello there", first_name="Ada")), groups=False)
     assert (msg.platform, msg.chat_id, msg.user_id, msg.chat_type, msg.text) == (
-        "telegram", str(USER), str(USER), ChatType.DM, "hello there"
+        "telegram",
+        str(USER),
+        str(USER),
+        ChatType.DM,
+        "hello there",
     )
     assert msg.user_name == "Ada" and msg.thread_id is None and msg.reply_to is None
 
@@ -101,7 +105,9 @@ def test_media_without_text_is_unsupported_and_captions_are_text() -> None:
     assert voice.text == ""
     doc = {"file_id": "d", "file_unique_id": "ud", "file_name": "notes.pdf"}
     msg = accepted(update(w.user_message(USER, USER, document=doc, caption="summarise this")))
-    assert msg.text == "summarise this" and [(a.kind, a.name) for a in msg.attachments] == [("document", "notes.pdf")]
+    assert msg.text == "summarise this" and [(a.kind, a.name) for a in msg.attachments] == [
+        ("document", "notes.pdf")
+    ]
     unaddressed = update(w.user_message(GROUP, USER, chat_type="supergroup", video_note=note))
     assert isinstance(classify(unaddressed, BOT, groups_enabled=True), Ignore)
 
@@ -130,7 +136,9 @@ def test_a_quote_of_part_of_the_replied_message_is_what_is_quoted() -> None:
     assert accepted(update(message)).reply_to == "second line"
 
 
-_WORDS = st.lists(st.text(alphabet=string.ascii_letters + string.digits + ".,!?'-", min_size=1, max_size=8), max_size=8)
+_WORDS = st.lists(
+    st.text(alphabet=string.ascii_letters + string.digits + ".,!?'-", min_size=1, max_size=8), max_size=8
+)
 
 
 @given(_WORDS, st.data())
@@ -138,7 +146,9 @@ def test_strip_mention_removes_the_bots_handle_and_keeps_every_other_word(
     words: list[str], data: st.DataObject
 ) -> None:
     tokens = list(words)
-    for position in sorted(data.draw(st.lists(st.integers(0, len(words)), min_size=1, max_size=3)), reverse=True):
+    for position in sorted(
+        data.draw(st.lists(st.integers(0, len(words)), min_size=1, max_size=3)), reverse=True
+    ):
         tokens.insert(position, data.draw(st.sampled_from(["@mnemo_bot", "@Mnemo_Bot,", "@MNEMO_BOT:"])))
     assert strip_mention(" ".join(tokens), BOT).split() == words
 

@@ -12,8 +12,7 @@ import aiohttp
 import pytest
 
 from mnemo.adapters.web import TOKEN_COOKIE, WebAdapter
-from mnemo.gateway.config import TRIAL_BANNER
-from mnemo.gateway.config import WebSettings
+from mnemo.gateway.config import TRIAL_BANNER, WebSettings
 from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply
 from mnemo.gateway.errors import StartupError
 from mnemo.gateway.metrics import Metrics
@@ -37,7 +36,9 @@ async def delivered(app: Any, chat_id: str, count: int) -> bool:
     return [r["state"] for r in await outbox_rows(app, chat_id)] == ["sent"] * count
 
 
-async def test_a_websocket_conversation_goes_through_the_gateway(home: Path, emulator: Emulator, http) -> None:
+async def test_a_websocket_conversation_goes_through_the_gateway(
+    home: Path, emulator: Emulator, http
+) -> None:
     emulator.script(Reply(text="Hello **Alice**!"))
     async with open_web_app(web_settings(home), emulator.base_url) as app:
         chat = await ChatClient.connect(http, app.web.url, ALICE)
@@ -51,7 +52,10 @@ async def test_a_websocket_conversation_goes_through_the_gateway(home: Path, emu
         assert emulator.last_request.body["messages"][-1]["content"][-1]["text"] == "hi there"
         session = await app.store.active_session(f"web:dm:{ALICE}")
         rows = await app.store.load_messages(session.id)
-        assert [(r.role, r.content) for r in rows] == [("user", "hi there"), ("assistant", "Hello **Alice**!")]
+        assert [(r.role, r.content) for r in rows] == [
+            ("user", "hi there"),
+            ("assistant", "Hello **Alice**!"),
+        ]
         await until(lambda: delivered(app, ALICE, 1))
 
 
@@ -70,7 +74,9 @@ async def test_a_reload_continues_the_same_chat(home: Path, emulator: Emulator, 
         assert len(await app.store.list_sessions(None)) == 1
 
 
-async def test_a_reply_reaches_every_open_page_of_its_chat_and_no_other(home: Path, emulator: Emulator, http) -> None:
+async def test_a_reply_reaches_every_open_page_of_its_chat_and_no_other(
+    home: Path, emulator: Emulator, http
+) -> None:
     emulator.script(Reply(text="for alice"), Reply(text="for bob"))
     async with open_web_app(web_settings(home), emulator.base_url) as app:
         tab1 = await ChatClient.connect(http, app.web.url, ALICE)
@@ -133,11 +139,19 @@ async def test_a_resent_message_is_answered_once(home: Path, emulator: Emulator,
 @pytest.mark.parametrize(
     "user",
     [
-        "", "short", "x" * 7, "a" * 65, "../../../etc/passwd", "has space inside", "ünïcödé-user-id",
+        "",
+        "short",
+        "x" * 7,
+        "a" * 65,
+        "../../../etc/passwd",
+        "has space inside",
+        "ünïcödé-user-id",
         "semi;colon-user",
     ],  # fmt: skip
 )
-async def test_a_bad_user_id_is_refused_before_the_websocket_opens(home: Path, emulator: Emulator, http, user) -> None:
+async def test_a_bad_user_id_is_refused_before_the_websocket_opens(
+    home: Path, emulator: Emulator, http, user
+) -> None:
     async with open_web_app(web_settings(home), emulator.base_url) as app:
         with pytest.raises(aiohttp.WSServerHandshakeError) as err:
             await http.ws_connect(f"{app.web.url}/ws", params={"user": user})
@@ -158,7 +172,9 @@ async def test_a_bad_user_id_is_refused_before_the_websocket_opens(home: Path, e
         {"type": "message", "id": "m1", "text": "y" * 32_001},
     ],
 )
-async def test_a_malformed_frame_gets_an_error_and_stores_nothing(home: Path, emulator: Emulator, http, frame) -> None:
+async def test_a_malformed_frame_gets_an_error_and_stores_nothing(
+    home: Path, emulator: Emulator, http, frame
+) -> None:
     async with open_web_app(web_settings(home), emulator.base_url) as app:
         chat = await ChatClient.connect(http, app.web.url, ALICE)
         await chat.send(frame)
@@ -209,7 +225,9 @@ def test_a_non_loopback_bind_without_a_token_is_refused() -> None:
     # (`mnemo run` turning this into exit 2 is pinned in tests/gateway/test_cli_run.py.)
 
 
-async def test_a_cross_site_websocket_and_a_foreign_host_are_refused(home: Path, emulator: Emulator, http) -> None:
+async def test_a_cross_site_websocket_and_a_foreign_host_are_refused(
+    home: Path, emulator: Emulator, http
+) -> None:
     async with open_web_app(web_settings(home), emulator.base_url) as app:
         base = app.web.url
         with pytest.raises(aiohttp.WSServerHandshakeError) as err:

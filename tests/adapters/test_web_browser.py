@@ -46,7 +46,9 @@ async def send(page: Page, text: str) -> None:
     await box.press("Enter")
 
 
-async def test_type_a_message_and_see_the_reply_rendered_safely(home: Path, emulator: Emulator, browser) -> None:
+async def test_type_a_message_and_see_the_reply_rendered_safely(
+    home: Path, emulator: Emulator, browser
+) -> None:
     emulator.script(
         Reply(text='Here is **bold**, `code` and <img src=x onerror="window.pwned=1">\n\n- one\n- two'),
         Reply(text="Welcome back."),
@@ -119,7 +121,9 @@ async def test_a_paste_over_the_limit_is_refused_on_the_page_and_the_chat_keeps_
         note = page.locator("#note")
         await expect(note).to_be_visible()
         await expect(note).to_contain_text("Nothing was sent")
-        assert await page.get_by_label("Message").input_value() == "x" * (300 * 1024), "the text stays in the box"
+        assert await page.get_by_label("Message").input_value() == "x" * (300 * 1024), (
+            "the text stays in the box"
+        )
         await expect(page.locator("li.msg.me")).to_have_count(0)
         assert not any("xxxx" in f for f in frames), "nothing went over the socket"
         await expect(page.locator("#status")).to_have_text("connected")

@@ -52,14 +52,20 @@ def blocks_of(request: RecordedRequest, kind: str) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-async def test_a_photo_with_a_caption_reaches_the_model_as_an_image_block(home: Path, emulator: Emulator, http) -> None:
+async def test_a_photo_with_a_caption_reaches_the_model_as_an_image_block(
+    home: Path, emulator: Emulator, http
+) -> None:
     emulator.default = lambda _: Reply(text="a blue square")
     async with open_web_app(web_settings(home), emulator.base_url) as app:
-        status, body = await upload(http, app.web.url, ALICE, png(2400, 1200), "image/png", "holiday/é pic.png")
+        status, body = await upload(
+            http, app.web.url, ALICE, png(2400, 1200), "image/png", "holiday/é pic.png"
+        )
         assert status == 200, body
         assert (body["kind"], body["media_type"], body["name"]) == ("photo", "image/png", "é pic.png")
         chat = await ChatClient.connect(http, app.web.url, ALICE)
-        await chat.send({"type": "message", "id": "m-photo", "text": "what is this?", "attachments": [body["id"]]})
+        await chat.send(
+            {"type": "message", "id": "m-photo", "text": "what is this?", "attachments": [body["id"]]}
+        )
         assert (await chat.next("ack"))["id"] == "m-photo"
         reply = await chat.next("reply", timeout=30)
         assert reply["text"] == "a blue square"
@@ -77,15 +83,28 @@ async def test_a_photo_with_a_caption_reaches_the_model_as_an_image_block(home: 
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in (folder / ALICE).iterdir())
 
 
-async def test_a_pdf_and_a_text_file_go_in_like_on_the_other_platforms(home: Path, emulator: Emulator, http) -> None:
+async def test_a_pdf_and_a_text_file_go_in_like_on_the_other_platforms(
+    home: Path, emulator: Emulator, http
+) -> None:
     emulator.default = lambda _: Reply(text="read them")
     async with open_web_app(web_settings(home), emulator.base_url) as app:
         _, pdf = await upload(http, app.web.url, ALICE, MINI_PDF, "application/pdf", "report.pdf")
-        _, notes = await upload(http, app.web.url, ALICE, b"the launch is on Tuesday", "text/markdown", "notes.md")
-        _, binary = await upload(http, app.web.url, ALICE, b"\x00\x01binary", "application/x-msdownload", "tool.exe")
+        _, notes = await upload(
+            http, app.web.url, ALICE, b"the launch is on Tuesday", "text/markdown", "notes.md"
+        )
+        _, binary = await upload(
+            http, app.web.url, ALICE, b"\x00\x01binary", "application/x-msdownload", "tool.exe"
+        )
         assert pdf["kind"] == notes["kind"] == binary["kind"] == "document"
         chat = await ChatClient.connect(http, app.web.url, ALICE)
-        await chat.send({"type": "message", "id": "m-docs", "text": "", "attachments": [pdf["id"], notes["id"], binary["id"]]})
+        await chat.send(
+            {
+                "type": "message",
+                "id": "m-docs",
+                "text": "",
+                "attachments": [pdf["id"], notes["id"], binary["id"]],
+            }
+        )
         await chat.next("reply", timeout=30)
         await chat.close()
     request = emulator.requests[-1]
@@ -111,7 +130,9 @@ async def test_a_corrupt_image_is_refused_with_a_clear_message(
     async with open_web_app(web_settings(home), emulator.base_url) as app:
         got = await upload(http, app.web.url, ALICE, data, media_type, "x.jpg")
     assert got == (status, {"error": message})
-    assert not (home / "media" / "uploads" / ALICE).exists() or not list((home / "media" / "uploads" / ALICE).iterdir())
+    assert not (home / "media" / "uploads" / ALICE).exists() or not list(
+        (home / "media" / "uploads" / ALICE).iterdir()
+    )
 
 
 async def test_an_image_format_the_model_cannot_take_is_refused(home: Path, emulator: Emulator, http) -> None:
@@ -133,17 +154,26 @@ async def test_an_oversize_file_is_refused_with_a_clear_message(home: Path, emul
                 yield b"x" * (1024 * 1024)
 
         headers = {"Content-Type": "text/plain", "X-File-Name": "big.txt"}
-        async with http.post(f"{app.web.url}/upload", params={"user": ALICE}, data=chunks(), headers=headers) as resp:
+        async with http.post(
+            f"{app.web.url}/upload", params={"user": ALICE}, data=chunks(), headers=headers
+        ) as resp:
             assert resp.status == 413 and (await resp.json())["error"].startswith("the file is too large")
 
 
-async def test_an_upload_belongs_to_its_user_and_unknown_ids_are_refused(home: Path, emulator: Emulator, http) -> None:
+async def test_an_upload_belongs_to_its_user_and_unknown_ids_are_refused(
+    home: Path, emulator: Emulator, http
+) -> None:
     async with open_web_app(web_settings(home), emulator.base_url) as app:
         _, body = await upload(http, app.web.url, ALICE, jpeg(50, 40), "image/jpeg", "a.jpg")
         bob = await ChatClient.connect(http, app.web.url, BOB)
         await bob.send({"type": "message", "id": "m-steal", "text": "mine?", "attachments": [body["id"]]})
         error = await bob.next("error")
-        assert error == {"type": "error", "text": "an attached file is no longer there; attach it again", "id": "m-steal", "retry": False}
+        assert error == {
+            "type": "error",
+            "text": "an attached file is no longer there; attach it again",
+            "id": "m-steal",
+            "retry": False,
+        }
         await bob.send({"type": "message", "id": "m-bad", "text": "x", "attachments": ["../../etc/passwd"]})
         assert (await bob.next("error"))["id"] == "m-bad"
         await bob.send({"type": "message", "id": "m-many", "text": "x", "attachments": [body["id"]] * 11})
@@ -159,7 +189,9 @@ async def test_the_token_and_origin_rules_cover_uploads(home: Path, emulator: Em
     async with open_web_app(web_settings(home, **{"web.access_token": token}), emulator.base_url) as app:
         status, _ = await _raw_upload(http, app.web.url, {})
         assert status == 401
-        status, _ = await _raw_upload(http, app.web.url, {"Authorization": f"Bearer {token}", "Origin": "http://evil.example"})
+        status, _ = await _raw_upload(
+            http, app.web.url, {"Authorization": f"Bearer {token}", "Origin": "http://evil.example"}
+        )
         assert status == 403
         status, body = await _raw_upload(http, app.web.url, {"Authorization": f"Bearer {token}"})
         assert status == 200 and body["kind"] == "photo"
@@ -168,7 +200,9 @@ async def test_the_token_and_origin_rules_cover_uploads(home: Path, emulator: Em
 async def _raw_upload(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> tuple[int, Any]:
     headers = {"Content-Type": "image/jpeg", **headers}
     async with http.post(f"{url}/upload", params={"user": ALICE}, data=jpeg(20, 20), headers=headers) as resp:
-        return resp.status, (await resp.json() if resp.content_type == "application/json" else await resp.text())
+        return resp.status, (
+            await resp.json() if resp.content_type == "application/json" else await resp.text()
+        )
 
 
 @pytest.mark.browser
@@ -192,7 +226,9 @@ async def test_the_page_attaches_a_photo_and_shows_why_a_damaged_one_is_refused(
             await page.goto(f"{app.web.url}/")
             await expect(page.locator("#status")).to_have_text("connected")
             await page.set_input_files("#file", str(broken))
-            await expect(page.locator("#note")).to_have_text("broken.png: the image is damaged or not an image")
+            await expect(page.locator("#note")).to_have_text(
+                "broken.png: the image is damaged or not an image"
+            )
             await page.set_input_files("#file", str(photo))
             await expect(page.locator("#attached")).to_have_text("Attached: sunset.jpg")
             await page.get_by_role("button", name="Send").click()  # no caption: the photo alone

@@ -14,10 +14,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from mnemo.gateway.config import Settings, load_settings
-from mnemo.gateway.storage import state_database
-from mnemo.memory.curated import MemoryFiles
-from mnemo.memory.sessions import NewMessage, SessionStore
 
 from mnemo.backups import (
     BackupScheduler,
@@ -28,15 +24,17 @@ from mnemo.backups import (
 )
 from mnemo.cli.main import main
 from mnemo.cli.profile import BackupRefused
+from mnemo.gateway.config import Settings, load_settings
+from mnemo.gateway.storage import state_database
+from mnemo.memory.curated import MemoryFiles
+from mnemo.memory.sessions import NewMessage, SessionStore
 from mnemo.profile_lock import hold
 
 START = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 
 
 def settings_for(home: Path, **overrides: object) -> Settings:
-    return load_settings(
-        home, environ={}, overrides={"gateway.timezone": "Europe/Berlin", **overrides}
-    )
+    return load_settings(home, environ={}, overrides={"gateway.timezone": "Europe/Berlin", **overrides})
 
 
 async def seed(home: Path, texts: list[str]) -> None:
@@ -58,9 +56,7 @@ async def seed(home: Path, texts: list[str]) -> None:
         await store.append_messages(s.id, [NewMessage("user", t) for t in texts])
     finally:
         await db.close()
-    MemoryFiles(home / "memories", 2200, 1375).shared().add(
-        "the deploy runs on Fridays"
-    )
+    MemoryFiles(home / "memories", 2200, 1375).shared().add("the deploy runs on Fridays")
 
 
 def contents(db_path: Path) -> list[str]:
@@ -121,12 +117,8 @@ async def test_scheduled_backups_run_at_04_local_and_are_pruned_beyond_keep(
         datetime(2026, 1, 12, 3, 0, tzinfo=UTC),
         datetime(2026, 1, 13, 3, 0, tzinfo=UTC),
     ]
-    assert (
-        scheduler.last == list_backups(folder)[-1].path and scheduler.last_error is None
-    )
-    assert all(
-        stat.S_IMODE(b.path.stat().st_mode) == 0o600 for b in list_backups(folder)
-    )
+    assert scheduler.last == list_backups(folder)[-1].path and scheduler.last_error is None
+    assert all(stat.S_IMODE(b.path.stat().st_mode) == 0o600 for b in list_backups(folder))
     assert verify_archive(scheduler.last) >= 2
     assert not list(folder.glob(".*.tmp"))  # written through a temp file, renamed
 
@@ -135,9 +127,7 @@ def test_next_run_follows_the_crontab_in_local_time(tmp_path: Path) -> None:
     settings = settings_for(tmp_path, **{"backup.schedule": "30 2 * * 0"})
     scheduler = BackupScheduler(settings)
     # Sundays 02:30 Berlin; 2026-07-12 is a Sunday (summer: UTC+2).
-    assert scheduler.next_run(datetime(2026, 7, 8, tzinfo=UTC)) == datetime(
-        2026, 7, 12, 0, 30, tzinfo=UTC
-    )
+    assert scheduler.next_run(datetime(2026, 7, 8, tzinfo=UTC)) == datetime(2026, 7, 12, 0, 30, tzinfo=UTC)
 
 
 def test_prune_keeps_the_newest_and_leaves_other_files_alone(tmp_path: Path) -> None:
@@ -145,9 +135,7 @@ def test_prune_keeps_the_newest_and_leaves_other_files_alone(tmp_path: Path) -> 
         (tmp_path / f"mnemo-backup-202601{day:02d}-030000.tar.gz").write_bytes(b"x")
     (tmp_path / "my-notes.tar.gz").write_bytes(b"keep me")
     removed = prune(tmp_path, 2)
-    assert [p.name for p in removed] == [
-        f"mnemo-backup-202601{d:02d}-030000.tar.gz" for d in (1, 2, 3)
-    ]
+    assert [p.name for p in removed] == [f"mnemo-backup-202601{d:02d}-030000.tar.gz" for d in (1, 2, 3)]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "mnemo-backup-20260104-030000.tar.gz",
         "mnemo-backup-20260105-030000.tar.gz",
@@ -180,9 +168,7 @@ async def test_verify_catches_a_flipped_byte_and_a_changed_member(
                 body = body.replace(b"Fridays", b"Mondays")
                 info.size = len(body)
             dst.addfile(info, io.BytesIO(body) if info.isfile() else None)
-    with pytest.raises(
-        BackupRefused, match="memories/MEMORY.md does not match its checksum"
-    ):
+    with pytest.raises(BackupRefused, match="memories/MEMORY.md does not match its checksum"):
         verify_archive(changed)
 
     assert main(["--home", str(home), "backup", "verify", str(archive)]) == 0
@@ -210,14 +196,10 @@ async def test_restore_round_trips_a_profile_and_keeps_what_it_replaced(
 
     assert main(["--home", str(home), "backup", "restore", str(backup.path)]) == 0
     assert contents(home / "state.db") == ["before the backup"]
-    assert (home / "memories" / "MEMORY.md").read_text().count(
-        "the deploy runs on Fridays"
-    ) == 1
+    assert (home / "memories" / "MEMORY.md").read_text().count("the deploy runs on Fridays") == 1
     [aside] = home.glob(".replaced-*")
     assert contents(aside / "state.db") == ["before the backup", "after the backup"]
-    assert list_backups(home / "backups") == [
-        backup
-    ]  # the backups themselves are untouched
+    assert list_backups(home / "backups") == [backup]  # the backups themselves are untouched
 
 
 async def test_a_backup_taken_while_the_bot_writes_is_consistent(
@@ -273,10 +255,7 @@ async def test_the_app_runs_the_backup_schedule_while_it_runs_unless_disabled(
     from mnemo.app import open_app
 
     def scheduled() -> bool:
-        return any(
-            t.get_name() == "backup-scheduler" and not t.done()
-            for t in asyncio.all_tasks()
-        )
+        return any(t.get_name() == "backup-scheduler" and not t.done() for t in asyncio.all_tasks())
 
     for enabled in (True, False):
         home = tmp_path / str(enabled)

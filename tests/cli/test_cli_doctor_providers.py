@@ -56,7 +56,11 @@ async def add_writes(settings: Settings, *, queued: int, failed: int, done: int,
             for _ in range(count):
                 n += 1
                 job, created = await backend.jobs.add(
-                    "provider_write", f"s{n}", {"provider": "mem0", "payload": {"key": f"turn-{n}"}}, cooldown_s=0, now=1.0
+                    "provider_write",
+                    f"s{n}",
+                    {"provider": "mem0", "payload": {"key": f"turn-{n}"}},
+                    cooldown_s=0,
+                    now=1.0,
                 )
                 assert created
                 await backend.jobs.claim(["provider_write"], now=2.0)
@@ -95,7 +99,10 @@ async def test_only_queued_writes_pass_with_the_error_they_wait_on(home: Path, f
     await add_writes(settings, queued=3, failed=0, done=0, error="RetryLater: mem0 answered 429")
     writes = by_name(await run_checks(settings))["provider writes"]
     assert writes.status is Status.PASS
-    assert writes.detail == "3 queued, 0 failed, 0 done (waiting to be retried; last error: RetryLater: mem0 answered 429)"
+    assert (
+        writes.detail
+        == "3 queued, 0 failed, 0 done (waiting to be retried; last error: RetryLater: mem0 answered 429)"
+    )
 
 
 async def test_a_provider_answering_503_fails(home: Path, fake: FakeMem0) -> None:
@@ -103,7 +110,10 @@ async def test_a_provider_answering_503_fails(home: Path, fake: FakeMem0) -> Non
     got = by_name(await run_checks(mem0_settings(home, fake.base_url)))
     assert got["provider"].status is Status.FAIL
     assert got["provider"].detail == f"mem0 at {fake.base_url} answers HTTP 503 (down)"
-    assert got["provider writes"].status is Status.PASS and got["provider writes"].detail == "0 queued, 0 failed, 0 done"
+    assert (
+        got["provider writes"].status is Status.PASS
+        and got["provider writes"].detail == "0 queued, 0 failed, 0 done"
+    )
 
 
 async def test_a_closed_port_is_unreachable(home: Path) -> None:
@@ -128,7 +138,9 @@ async def test_a_configured_but_unavailable_provider_fails_with_the_reason(home:
     (home / "config.yaml").write_text("memory:\n  provider: hindsight\n")
     provider = by_name(await run_checks(load_settings(home, environ={"MNEMO_WEB_PORT": "0"})))["provider"]
     assert provider.status is Status.FAIL
-    assert provider.detail.startswith("hindsight is configured (memory.provider) but unavailable: set base_url")
+    assert provider.detail.startswith(
+        "hindsight is configured (memory.provider) but unavailable: set base_url"
+    )
 
 
 async def test_the_command_prints_the_provider_lines_without_the_key(home: Path, fake: FakeMem0) -> None:

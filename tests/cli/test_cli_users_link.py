@@ -36,37 +36,59 @@ async def test_a_cli_link_reaches_the_running_gateway_and_unlink_splits_it(
     files.own(UserRef("loop", "ann")).add("Works night shifts.")
     files.own(UserRef("loop", "ann2")).add("Allergic to peanuts.")
     emulator.default = lambda req: Reply(text="ok")
-    settings = load_settings(home, environ={}, overrides={
-        "access.allowed": ("loop:*",), "access.rate_limit_per_minute": 0, "llm.max_retries": 1,
-    })
+    settings = load_settings(
+        home,
+        environ={},
+        overrides={
+            "access.allowed": ("loop:*",),
+            "access.rate_limit_per_minute": 0,
+            "llm.max_retries": 1,
+        },
+    )
     adapter = LoopbackAdapter()
-    async with open_app(settings, adapters=[adapter], llm_base_url=emulator.base_url, api_key="k", trial=False) as app:
+    async with open_app(
+        settings, adapters=[adapter], llm_base_url=emulator.base_url, api_key="k", trial=False
+    ) as app:
         await say(adapter, "hello", "ann2")
         assert "Works night shifts" not in emulator.requests[-1].system_text
         capsys.readouterr()
         assert await users(home, "link", "loop:ann", "loop:ann2", "--json") == 0
         linked = json.loads(capsys.readouterr().out)
         assert linked == {
-            "user": "loop:ann", "other": "loop:ann2", "linked": True, "already": False, "canonical": "loop:ann",
-            "members": ["loop:ann", "loop:ann2"], "merged": 1, "left_out": 0,
+            "user": "loop:ann",
+            "other": "loop:ann2",
+            "linked": True,
+            "already": False,
+            "canonical": "loop:ann",
+            "members": ["loop:ann", "loop:ann2"],
+            "merged": 1,
+            "left_out": 0,
         }
         await say(adapter, "/reset", "ann2")
         await say(adapter, "hi again", "ann2")
         prompt = emulator.requests[-1].system_text
         assert "Works night shifts" in prompt and "Allergic to peanuts" in prompt
-        assert app.links is not None and app.links.identities.canonical(UserRef("loop", "ann2")) == UserRef("loop", "ann")
+        assert app.links is not None and app.links.identities.canonical(UserRef("loop", "ann2")) == UserRef(
+            "loop", "ann"
+        )
 
     assert await users(home, "link", "loop:ann2", "loop:ann") == 0
     assert "already linked" in capsys.readouterr().out
     assert await users(home, "show", "loop:ann2", "--json") == 0
     shown = json.loads(capsys.readouterr().out)
     assert [(r["user"], r["canonical"], r["linked_by"]) for r in shown["linked"]] == [
-        ("loop:ann", True, "admin"), ("loop:ann2", False, "admin")]
+        ("loop:ann", True, "admin"),
+        ("loop:ann2", False, "admin"),
+    ]
     assert await users(home, "show", "loop:ann") == 0
     assert "linked: loop:ann (profile), loop:ann2" in capsys.readouterr().out
 
     assert await users(home, "unlink", "loop:ann2", "--json") == 0
-    assert json.loads(capsys.readouterr().out) == {"user": "loop:ann2", "unlinked": True, "remaining": ["loop:ann"]}
+    assert json.loads(capsys.readouterr().out) == {
+        "user": "loop:ann2",
+        "unlinked": True,
+        "remaining": ["loop:ann"],
+    }
     copy = files.own(UserRef("loop", "ann2")).load().entries
     assert "Works night shifts." in copy and "Allergic to peanuts." in copy
     assert copy == files.own(UserRef("loop", "ann")).load().entries, "each side keeps a copy"

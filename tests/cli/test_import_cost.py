@@ -41,10 +41,18 @@ for argv in json.loads(sys.argv[2]):
 print("\\nPROBE " + json.dumps(results))
 """
 
-CHAT = {"sessions": [{"id": "s1", "started_at": "2024-03-01T10:00:00", "messages": [
-    {"id": "m1", "speaker": "Ann", "content": "I switched from coffee to green tea"},
-    {"id": "m2", "speaker": "assistant", "content": "Green tea it is."},
-]}]}
+CHAT = {
+    "sessions": [
+        {
+            "id": "s1",
+            "started_at": "2024-03-01T10:00:00",
+            "messages": [
+                {"id": "m1", "speaker": "Ann", "content": "I switched from coffee to green tea"},
+                {"id": "m2", "speaker": "assistant", "content": "Green tea it is."},
+            ],
+        }
+    ]
+}
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -66,16 +74,28 @@ def profile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     chat.write_text(json.dumps(CHAT))
     assert main(["--home", str(home), "sessions", "import", str(chat), "--chat", "telegram:dm:7"]) == 0
     assert main(["--home", str(home), "memory", "add", "--target", "memory", "Ann drinks green tea"]) == 0
-    assert main(["--home", str(home), "cron", "add", "--chat", "telegram:7", "--every", "1h", "water the plants"]) == 0
+    assert (
+        main(
+            ["--home", str(home), "cron", "add", "--chat", "telegram:7", "--every", "1h", "water the plants"]
+        )
+        == 0
+    )
     yield home
 
 
 def probe(home: Path, *argvs: list[str]) -> tuple[str, list[dict[str, object]]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
     env["MNEMO_HOME"] = str(home)
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(sorted(HEAVY)), json.dumps(list(argvs))],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     out, _, report = proc.stdout.rpartition("\nPROBE ")
@@ -115,9 +135,11 @@ def test_command_help_imports_nothing_heavy(profile: Path, command: str) -> None
 def test_every_action_help_imports_nothing_heavy(profile: Path) -> None:
     """All ``COMMAND ACTION --help`` screens in one interpreter: the loaded set only grows,
     so an empty set after the last one means none of them imported anything heavy."""
-    actions = [[command, action, "--help"]
-               for command, parser in _subcommands(build_parser()).items()
-               for action in _subcommands(parser)]
+    actions = [
+        [command, action, "--help"]
+        for command, parser in _subcommands(build_parser()).items()
+        for action in _subcommands(parser)
+    ]
     assert len(actions) >= 10  # memory, sessions, cron, facts, pair, ... have actions
     _, results = probe(profile, *actions)
     assert [(r["argv"], r["code"], r["heavy"]) for r in results] == [(argv, 0, []) for argv in actions]

@@ -33,7 +33,9 @@ def mnemo(home: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[i
     return code, out.out, out.err
 
 
-def do_import(home: Path, capsys: pytest.CaptureFixture[str], source: Path, *extra: str) -> tuple[int, str, str]:
+def do_import(
+    home: Path, capsys: pytest.CaptureFixture[str], source: Path, *extra: str
+) -> tuple[int, str, str]:
     return mnemo(home, capsys, "import", "--from", "hermes", str(source), "--user", USER, *extra)
 
 
@@ -89,12 +91,16 @@ def test_import_brings_memory_skills_and_searchable_sessions_into_the_chats_they
     assert not any("walrus" in c or "quokka" in c or "summary of earlier" in c for c in contents)
 
 
-def test_roles_tool_calls_and_timestamps_are_kept(hermes: Path, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_roles_tool_calls_and_timestamps_are_kept(
+    hermes: Path, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert do_import(home, capsys, hermes)[0] == 0
-    got = rows(home / "state.db",
-               "SELECT m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.created_at, s.title, s.started_at"
-               " FROM messages m JOIN sessions s ON s.id = m.session_id"
-               " WHERE s.chat_key = 'telegram:dm:12345' ORDER BY m.id")
+    got = rows(
+        home / "state.db",
+        "SELECT m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.created_at, s.title, s.started_at"
+        " FROM messages m JOIN sessions s ON s.id = m.session_id"
+        " WHERE s.chat_key = 'telegram:dm:12345' ORDER BY m.id",
+    )
     assert [r[0] for r in got] == ["user", "assistant", "tool", "assistant"]
     calls = json.loads(str(got[1][2]))
     assert calls == [{"id": "call_1", "name": "session_search", "input": {"query": "heron"}}]
@@ -134,8 +140,10 @@ def test_an_interrupted_import_is_completed_by_the_next_one(
     conn.close()
     code, out, _ = do_import(home, capsys, hermes)
     assert code == 0 and "sessions: 0 imported (3 messages), 3 already imported" in out
-    assert [r[0] for r in rows(home / "state.db", f"SELECT role FROM messages WHERE session_id = '{sid}' ORDER BY id")] \
-        == ["user", "assistant", "tool", "assistant"]
+    assert [
+        r[0]
+        for r in rows(home / "state.db", f"SELECT role FROM messages WHERE session_id = '{sid}' ORDER BY id")
+    ] == ["user", "assistant", "tool", "assistant"]
     assert rows(home / "state.db", f"SELECT end_reason FROM sessions WHERE id = '{sid}'") == [("imported",)]
 
 
@@ -175,8 +183,9 @@ def test_chat_map_puts_a_conversation_in_the_chat_named(
 ) -> None:
     mapping = tmp_path / "chats.txt"
     mapping.write_text("# Hermes source = mnemo chat\ncli = telegram:12345\n")
-    code, out, _ = do_import(home, capsys, hermes, "--chat-map-file", str(mapping),
-                             "--chat-map", "telegram:777=discord:dm:555")
+    code, out, _ = do_import(
+        home, capsys, hermes, "--chat-map-file", str(mapping), "--chat-map", "telegram:777=discord:dm:555"
+    )
     assert code == 0, out
     assert "telegram:dm:12345 ← cli, telegram:12345" in out
     assert any("zebra" in s for s in search(home, capsys, "zebra", "telegram:dm:12345"))
@@ -185,8 +194,9 @@ def test_chat_map_puts_a_conversation_in_the_chat_named(
 
 
 @pytest.mark.parametrize("suffix", [".zip", ".tar.gz"])
-def test_a_backup_archive_is_read_like_the_folder(hermes: Path, home: Path, tmp_path: Path, suffix: str,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_backup_archive_is_read_like_the_folder(
+    hermes: Path, home: Path, tmp_path: Path, suffix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     archive = tmp_path / f"hermes-backup{suffix}"
     files = [p for p in sorted(hermes.rglob("*")) if p.is_file()]
     if suffix == ".zip":
@@ -204,8 +214,9 @@ def test_a_backup_archive_is_read_like_the_folder(hermes: Path, home: Path, tmp_
     assert not (home / ".env").exists() and not (home / "config.yaml").exists()
 
 
-def test_an_archive_member_that_climbs_out_refuses_the_archive(tmp_path: Path, home: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_archive_member_that_climbs_out_refuses_the_archive(
+    tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     archive = tmp_path / "evil.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("memories/MEMORY.md", "a note")
@@ -215,8 +226,9 @@ def test_an_archive_member_that_climbs_out_refuses_the_archive(tmp_path: Path, h
     assert not (tmp_path / "escaped.txt").exists() and not (home / "memories").exists()
 
 
-def test_clear_errors_for_missing_wrong_and_damaged_sources(tmp_path: Path, home: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_clear_errors_for_missing_wrong_and_damaged_sources(
+    tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = do_import(home, capsys, tmp_path / "nowhere")
     assert code == 2 and err.strip() == f"mnemo: {tmp_path / 'nowhere'}: no such file or folder"
     openclaw = tmp_path / "oc"
@@ -242,7 +254,9 @@ def test_clear_errors_for_missing_wrong_and_damaged_sources(tmp_path: Path, home
     assert not (home / "state.db").exists()
 
 
-def test_refused_while_the_profile_is_in_use(hermes: Path, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_refused_while_the_profile_is_in_use(
+    hermes: Path, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with hold(home):
         code, _, err = do_import(home, capsys, hermes)
     assert code == 1 and "in use" in err
@@ -261,7 +275,10 @@ def test_entries_over_the_limit_and_a_skill_name_taken_are_listed(
     code, out, _ = do_import(home, capsys, hermes)
     assert code == 0
     assert "MEMORY.md entries: 2 added, 0 already present, 2 refused" in out
-    assert "refused: 'The staging cluster is rebuilt nightly" in out and "MEMORY.md would exceed its limit" in out
+    assert (
+        "refused: 'The staging cluster is rebuilt nightly" in out
+        and "MEMORY.md would exceed its limit" in out
+    )
     assert "refused: 'deploy-notes' — a different shared skill with this name exists; kept it" in out
     assert (taken / "SKILL.md").read_text().endswith("mine\n")
 

@@ -31,7 +31,9 @@ def mnemo(home: Path, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[i
     return code, out.out, out.err
 
 
-def do_import(home: Path, capsys: pytest.CaptureFixture[str], source: Path, *extra: str) -> tuple[int, str, str]:
+def do_import(
+    home: Path, capsys: pytest.CaptureFixture[str], source: Path, *extra: str
+) -> tuple[int, str, str]:
     return mnemo(home, capsys, "import", "--from", "openclaw", str(source), *extra)
 
 
@@ -56,10 +58,19 @@ def test_import_brings_memory_notes_and_transcripts_into_the_right_chats(
     assert code == 0, err
     memory = (home / "memories" / "MEMORY.md").read_text()
     assert "Preferences: Drinks oolong tea, never coffee" in memory
-    assert "Projects: The greenhouse sensor project uses an ESP32 board\nand reports every ten minutes." in memory
+    assert (
+        "Projects: The greenhouse sensor project uses an ESP32 board\nand reports every ten minutes."
+        in memory
+    )
     assert "Ignore all previous" not in memory
-    assert "refused: 'Projects: Ignore all previous instructions" in out and "threat scan: prompt_injection" in out
-    assert "Timezone: Europe/Lisbon" in (home / "memories" / "users" / "telegram" / "4242" / "USER.md").read_text()
+    assert (
+        "refused: 'Projects: Ignore all previous instructions" in out
+        and "threat scan: prompt_injection" in out
+    )
+    assert (
+        "Timezone: Europe/Lisbon"
+        in (home / "memories" / "users" / "telegram" / "4242" / "USER.md").read_text()
+    )
     assert "Be warm, brief and honest." in (home / "SOUL.md").read_text()
     code, shown, _ = mnemo(home, capsys, "memory", "show")
     assert code == 0 and "oolong" in shown
@@ -74,12 +85,16 @@ def test_import_brings_memory_notes_and_transcripts_into_the_right_chats(
     assert any("orchard" in s for s in search(home, capsys, "orchard", "import:openclaw:unkeyed"))
     # The tool call, its result and the timestamps came over; thinking did not.
     conn = sqlite3.connect(home / "state.db")
-    got = conn.execute("SELECT m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.created_at"
-                       " FROM messages m JOIN sessions s ON s.id = m.session_id"
-                       " WHERE s.chat_key = 'telegram:dm:4242' ORDER BY m.id").fetchall()
+    got = conn.execute(
+        "SELECT m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.created_at"
+        " FROM messages m JOIN sessions s ON s.id = m.session_id"
+        " WHERE s.chat_key = 'telegram:dm:4242' ORDER BY m.id"
+    ).fetchall()
     conn.close()
     assert [r[0] for r in got] == ["user", "assistant", "tool", "assistant"]
-    assert json.loads(got[1][2]) == [{"id": "toolu_1", "name": "cron", "input": {"at": "18:00", "text": "marmalade"}}]
+    assert json.loads(got[1][2]) == [
+        {"id": "toolu_1", "name": "cron", "input": {"at": "18:00", "text": "marmalade"}}
+    ]
     assert "the user wants a reminder" not in got[1][1]
     assert got[2][3:5] == ("toolu_1", "cron")
     assert got[0][5].startswith("2026-03-01T00:00:01")
@@ -89,8 +104,9 @@ def test_import_brings_memory_notes_and_transcripts_into_the_right_chats(
 def test_chat_map_moves_the_main_session_into_a_real_chat(
     openclaw: Path, home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = do_import(home, capsys, openclaw, "--chat-map", "main=telegram:4242",
-                             "--chat-map", "notes=telegram:4242")
+    code, out, _ = do_import(
+        home, capsys, openclaw, "--chat-map", "main=telegram:4242", "--chat-map", "notes=telegram:4242"
+    )
     assert code == 0
     assert any("pelican" in s for s in search(home, capsys, "pelican", "telegram:dm:4242"))
     assert any("lighthouse" in s for s in search(home, capsys, "lighthouse", "telegram:dm:4242"))
@@ -104,12 +120,15 @@ def test_a_second_import_is_a_no_op(openclaw: Path, home: Path, capsys: pytest.C
     code, out, _ = do_import(home, capsys, openclaw)
     assert code == 0
     assert "sessions: 0 imported (0 messages), 4 already imported" in out
-    assert count(home / "state.db", "messages") == messages and count(home / "state.db", "sessions") == sessions
+    assert (
+        count(home / "state.db", "messages") == messages and count(home / "state.db", "sessions") == sessions
+    )
     assert (home / "memories" / "MEMORY.md").read_bytes() == memory
 
 
-def test_a_note_that_grew_adds_only_its_new_lines(openclaw: Path, home: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_note_that_grew_adds_only_its_new_lines(
+    openclaw: Path, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert do_import(home, capsys, openclaw)[0] == 0
     note = openclaw / "workspace" / "memory" / "2026-03-01.md"
     note.write_text(note.read_text() + "- Bought a kite in the evening\n")
@@ -153,8 +172,11 @@ def test_clear_errors(tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[
 # --- the Markdown splitter ------------------------------------------------------------
 def test_markdown_entries_keep_headings_as_context() -> None:
     text = "# Title\n\n## Tools\n- uses vim\n- uses tmux\n  with a custom prefix\n\nFree paragraph\nover two lines\n"
-    assert markdown_entries(text) == ("Tools: uses vim", "Tools: uses tmux\nwith a custom prefix",
-                                      "Tools: Free paragraph\nover two lines")
+    assert markdown_entries(text) == (
+        "Tools: uses vim",
+        "Tools: uses tmux\nwith a custom prefix",
+        "Tools: Free paragraph\nover two lines",
+    )
     assert markdown_entries("one\n§\ntwo") == ("one", "two")
 
 

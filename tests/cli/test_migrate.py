@@ -23,8 +23,8 @@ import pytest
 
 from mnemo.app import open_app
 from mnemo.gateway.delivery.inbox import Inbox
-from mnemo.gateway.events import InboundMessage, to_payload
 from mnemo.gateway.emulator import Emulator, Reply, ToolUse
+from mnemo.gateway.events import InboundMessage, to_payload
 from mnemo.gateway.inbound.access import PairingStore
 from mnemo.gateway.storage import state_database
 from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
@@ -53,8 +53,13 @@ async def bot_profile(home: Path, emulator: Emulator) -> None:
     inbox rows and curated memory written through mnemo's own stores."""
     emulator.script(Reply(text="Rex is a fine name."))
     adapter = LoopbackAdapter()
-    async with open_app(make_settings(home), adapters=[adapter], llm_base_url=emulator.base_url,
-                        api_key="test-key", trial=False):
+    async with open_app(
+        make_settings(home),
+        adapters=[adapter],
+        llm_base_url=emulator.base_url,
+        api_key="test-key",
+        trial=False,
+    ):
         await adapter.say("my dog is called Rex", user="u1")
         await adapter.wait_sent(1)
     db = state_database(home / "state.db")
@@ -65,23 +70,43 @@ async def bot_profile(home: Path, emulator: Emulator) -> None:
         parent, first = None, None
         for i in range(12):
             s = await store.create_session(
-                chat_key=f"telegram:dm:{i % 4}", platform="telegram", chat_id=str(i % 4), thread_id=None,
-                user_id=str(i % 4), agent_context="primary", source="chat", model="m", system_prompt=f"prompt {i}",
-                parent_session_id=parent if i % 4 == 1 else None, started_at=start + timedelta(hours=i),
+                chat_key=f"telegram:dm:{i % 4}",
+                platform="telegram",
+                chat_id=str(i % 4),
+                thread_id=None,
+                user_id=str(i % 4),
+                agent_context="primary",
+                source="chat",
+                model="m",
+                system_prompt=f"prompt {i}",
+                parent_session_id=parent if i % 4 == 1 else None,
+                started_at=start + timedelta(hours=i),
             )
             parent, first = s.id, first or s.id
-            await store.append_messages(s.id, [
-                NewMessage(role="user" if j % 2 == 0 else "assistant",
-                           content=f"session {i} line {j} about topic{j % 7} 東京タワー\x00",
-                           created_at=start + timedelta(hours=i, seconds=j))
-                for j in range(40)
-            ])
+            await store.append_messages(
+                s.id,
+                [
+                    NewMessage(
+                        role="user" if j % 2 == 0 else "assistant",
+                        content=f"session {i} line {j} about topic{j % 7} 東京タワー\x00",
+                        created_at=start + timedelta(hours=i, seconds=j),
+                    )
+                    for j in range(40)
+                ],
+            )
         # A parent newer than its child (as a re-parented session has): copied after it.
         last = parent
-        await db.write(lambda c: c.execute("UPDATE sessions SET parent_session_id = ? WHERE id = ?", (last, first)))
+        await db.write(
+            lambda c: c.execute("UPDATE sessions SET parent_session_id = ? WHERE id = ?", (last, first))
+        )
         for k in range(INBOX_ROWS):  # answered long ago
-            msg = InboundMessage(platform="telegram", chat_id=str(k % 9), user_id=str(k % 9), message_id=f"m{k}",
-                                 text=f"inbound {k}")
+            msg = InboundMessage(
+                platform="telegram",
+                chat_id=str(k % 9),
+                user_id=str(k % 9),
+                message_id=f"m{k}",
+                text=f"inbound {k}",
+            )
             row = await inbox.accept(msg.platform, msg.chat_id, msg.message_id, to_payload(msg))
             assert row is not None
             await inbox.mark_done(row.id)
@@ -139,18 +164,28 @@ def migrate(home: Path, url: str, *args: str) -> dict[str, Any]:
 
 
 def assert_same_data(home: Path, url: str) -> None:
-    for table, key in (("sessions", "id"), ("messages", "id"), ("inbox", "id"), ("pairings", "code"),
-                       ("chats", "id")):
-        assert sqlite_rows(home, f"SELECT count(*) FROM {table}") == pg_rows(url, f"SELECT count(*) FROM {table}")
+    for table, key in (
+        ("sessions", "id"),
+        ("messages", "id"),
+        ("inbox", "id"),
+        ("pairings", "code"),
+        ("chats", "id"),
+    ):
+        assert sqlite_rows(home, f"SELECT count(*) FROM {table}") == pg_rows(
+            url, f"SELECT count(*) FROM {table}"
+        )
         assert pg_rows(url, f"SELECT count(*) - count(DISTINCT {key}) FROM {table}") == [(0,)]
     src = sqlite_rows(home, "SELECT id, session_id, content, created_at FROM messages ORDER BY id")
     dst = pg_rows(url, "SELECT id, session_id, content, created_at FROM messages ORDER BY id")
-    assert [(i, s, c.replace("\x00", "\ufffd"), datetime.fromisoformat(t)) for i, s, c, t in src] == \
-        [(i, s, c, t) for i, s, c, t in dst]
-    assert sqlite_rows(home, "SELECT id, parent_session_id, system_prompt FROM sessions ORDER BY id") == \
-        pg_rows(url, "SELECT id, parent_session_id, system_prompt FROM sessions ORDER BY id")
-    assert sqlite_rows(home, "SELECT platform, chat_id, message_id, payload FROM inbox ORDER BY id") == \
-        pg_rows(url, "SELECT platform, chat_id, message_id, payload FROM inbox ORDER BY id")
+    assert [(i, s, c.replace("\x00", "\ufffd"), datetime.fromisoformat(t)) for i, s, c, t in src] == [
+        (i, s, c, t) for i, s, c, t in dst
+    ]
+    assert sqlite_rows(
+        home, "SELECT id, parent_session_id, system_prompt FROM sessions ORDER BY id"
+    ) == pg_rows(url, "SELECT id, parent_session_id, system_prompt FROM sessions ORDER BY id")
+    assert sqlite_rows(
+        home, "SELECT platform, chat_id, message_id, payload FROM inbox ORDER BY id"
+    ) == pg_rows(url, "SELECT platform, chat_id, message_id, payload FROM inbox ORDER BY id")
 
 
 async def test_round_trip_then_the_bot_on_postgresql_finds_the_old_sessions_by_search(
@@ -180,8 +215,13 @@ async def test_round_trip_then_the_bot_on_postgresql_finds_the_old_sessions_by_s
         Reply(text="Your dog is Rex."),
     )
     adapter = LoopbackAdapter()
-    async with open_app(make_settings(home, **{"database.url": url}), adapters=[adapter],
-                        llm_base_url=emulator.base_url, api_key="test-key", trial=False):
+    async with open_app(
+        make_settings(home, **{"database.url": url}),
+        adapters=[adapter],
+        llm_base_url=emulator.base_url,
+        api_key="test-key",
+        trial=False,
+    ):
         await adapter.say("/reset", user="u1")
         await adapter.wait_sent(1)
         await adapter.say("remind me about my dog", user="u1")
@@ -204,15 +244,24 @@ async def test_a_second_run_copies_nothing_new(home: Path, emulator: Emulator, p
     url = pg_cluster.fresh_database()
     first = migrate(home, url, "--batch-size", "5")  # a parent session lands in a later batch
     assert_same_data(home, url)
-    counts = pg_rows(url, "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM inbox),"
-                          " (SELECT count(*) FROM sessions), (SELECT count(*) FROM curated_memory)")
+    counts = pg_rows(
+        url,
+        "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM inbox),"
+        " (SELECT count(*) FROM sessions), (SELECT count(*) FROM curated_memory)",
+    )
     second = migrate(home, url)
     assert first["copied"] > 0 and second["copied"] == 0
     assert second["verified"] is True and second["already_complete"] is True
     assert all(t["copied"] == 0 and t["verified"] for t in second["tables"].values())
     assert second["memories"]["copied"] == 0 and second["memories"]["present"] == 3
-    assert pg_rows(url, "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM inbox),"
-                        " (SELECT count(*) FROM sessions), (SELECT count(*) FROM curated_memory)") == counts
+    assert (
+        pg_rows(
+            url,
+            "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM inbox),"
+            " (SELECT count(*) FROM sessions), (SELECT count(*) FROM curated_memory)",
+        )
+        == counts
+    )
     # A human reads the same receipt.
     out = mnemo(home, "migrate", "--to", url)
     assert out.returncode == 0 and "0 rows copied, verified" in out.stdout, out.stderr
@@ -221,8 +270,13 @@ async def test_a_second_run_copies_nothing_new(home: Path, emulator: Emulator, p
 
 def _waiting_on_a_lock(url: str) -> bool:
     """A session of this database waits for a lock (the migration, for the blocker's row)."""
-    return bool(pg_rows(url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                             " AND wait_event_type = 'Lock'")[0][0])
+    return bool(
+        pg_rows(
+            url,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock'",
+        )[0][0]
+    )
 
 
 async def test_kill_9_in_the_middle_then_a_rerun_completes_without_duplicates(
@@ -241,9 +295,15 @@ async def test_kill_9_in_the_middle_then_a_rerun_completes_without_duplicates(
     blocker = psycopg.connect(url)
     blocker.execute(
         "INSERT INTO inbox (id, platform, chat_id, message_id, payload, received_at, updated_at)"
-        " OVERRIDING SYSTEM VALUE VALUES (%s, 'x', 'x', 'x', '{}', now(), now())", (blocked,))
-    proc = subprocess.Popen([*MNEMO, "migrate", "--to", url, "--batch-size", "50"], env=_env(home),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        " OVERRIDING SYSTEM VALUE VALUES (%s, 'x', 'x', 'x', '{}', now(), now())",
+        (blocked,),
+    )
+    proc = subprocess.Popen(
+        [*MNEMO, "migrate", "--to", url, "--batch-size", "50"],
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 120
         while not _waiting_on_a_lock(url):
@@ -262,7 +322,9 @@ async def test_kill_9_in_the_middle_then_a_rerun_completes_without_duplicates(
         proc.stderr.close() if proc.stderr else None
         blocker.rollback()
         blocker.close()
-    assert pg_rows(url, "SELECT count(*) FROM inbox")[0][0] == copied_before_kill, "the killed batch was rolled back"
+    assert pg_rows(url, "SELECT count(*) FROM inbox")[0][0] == copied_before_kill, (
+        "the killed batch was rolled back"
+    )
     assert pg_rows(url, "SELECT count(*) FROM curated_memory")[0][0] == 0
 
     receipt = migrate(home, url, "--batch-size", "50")
@@ -274,24 +336,35 @@ async def test_kill_9_in_the_middle_then_a_rerun_completes_without_duplicates(
     assert_same_data(home, url)
     unchanged(home, before)
     # Identity sequences were moved past the copied ids: the next inbox row gets a new one.
-    new_id = pg_rows(url, "INSERT INTO inbox (platform, chat_id, message_id, payload, received_at, updated_at)"
-                          " VALUES ('t', 'c', 'new', '{}', now(), now()) RETURNING id")[0][0]
+    new_id = pg_rows(
+        url,
+        "INSERT INTO inbox (platform, chat_id, message_id, payload, received_at, updated_at)"
+        " VALUES ('t', 'c', 'new', '{}', now(), now()) RETURNING id",
+    )[0][0]
     assert new_id > max(ids)
 
 
-async def test_refusals_are_one_clear_line(home: Path, emulator: Emulator, pg_cluster: Cluster,
-                                           tmp_path: Path) -> None:
+async def test_refusals_are_one_clear_line(
+    home: Path, emulator: Emulator, pg_cluster: Cluster, tmp_path: Path
+) -> None:
     one_clear_line(mnemo(home, "migrate", "--to", "postgresql://x@/db"), 2, "no SQLite profile", "state.db")
     await bot_profile(home, emulator)
     url = pg_cluster.fresh_database()
     one_clear_line(mnemo(home, "migrate", "--to", "mysql://u@h/db"), 2, "postgresql://")
-    one_clear_line(mnemo(home, "migrate", "--to", f"postgresql://mnemo@/x?host={tmp_path}&connect_timeout=1"),
-                   2, "cannot connect to PostgreSQL")
+    one_clear_line(
+        mnemo(home, "migrate", "--to", f"postgresql://mnemo@/x?host={tmp_path}&connect_timeout=1"),
+        2,
+        "cannot connect to PostgreSQL",
+    )
     one_clear_line(mnemo(home, "migrate", "--to", pg_cluster.url("no_such_db")), 2, 'database "no_such_db"')
     # The extra is missing (psycopg cannot be imported in that process).
-    code = ("import sys; sys.modules['psycopg_pool'] = None; from mnemo.cli.main import main; "
-            f"sys.exit(main(['migrate', '--to', {url!r}]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(home), timeout=120)
+    code = (
+        "import sys; sys.modules['psycopg_pool'] = None; from mnemo.cli.main import main; "
+        f"sys.exit(main(['migrate', '--to', {url!r}]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(home), timeout=120
+    )
     one_clear_line(out, 2, "pip install 'mnemo[postgres]'")
     # The bot runs on this profile.
     with hold(home):
@@ -302,12 +375,16 @@ async def test_refusals_are_one_clear_line(home: Path, emulator: Emulator, pg_cl
     await db.open()
     await db.close()
     with psycopg.connect(other, autocommit=True) as conn:
-        conn.execute("INSERT INTO pairings (code, platform, user_id, created_at) VALUES ('C', 'telegram', '5', 0)")
+        conn.execute(
+            "INSERT INTO pairings (code, platform, user_id, created_at) VALUES ('C', 'telegram', '5', 0)"
+        )
     one_clear_line(mnemo(home, "migrate", "--to", other), 1, "already holds data")
-    assert pg_rows(other, "SELECT to_regclass('mnemo_profile_migration') IS NULL, count(*) FROM sessions") == \
-        [(True, 0)], "the refused run wrote nothing"
-    assert pg_rows(url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)], \
+    assert pg_rows(
+        other, "SELECT to_regclass('mnemo_profile_migration') IS NULL, count(*) FROM sessions"
+    ) == [(True, 0)], "the refused run wrote nothing"
+    assert pg_rows(url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(0,)], (
         "a run refused for the profile lock did not touch the target"
+    )
 
 
 @pytest.mark.parametrize("tty", [False, True])

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from mnemo.cli.profile import export_profile, import_profile
 from mnemo.gateway.storage import state_database
 from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.provider_config import write_provider_config
 from mnemo.memory.scope import UserRef
 from mnemo.providers.holographic.store import FactStore, NewFact
-
-from mnemo.cli.profile import export_profile, import_profile
 
 
 def mode(path: Path) -> int:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mnemo.gateway.cron.store import RunState
-from mnemo.gateway.emulator import Reply
 
 from mnemo.cli.main import main
+from mnemo.gateway.cron.store import RunState
+from mnemo.gateway.emulator import Reply
 from mnemo.profile_lock import LOCK_NAME, ProfileInUse, hold, try_hold
 from tests.gateway.test_cli_run import REPO, clean_env, read_until, start
 
@@ -110,7 +110,10 @@ async def test_cron_run_now_leaves_the_run_to_the_process_holding_the_profile(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     emulator.default = lambda rec: Reply(text="should not run here")
     cron = ["--home", str(home), "cron"]
-    assert await asyncio.to_thread(main, [*cron, "add", "--chat", "web:u1", "--every", "1d", "Daily", "digest"]) == 0
+    assert (
+        await asyncio.to_thread(main, [*cron, "add", "--chat", "web:u1", "--every", "1d", "Daily", "digest"])
+        == 0
+    )
     capsys.readouterr()
     assert await asyncio.to_thread(main, [*cron, "list", "--json"]) == 0
     job_id = yaml.safe_load(capsys.readouterr().out.splitlines()[0])["id"]

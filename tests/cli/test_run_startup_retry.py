@@ -32,7 +32,9 @@ async def stop(proc: asyncio.subprocess.Process) -> int:
     return await asyncio.wait_for(proc.wait(), TIMEOUT)
 
 
-async def test_telegram_down_at_boot_keeps_the_bot_up_degraded_then_it_connects(home: Path, tmp_path: Path) -> None:
+async def test_telegram_down_at_boot_keeps_the_bot_up_degraded_then_it_connects(
+    home: Path, tmp_path: Path
+) -> None:
     port = free_port()
     fake = FakeTelegram(port=port)  # not started yet: the port is closed
     env = clean_env(
@@ -45,14 +47,22 @@ async def test_telegram_down_at_boot_keeps_the_bot_up_degraded_then_it_connects(
         url = (await asyncio.wait_for(read_until(proc.stderr, HEALTH, seen), TIMEOUT))[1]
         async with aiohttp.ClientSession() as http:
             status, body = await healthz(http, url)
-            assert (status, body["status"], body["adapters"]) == (503, "degraded", {"telegram": False, "web": True})
+            assert (status, body["status"], body["adapters"]) == (
+                503,
+                "degraded",
+                {"telegram": False, "web": True},
+            )
             await asyncio.sleep(2.0)  # a few retries' worth
             assert proc.returncode is None, "".join(seen)
             assert (await healthz(http, url))[1]["status"] == "degraded"
             async with fake:
                 await fake.wait_for_poll(TIMEOUT)  # connected and polling
                 status, body = await healthz(http, url)
-                assert (status, body["status"], body["adapters"]) == (200, "ok", {"telegram": True, "web": True})
+                assert (status, body["status"], body["adapters"]) == (
+                    200,
+                    "ok",
+                    {"telegram": True, "web": True},
+                )
                 assert await stop(proc) == 0
     finally:
         if proc.returncode is None:

@@ -41,7 +41,9 @@ def test_install_list_show_remove(tmp_path: Path, capsys: pytest.CaptureFixture[
     capsys.readouterr()
     assert run(home, "list", "--json") == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [(r["name"], r["description"], r["scope"]) for r in rows] == [("api-calls", "How to call the items API.", "shared")]
+    assert [(r["name"], r["description"], r["scope"]) for r in rows] == [
+        ("api-calls", "How to call the items API.", "shared")
+    ]
     assert run(home, "show", "api-calls", "--file", "references/items.md") == 0
     assert "GET /v1/items" in capsys.readouterr().out
     assert run(home, "show", "api-calls", "--file", "../../config.yaml") == 1
@@ -97,11 +99,15 @@ def test_skills_commands_import_no_heavy_library(tmp_path: Path) -> None:
         "heavy = {'anthropic','telegram','discord','aiohttp','numpy','apscheduler'}\n"
         "print(sorted({k.split('.')[0] for k in sys.modules} & heavy))\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ}, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ}, check=True
+    )
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_export_and_import_carry_skills_with_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_and_import_carry_skills_with_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     home, other = tmp_path / "home", tmp_path / "other"
     assert run(home, "install", str(folder(tmp_path)), "--user", "telegram:111") == 0
     from mnemo.memory.scope import UserRef

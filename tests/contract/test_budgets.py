@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+
 from mnemo.gateway.budgets.ledger import BudgetRepository, Override, SqliteBudgets
 from mnemo.gateway.storage import state_database
 from mnemo.memory.sessions import SessionStore
@@ -62,15 +63,24 @@ async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 async def new_session(sessions: SessionStore, user: str) -> str:
     row = await sessions.create_session(
-        chat_key=f"t:dm:{user}", platform="t", chat_id=user, thread_id=None, user_id=user,
-        agent_context="primary", source="test", model="m", system_prompt="s",
+        chat_key=f"t:dm:{user}",
+        platform="t",
+        chat_id=user,
+        thread_id=None,
+        user_id=user,
+        agent_context="primary",
+        source="test",
+        model="m",
+        system_prompt="s",
     )
     return row.id
 
 
 async def test_concurrent_usage_writes_are_counted_exactly_once(ledger: Ledger) -> None:
     sid = await new_session(ledger.sessions, "1")
-    usage = Usage(input_tokens=10, output_tokens=5, cache_read_tokens=100, cache_write_tokens=1, cost_usd=0.25)
+    usage = Usage(
+        input_tokens=10, output_tokens=5, cache_read_tokens=100, cache_write_tokens=1, cost_usd=0.25
+    )
     await asyncio.gather(*(ledger.sessions.add_usage(sid, usage, payer="t:1") for _ in range(200)))
     spend = await ledger.budgets.spend("t:1")
     assert (spend.requests_today, spend.day_tokens, spend.day_usd) == (200, 200 * 116, 50.0)

@@ -17,10 +17,19 @@ TARGET = JobTarget("telegram", "100")
 def make_job(backend: Backend, job_id: str = "j1") -> CronJob:
     now = backend.clock.dt()
     return CronJob(
-        id=job_id, target=TARGET, user_id="42", source=JobSource.TOOL, created_by="telegram:42",
-        prompt="water the plants", schedule=Schedule(ScheduleKind.EVERY, "3600", "UTC", now),
-        state=JobState.ACTIVE, next_run_at=now + timedelta(hours=1), last_run_at=None, last_result=None,
-        rev=1, created_at=now,
+        id=job_id,
+        target=TARGET,
+        user_id="42",
+        source=JobSource.TOOL,
+        created_by="telegram:42",
+        prompt="water the plants",
+        schedule=Schedule(ScheduleKind.EVERY, "3600", "UTC", now),
+        state=JobState.ACTIVE,
+        next_run_at=now + timedelta(hours=1),
+        last_run_at=None,
+        last_result=None,
+        rev=1,
+        created_at=now,
     )
 
 
@@ -36,7 +45,11 @@ async def test_create_is_insert_if_absent_and_edits_bump_rev(backend: Backend) -
     await cron.redefine(replace(job, prompt="feed the cat"), now)
     assert await cron.set_state("j1", JobState.PAUSED, None, now) is True
     edited = await cron.get("j1")
-    assert edited is not None and (edited.prompt, edited.state, edited.rev) == ("feed the cat", JobState.PAUSED, 3)
+    assert edited is not None and (edited.prompt, edited.state, edited.rev) == (
+        "feed the cat",
+        JobState.PAUSED,
+        3,
+    )
     assert await cron.delete("j1") is True and await cron.all() == []
     assert await cron.set_state("j1", JobState.ACTIVE, None, now) is False
 

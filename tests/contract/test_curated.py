@@ -55,6 +55,7 @@ def curated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Curated]
         return
 
     import psycopg
+
     from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
     from mnemo.memory.pg.curated import PgCuratedFiles
     from mnemo.memory.pg.db import PgDatabase

@@ -49,8 +49,13 @@ async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[R
 
         db = state_database(tmp_path / "state.db")
         await db.open()
-        yield Rig(IdentityLinks(db, files, identities, clock=clock), clock, files,
-                  lambda: IdentityLinks(db, MemoryFiles(memories), Identities(), clock=clock), SessionStore(db))
+        yield Rig(
+            IdentityLinks(db, files, identities, clock=clock),
+            clock,
+            files,
+            lambda: IdentityLinks(db, MemoryFiles(memories), Identities(), clock=clock),
+            SessionStore(db),
+        )
         await db.close()
         return
     from mnemo.gateway.storage_pg.links import PgIdentityLinks
@@ -58,10 +63,17 @@ async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[R
     from mnemo.memory.pg.db import PgDatabase
     from mnemo.memory.pg.sessions import PgSessionStore
 
-    pg = PgDatabase(request.getfixturevalue("pg_cluster").fresh_database(), migrations=PG_MIGRATIONS, max_size=4)
+    pg = PgDatabase(
+        request.getfixturevalue("pg_cluster").fresh_database(), migrations=PG_MIGRATIONS, max_size=4
+    )
     await pg.open()
-    yield Rig(PgIdentityLinks(pg, files, identities, clock=clock), clock, files,
-              lambda: PgIdentityLinks(pg, MemoryFiles(memories), Identities(), clock=clock), PgSessionStore(pg))
+    yield Rig(
+        PgIdentityLinks(pg, files, identities, clock=clock),
+        clock,
+        files,
+        lambda: PgIdentityLinks(pg, MemoryFiles(memories), Identities(), clock=clock),
+        PgSessionStore(pg),
+    )
     await pg.close()
 
 
@@ -117,11 +129,21 @@ async def test_another_process_change_is_seen_at_refresh(rig: Rig) -> None:
 
 
 async def test_linked_dm_keys_are_the_other_accounts_private_chats(rig: Rig) -> None:
-    for platform, chat_type, chat, user in (("discord", "dm", "555", "2"), ("discord", "group", "9:2", "2"),
-                                            ("telegram", "dm", "1", "1")):
+    for platform, chat_type, chat, user in (
+        ("discord", "dm", "555", "2"),
+        ("discord", "group", "9:2", "2"),
+        ("telegram", "dm", "1", "1"),
+    ):
         await rig.sessions.create_session(
-            chat_key=f"{platform}:{chat_type}:{chat}", platform=platform, chat_id=chat.split(":")[0], thread_id=None,
-            user_id=user, agent_context="primary", source="chat", model="m", system_prompt="p",
+            chat_key=f"{platform}:{chat_type}:{chat}",
+            platform=platform,
+            chat_id=chat.split(":")[0],
+            thread_id=None,
+            user_id=user,
+            agent_context="primary",
+            source="chat",
+            model="m",
+            system_prompt="p",
         )
     assert await rig.links.linked_dm_keys(A) == ()
     await rig.links.link(A, B)

@@ -51,7 +51,10 @@ async def test_unfinished_is_received_and_processing_rows_oldest_first(backend: 
     await inbox.mark_processing(c)
     await inbox.mark_done(c)
     await inbox.mark_failed(d, "boom")
-    assert [(r.id, r.state) for r in await inbox.unfinished()] == [(a, InboxState.RECEIVED), (b, InboxState.PROCESSING)]
+    assert [(r.id, r.state) for r in await inbox.unfinished()] == [
+        (a, InboxState.RECEIVED),
+        (b, InboxState.PROCESSING),
+    ]
 
 
 async def test_marking_an_unknown_row_is_an_error(backend: Backend) -> None:

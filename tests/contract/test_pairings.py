@@ -13,7 +13,9 @@ async def test_request_is_stable_until_decided_and_approve_pairs(backend: Backen
     p = backend.pairings
     code = await p.request(ALICE, "Alice")
     assert await p.request(ALICE, "Alice") == code
-    assert [(x.code, x.user, x.user_name, x.state) for x in await p.pending()] == [(code, ALICE, "Alice", "pending")]
+    assert [(x.code, x.user, x.user_name, x.state) for x in await p.pending()] == [
+        (code, ALICE, "Alice", "pending")
+    ]
     assert not await p.is_paired(ALICE)
     decided = await p.decide(code.lower(), True, "telegram:1")
     assert decided is not None and (decided.user, decided.state) == (ALICE, "approved")

@@ -6,15 +6,38 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from mnemo.memory.sessions import NewMessage
 
+from mnemo.memory.sessions import NewMessage
 from tests.contract.conftest import Backend
 from tests.contract.test_sessions import new_session
 
 NASTY = [
-    "adopted?", "'", '"', '"unbalanced', "free: NEAR NOT AND OR", "a & b | !c", "(", ")", ":*", "<->",
-    "foo:* & !bar", "\\", "-beagle", "beagle -puppy", "\x00beagle", "a" * 5000, "🐶 beagle", "the and of",
-    "'); DROP TABLE messages; --", "beagle\u200b", "ÄÖÜ ß", "狗狗 beagle", "%s %(x)s {}", "*", "...", "' OR 1=1",
+    "adopted?",
+    "'",
+    '"',
+    '"unbalanced',
+    "free: NEAR NOT AND OR",
+    "a & b | !c",
+    "(",
+    ")",
+    ":*",
+    "<->",
+    "foo:* & !bar",
+    "\\",
+    "-beagle",
+    "beagle -puppy",
+    "\x00beagle",
+    "a" * 5000,
+    "🐶 beagle",
+    "the and of",
+    "'); DROP TABLE messages; --",
+    "beagle\u200b",
+    "ÄÖÜ ß",
+    "狗狗 beagle",
+    "%s %(x)s {}",
+    "*",
+    "...",
+    "' OR 1=1",
 ]
 
 

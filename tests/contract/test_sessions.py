@@ -13,8 +13,16 @@ from tests.contract.conftest import Backend
 async def new_session(backend: Backend, chat_key: str, **extra: object) -> SessionRow:
     platform, _, chat_id = chat_key.split(":")
     return await backend.sessions.create_session(
-        chat_key=chat_key, platform=platform, chat_id=chat_id, thread_id=None, user_id=chat_id,
-        agent_context="primary", source="chat", model="m", system_prompt="frozen prompt", **extra,
+        chat_key=chat_key,
+        platform=platform,
+        chat_id=chat_id,
+        thread_id=None,
+        user_id=chat_id,
+        agent_context="primary",
+        source="chat",
+        model="m",
+        system_prompt="frozen prompt",
+        **extra,
     )
 
 
@@ -25,7 +33,10 @@ async def test_create_append_load_and_end(backend: Backend) -> None:
     ids = await s.append_messages(row.id, [NewMessage("user", "hi"), NewMessage("assistant", "hello")])
     assert len(ids) == 2 and ids[0] < ids[1]
     loaded = await s.load_messages(row.id)
-    assert [(m.id, m.role, m.content) for m in loaded] == [(ids[0], "user", "hi"), (ids[1], "assistant", "hello")]
+    assert [(m.id, m.role, m.content) for m in loaded] == [
+        (ids[0], "user", "hi"),
+        (ids[1], "assistant", "hello"),
+    ]
     stored = await s.get_session(row.id)
     assert stored is not None and stored.system_prompt == "frozen prompt" and stored.message_count == 2
     await s.end_session(row.id, "reset")
@@ -47,7 +58,9 @@ async def test_search_never_crosses_chats(backend: Backend) -> None:
     await backend.sessions.append_messages(theirs.id, [NewMessage("user", "my beagle puppy is called Rex")])
     found = await backend.search.search("beagle", chat_keys=["telegram:dm:1"], limit=10)
     assert [h.session_id for h in found.hits] == [mine.id]
-    both = await backend.search.search("adopting beagle", chat_keys=["telegram:dm:1", "telegram:dm:2"], limit=10)
+    both = await backend.search.search(
+        "adopting beagle", chat_keys=["telegram:dm:1", "telegram:dm:2"], limit=10
+    )
     assert {h.session_id for h in both.hits} == {mine.id, theirs.id}
     none = await backend.search.search("beagle", chat_keys=["telegram:dm:3"], limit=10)
     assert none.hits == ()

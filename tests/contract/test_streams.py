@@ -33,7 +33,9 @@ async def ledgers(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     from mnemo.gateway.storage_pg.streams import PgStreamRecords
     from mnemo.memory.pg.db import PgDatabase
 
-    pg = PgDatabase(request.getfixturevalue("pg_cluster").fresh_database(), migrations=PG_MIGRATIONS, max_size=4)
+    pg = PgDatabase(
+        request.getfixturevalue("pg_cluster").fresh_database(), migrations=PG_MIGRATIONS, max_size=4
+    )
     await pg.open()
     yield PgOutbox(pg), PgStreamRecords(pg)
     await pg.close()

@@ -115,11 +115,15 @@ class FakeByteRover:
         if self._failures:
             status, retry_after = self._failures.pop(0)
             headers = {"Retry-After": retry_after} if retry_after is not None else {}
-            return web.json_response({"success": False, "message": f"error {status}"}, status=status, headers=headers)
+            return web.json_response(
+                {"success": False, "message": f"error {status}"}, status=status, headers=headers
+            )
         if request.headers.get("Authorization") != f"Bearer {self.api_key}":
             return web.json_response({"success": False, "message": "Unauthorized"}, status=401)
         if not request.headers.get("x-byterover-session-id"):
-            return web.json_response({"success": False, "message": "session id header is required"}, status=400)
+            return web.json_response(
+                {"success": False, "message": "session id header is required"}, status=400
+            )
         if self.malformed:
             return web.Response(text="<html>oops", content_type="text/html")
         if self.wrong_shape:
@@ -131,23 +135,40 @@ class FakeByteRover:
     async def _retrieve(self, request: web.Request) -> web.Response:
         q = request.query
         if q.get("project_id") != self.space or "query" not in q:
-            return web.json_response({"success": False, "message": "project_id and query are required"}, status=400)
+            return web.json_response(
+                {"success": False, "message": "project_id and query are required"}, status=400
+            )
         keys = [k for k in q.get("node_keys", "").split(",") if k]
         if not keys:  # mnemo always narrows to a user's folder; the fake refuses a space-wide search
-            return web.json_response({"success": False, "message": "node_keys required by this fake"}, status=400)
+            return web.json_response(
+                {"success": False, "message": "node_keys required by this fake"}, status=400
+            )
         inside = {p: f for p, f in self.files.items() if any(p.startswith(k.rstrip("/") + "/") for k in keys)}
         words = _words(q["query"])
         hits = {p: f for p, f in inside.items() if words & _words(f["content"])} if q["query"] != "*" else {}
         hits = hits or inside
         memories = [
-            {"id": f"m{i}", "title": f["title"], "content": f["content"], "score": 0.8, "node_keys": [p], "parent_ids": [], "children_ids": []}
+            {
+                "id": f"m{i}",
+                "title": f["title"],
+                "content": f["content"],
+                "score": 0.8,
+                "node_keys": [p],
+                "parent_ids": [],
+                "children_ids": [],
+            }
             for i, (p, f) in enumerate(sorted(hits.items()))
         ]
         related = []
         if self.leak:
             others = [(p, f) for p, f in sorted(self.files.items()) if p not in inside]
-            related = [{"id": "x", "title": f["title"], "content": f["content"], "score": 0.4, "node_keys": [p]} for p, f in others[:1]]
-            related.append({"id": "y", "title": "no path", "content": "a memory without a path", "score": 0.3})
+            related = [
+                {"id": "x", "title": f["title"], "content": f["content"], "score": 0.4, "node_keys": [p]}
+                for p, f in others[:1]
+            ]
+            related.append(
+                {"id": "y", "title": "no path", "content": "a memory without a path", "score": 0.3}
+            )
         return web.json_response({"memories": memories, "related_memories": related})
 
     async def _commit(self, request: web.Request) -> web.Response:
@@ -155,10 +176,16 @@ class FakeByteRover:
         if request.match_info["team"] != self.team or request.match_info["space"] != self.space:
             return web.json_response({"success": False, "message": "Space not found"}, status=404)
         if not isinstance(body, dict) or not isinstance(body.get("memories"), list) or not body.get("branch"):
-            return web.json_response({"success": False, "message": "branch and memories are required"}, status=400)
+            return web.json_response(
+                {"success": False, "message": "branch and memories are required"}, status=400
+            )
         if body.get("current_sha") != self.head:
             return web.json_response(
-                {"success": False, "message": "SHA mismatch", "error": f"Expected SHA '{body.get('current_sha')}' but current SHA is '{self.head}'"},
+                {
+                    "success": False,
+                    "message": "SHA mismatch",
+                    "error": f"Expected SHA '{body.get('current_sha')}' but current SHA is '{self.head}'",
+                },
                 status=400,
             )
         for m in body["memories"]:
@@ -168,7 +195,11 @@ class FakeByteRover:
             if op == "delete":
                 self.files.pop(path, None)
             else:
-                self.files[path] = {"title": m.get("title", ""), "content": m.get("content", ""), "tags": m.get("tags", [])}
+                self.files[path] = {
+                    "title": m.get("title", ""),
+                    "content": m.get("content", ""),
+                    "tags": m.get("tags", []),
+                }
         self.commits += 1
         self.head = f"sha{self.commits}"
         self.accepted.append(request[RECORD])

@@ -50,8 +50,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.discord_http import BODY, FILES, ApiError, json_response
 from tests.fakes.discord_gateway import FakeGateway, GatewayConnection
+from tests.fakes.discord_http import BODY, FILES, ApiError, json_response
 from tests.fakes.discord_interactions import InteractionDesk, InteractionResponse, PushedInteraction
 from tests.fakes.discord_messages import EditedMessage, MessageDesk, SentMessage
 from tests.fakes.discord_world import DiscordWorld, FakeChannel, FakeGuild, FakeUser, resolve_pings
@@ -259,8 +259,16 @@ class FakeDiscord:
             aid = self.world.ids.next()
             url = f"http://127.0.0.1:{self._port}/cdn/attachments/{aid}/{filename}"
             self.cdn[url] = content
-            message["attachments"].append({"id": str(aid), "filename": filename, "size": len(content), "url": url,
-                                           "proxy_url": url, "content_type": content_type})
+            message["attachments"].append(
+                {
+                    "id": str(aid),
+                    "filename": filename,
+                    "size": len(content),
+                    "url": url,
+                    "proxy_url": url,
+                    "content_type": content_type,
+                }
+            )
         await self.gateway.dispatch("MESSAGE_CREATE", message)
         return int(message["id"])
 
@@ -391,7 +399,7 @@ class FakeDiscord:
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if not request.path.startswith(API_PREFIX):
             return await handler(request)
-        path = request.path[len(API_PREFIX):]
+        path = request.path[len(API_PREFIX) :]
         body, files = await _read_body(request)
         # Handlers read JSON objects; a body-less POST (typing) reads as {}.
         request[BODY], request[FILES] = (body if body is not None else {}), files
@@ -425,7 +433,9 @@ class FakeDiscord:
     # ---- REST: identity and gateway discovery -------------------------------------------
 
     async def _get_me(self, request: web.Request) -> web.Response:
-        return json_response({**self.bot_user.payload(), "verified": True, "mfa_enabled": False, "email": None})
+        return json_response(
+            {**self.bot_user.payload(), "verified": True, "mfa_enabled": False, "email": None}
+        )
 
     async def _get_application(self, request: web.Request) -> web.Response:
         return json_response(self.world.application_payload())

@@ -156,9 +156,7 @@ class FakeGateway:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         compress = self._compress and request.query.get("compress") == "zlib-stream"
-        self.connections.append(
-            GatewayConnection(dict(request.query), "zlib-stream" if compress else None)
-        )
+        self.connections.append(GatewayConnection(dict(request.query), "zlib-stream" if compress else None))
         conn = _Connection(ws, compress)
         self._connections.add(conn)
         client_close_code = None
@@ -166,9 +164,7 @@ class FakeGateway:
             if request.query.get("encoding", "json") != "json":
                 await conn.close(CLOSE_DECODE_ERROR, "only json encoding here")
                 return ws
-            await conn.send(
-                {"op": OP_HELLO, "d": {"heartbeat_interval": self._heartbeat_interval_ms}}
-            )
+            await conn.send({"op": OP_HELLO, "d": {"heartbeat_interval": self._heartbeat_interval_ms}})
             while not ws.closed:
                 msg = await ws.receive()
                 if msg.type is WSMsgType.TEXT:

@@ -25,9 +25,7 @@ FILES: web.RequestKey[tuple[str, ...]] = web.RequestKey("discord_files", tuple)
 class ApiError(Exception):
     """Raised inside a route handler; the server turns it into Discord's error JSON."""
 
-    def __init__(
-        self, status: int, code: int, message: str, errors: Mapping[str, Any] | None = None
-    ) -> None:
+    def __init__(self, status: int, code: int, message: str, errors: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.errors = status, code, message, errors
 
@@ -44,9 +42,7 @@ def invalid_form(field: str, code: str, message: str) -> ApiError:
     return ApiError(400, 50035, "Invalid Form Body", errors)
 
 
-def json_response(
-    data: Any, status: int = 200, headers: Mapping[str, str] | None = None
-) -> web.Response:
+def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
     # body= (bytes) keeps the header at exactly "application/json".
     return web.Response(
         body=json.dumps(data).encode(),

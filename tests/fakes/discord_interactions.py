@@ -25,8 +25,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.discord_http import BODY, FILES, ApiError, json_response
 from tests.fakes.discord_gateway import FakeGateway
+from tests.fakes.discord_http import BODY, FILES, ApiError, json_response
 from tests.fakes.discord_messages import EPHEMERAL, EditedMessage, MessageDesk, SentMessage
 from tests.fakes.discord_world import BOT_PERMISSIONS, DiscordWorld, FakeChannel, FakeUser
 
@@ -258,7 +258,9 @@ def _validate_command(index: int, command: Mapping[str, Any], seen: set[str]) ->
     if chat_input and not _COMMAND_NAME.match(name):
         raise invalid("name", "APPLICATION_COMMAND_INVALID_NAME", "Command name is invalid")
     if name in seen:
-        raise invalid("name", "APPLICATION_COMMANDS_DUPLICATE_NAME", "Application command names must be unique")
+        raise invalid(
+            "name", "APPLICATION_COMMANDS_DUPLICATE_NAME", "Application command names must be unique"
+        )
     if chat_input and not 1 <= len(command.get("description", "")) <= 100:
         raise invalid("description", "BASE_TYPE_BAD_LENGTH", "Must be between 1 and 100 in length.")
 

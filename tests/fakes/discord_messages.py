@@ -22,8 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.discord_http import BODY, FILES, ApiError, invalid_form, json_response
 from tests.fakes.discord_gateway import FakeGateway
+from tests.fakes.discord_http import BODY, FILES, ApiError, invalid_form, json_response
 from tests.fakes.discord_world import (
     ChannelType,
     DiscordWorld,
@@ -82,9 +82,7 @@ class MessageDesk:
     """Routes under ``/channels`` and ``/users/@me/channels``; records ``sent`` (channel
     sends only), ``edits``, ``deleted`` and ``typing`` (channel ids)."""
 
-    def __init__(
-        self, world: DiscordWorld, gateway: FakeGateway, file_base: Callable[[], str]
-    ) -> None:
+    def __init__(self, world: DiscordWorld, gateway: FakeGateway, file_base: Callable[[], str]) -> None:
         self._world = world
         self._gateway = gateway
         self._file_base = file_base
@@ -133,7 +131,9 @@ class MessageDesk:
         if (ref := body.get("message_reference")) is not None:
             referenced = self._world.messages.get(int(ref.get("message_id", 0)))
             if referenced is None:
-                raise invalid_form("message_reference", "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "Unknown message")
+                raise invalid_form(
+                    "message_reference", "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "Unknown message"
+                )
             reference_id, replied_author = int(ref["message_id"]), int(referenced["author"]["id"])
         pings = resolve_pings(content, allowed, replied_author)
         flags = int(body.get("flags") or 0)
@@ -170,7 +170,7 @@ class MessageDesk:
         for key in ("content", "embeds", "flags"):
             if key in body:
                 message[key] = body[key]
-        message["edited_timestamp"] = dt.datetime.now(dt.timezone.utc).isoformat()
+        message["edited_timestamp"] = dt.datetime.now(dt.UTC).isoformat()
         self.edits.append(EditedMessage(int(message["id"]), channel.id, body))
         if not int(message.get("flags") or 0) & EPHEMERAL:
             await self._gateway.dispatch("MESSAGE_UPDATE", message)

@@ -29,8 +29,7 @@ DISCORD_EPOCH_MS = 1_420_070_400_000
 # read history, reply in and create public threads, embed links, attach files, add
 # reactions, use application commands. 311385246784 — the same figure goes in the README.
 BOT_PERMISSIONS = (
-    (1 << 6) | (1 << 10) | (1 << 11) | (1 << 14) | (1 << 15) | (1 << 16)
-    | (1 << 31) | (1 << 35) | (1 << 38)
+    (1 << 6) | (1 << 10) | (1 << 11) | (1 << 14) | (1 << 15) | (1 << 16) | (1 << 31) | (1 << 35) | (1 << 38)
 )
 
 # Gateway intents (bit values from Discord's docs).
@@ -67,7 +66,7 @@ class MessageType(enum.IntEnum):
 
 def snowflake_time(snowflake: int) -> dt.datetime:
     ms = (snowflake >> 22) + DISCORD_EPOCH_MS
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
 
 def iso(when: dt.datetime) -> str:
@@ -128,7 +127,7 @@ class FakeChannel:
     recipient: FakeUser | None = None
     position: int = 0
     message_count: int = 0
-    created_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
+    created_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
     @property
     def is_thread(self) -> bool:
@@ -186,7 +185,7 @@ class FakeGuild:
     owner_id: int
     members: list[FakeUser]
     channel_ids: list[int] = field(default_factory=list)
-    joined_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
+    joined_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
     def member_payload(self, user: FakeUser, *, with_user: bool = True) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -329,9 +328,7 @@ class DiscordWorld:
         if parent.type is not ChannelType.GUILD_TEXT:
             raise ValueError("threads live under guild text channels")
         kind = ChannelType.PRIVATE_THREAD if private else ChannelType.PUBLIC_THREAD
-        thread = FakeChannel(
-            thread_id or self.ids.next(), kind, name, parent.guild_id, parent.id, owner.id
-        )
+        thread = FakeChannel(thread_id or self.ids.next(), kind, name, parent.guild_id, parent.id, owner.id)
         self.channels[thread.id] = thread
         return thread
 
@@ -473,9 +470,7 @@ class DiscordWorld:
                 **({"guild_id": str(guild.id)} if guild is not None else {}),
             }
             # Discord nests one level only: the quoted message carries no quote of its own.
-            data["referenced_message"] = {
-                k: v for k, v in referenced.items() if k != "referenced_message"
-            }
+            data["referenced_message"] = {k: v for k, v in referenced.items() if k != "referenced_message"}
         self.messages[message_id] = data
         return data
 

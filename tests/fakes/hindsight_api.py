@@ -71,12 +71,18 @@ class FakeHindsight:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode("utf-8", "replace")
-        self.requests.append(Request(request.method, request.path, dict(request.headers), body, request.match_info.get("bank", "")))
+        self.requests.append(
+            Request(
+                request.method, request.path, dict(request.headers), body, request.match_info.get("bank", "")
+            )
+        )
         if self.down:
             return web.json_response({"detail": "unavailable"}, status=503)
         if self._failures:
             status, after = self._failures.pop(0)
-            return web.json_response({"detail": f"error {status}"}, status=status, headers={"Retry-After": after} if after else {})
+            return web.json_response(
+                {"detail": f"error {status}"}, status=status, headers={"Retry-After": after} if after else {}
+            )
         if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
             return web.json_response({"detail": "unauthorized"}, status=401)
         if self.malformed:
@@ -91,7 +97,9 @@ class FakeHindsight:
         for i, item in enumerate(items):
             doc = item.get("document_id") or f"auto-{len(docs)}-{i}"
             docs[doc] = item
-        return web.json_response({"success": True, "bank_id": bank, "items_count": len(items), "async": False})
+        return web.json_response(
+            {"success": True, "bank_id": bank, "items_count": len(items), "async": False}
+        )
 
     async def _recall(self, request: web.Request) -> web.Response:
         bank = request.match_info["bank"]

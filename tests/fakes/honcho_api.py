@@ -96,7 +96,9 @@ class FakeHoncho:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode("utf-8", "replace")
-        self.requests.append(Request(request.method, request.path, dict(request.headers), body, dict(request.query)))
+        self.requests.append(
+            Request(request.method, request.path, dict(request.headers), body, dict(request.query))
+        )
         if self.down:
             return web.json_response({"detail": "service unavailable"}, status=503)
         if self._failures:
@@ -124,7 +126,9 @@ class FakeHoncho:
     async def _peer(self, request: web.Request) -> web.Response:
         ws, peer = request.match_info["w"], str(request[BODY]["id"])
         self.peers.setdefault(ws, set()).add(peer)
-        return web.json_response({"id": peer, "workspace_id": ws, "metadata": {}, "configuration": {}, "created_at": NOW})
+        return web.json_response(
+            {"id": peer, "workspace_id": ws, "metadata": {}, "configuration": {}, "created_at": NOW}
+        )
 
     async def _session(self, request: web.Request) -> web.Response:
         ws, body = request.match_info["w"], request[BODY]
@@ -132,7 +136,16 @@ class FakeHoncho:
         for peer, config in (body.get("peers") or {}).items():
             self.peers.setdefault(ws, set()).add(peer)
             session["peers"][peer] = config
-        return web.json_response({"id": body["id"], "workspace_id": ws, "is_active": True, "metadata": {}, "configuration": {}, "created_at": NOW})
+        return web.json_response(
+            {
+                "id": body["id"],
+                "workspace_id": ws,
+                "is_active": True,
+                "metadata": {},
+                "configuration": {},
+                "created_at": NOW,
+            }
+        )
 
     async def _add_messages(self, request: web.Request) -> web.Response:
         ws, sid = request.match_info["w"], request.match_info["s"]
@@ -143,8 +156,14 @@ class FakeHoncho:
             if not m.get("peer_id") or not isinstance(m.get("content"), str):
                 return web.json_response({"detail": "peer_id and content required"}, status=422)
             item = {
-                "id": f"msg{len(self.messages) + 1}", "content": m["content"], "peer_id": m["peer_id"], "session_id": sid,
-                "workspace_id": ws, "metadata": m.get("metadata") or {}, "created_at": NOW, "token_count": len(m["content"].split()),
+                "id": f"msg{len(self.messages) + 1}",
+                "content": m["content"],
+                "peer_id": m["peer_id"],
+                "session_id": sid,
+                "workspace_id": ws,
+                "metadata": m.get("metadata") or {},
+                "created_at": NOW,
+                "token_count": len(m["content"].split()),
             }
             self.messages.append(item)
             self.peers.setdefault(ws, set()).add(m["peer_id"])
@@ -155,13 +174,22 @@ class FakeHoncho:
         return [m for m in self.messages if m["workspace_id"] == ws and m["peer_id"] == peer]
 
     def _about(self, ws: str, peer: str) -> list[str]:
-        return [c["content"] for c in self.conclusions if c["workspace_id"] == ws and c["observed_id"] == peer]
+        return [
+            c["content"] for c in self.conclusions if c["workspace_id"] == ws and c["observed_id"] == peer
+        ]
 
     async def _context(self, request: web.Request) -> web.Response:
         ws, peer = request.match_info["w"], request.match_info["p"]
         said = [m["content"] for m in self._said(ws, peer)]
         representation = "\n".join(f"The user said: {s}" for s in said)
-        return web.json_response({"peer_id": peer, "target_id": request.query.get("target", peer), "representation": representation, "peer_card": self._about(ws, peer)})
+        return web.json_response(
+            {
+                "peer_id": peer,
+                "target_id": request.query.get("target", peer),
+                "representation": representation,
+                "peer_card": self._about(ws, peer),
+            }
+        )
 
     async def _card(self, request: web.Request) -> web.Response:
         ws, peer = request.match_info["w"], request.match_info["p"]
@@ -170,7 +198,9 @@ class FakeHoncho:
     async def _search(self, request: web.Request) -> web.Response:
         ws, peer, body = request.match_info["w"], request.match_info["p"], request[BODY]
         words = {w.lower() for w in str(body.get("query", "")).split()}
-        hits = [m for m in self._said(ws, peer) if words & {w.lower().strip(".,!?") for w in m["content"].split()}]
+        hits = [
+            m for m in self._said(ws, peer) if words & {w.lower().strip(".,!?") for w in m["content"].split()}
+        ]
         return web.json_response(hits[: int(body.get("limit") or 10)])
 
     async def _conclude(self, request: web.Request) -> web.Response:
@@ -186,23 +216,38 @@ class FakeHoncho:
 
     @staticmethod
     def _page(items: list[dict[str, Any]]) -> web.Response:
-        return web.json_response({"items": items, "total": len(items), "page": 1, "size": max(1, len(items)), "pages": 1})
+        return web.json_response(
+            {"items": items, "total": len(items), "page": 1, "size": max(1, len(items)), "pages": 1}
+        )
 
     async def _peer_sessions(self, request: web.Request) -> web.Response:
         ws, peer = request.match_info["w"], request.match_info["p"]
-        return self._page([
-            {"id": sid, "workspace_id": ws, "is_active": True, "metadata": {}, "configuration": {}, "created_at": NOW}
-            for (w, sid), session in self.sessions.items() if w == ws and peer in session["peers"]
-        ])
+        return self._page(
+            [
+                {
+                    "id": sid,
+                    "workspace_id": ws,
+                    "is_active": True,
+                    "metadata": {},
+                    "configuration": {},
+                    "created_at": NOW,
+                }
+                for (w, sid), session in self.sessions.items()
+                if w == ws and peer in session["peers"]
+            ]
+        )
 
     async def _session_peers(self, request: web.Request) -> web.Response:
         ws, sid = request.match_info["w"], request.match_info["s"]
         session = self.sessions.get((ws, sid))
         if session is None:
             return web.json_response({"detail": "session not found"}, status=404)
-        return self._page([
-            {"id": p, "workspace_id": ws, "metadata": {}, "configuration": {}, "created_at": NOW} for p in session["peers"]
-        ])
+        return self._page(
+            [
+                {"id": p, "workspace_id": ws, "metadata": {}, "configuration": {}, "created_at": NOW}
+                for p in session["peers"]
+            ]
+        )
 
     async def _delete_session(self, request: web.Request) -> web.Response:
         ws, sid = request.match_info["w"], request.match_info["s"]
@@ -214,10 +259,13 @@ class FakeHoncho:
     async def _list_conclusions(self, request: web.Request) -> web.Response:
         ws = request.match_info["w"]
         filters = (request[BODY] or {}).get("filters") or {}
-        return self._page([
-            c for c in self.conclusions
-            if c["workspace_id"] == ws and all(c.get(k) == v for k, v in filters.items())
-        ])
+        return self._page(
+            [
+                c
+                for c in self.conclusions
+                if c["workspace_id"] == ws and all(c.get(k) == v for k, v in filters.items())
+            ]
+        )
 
     async def _delete_conclusion(self, request: web.Request) -> web.Response:
         ws, cid = request.match_info["w"], request.match_info["c"]

@@ -58,7 +58,9 @@ class FakeMem0:
             self._gate = None
 
     def writes(self) -> list[Request]:
-        return [r for r in self.requests if r.path in ("/v3/memories/add/", "/memories") and r.method == "POST"]
+        return [
+            r for r in self.requests if r.path in ("/v3/memories/add/", "/memories") and r.method == "POST"
+        ]
 
     async def start(self) -> None:
         app = web.Application(middlewares=[self._middleware])
@@ -89,7 +91,9 @@ class FakeMem0:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode("utf-8", "replace")
-        self.requests.append(Request(request.method, request.path, dict(request.headers), body, dict(request.query)))
+        self.requests.append(
+            Request(request.method, request.path, dict(request.headers), body, dict(request.query))
+        )
         if self._gate is not None:
             await self._gate.wait()
         if self.down:
@@ -106,7 +110,9 @@ class FakeMem0:
         return await handler(request)
 
     async def _ping(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "org_id": "org1", "project_id": "proj1", "user_email": "t@example.org"})
+        return web.json_response(
+            {"status": "ok", "org_id": "org1", "project_id": "proj1", "user_email": "t@example.org"}
+        )
 
     async def _add(self, request: web.Request) -> web.Response:
         body = request[BODY]
@@ -115,7 +121,12 @@ class FakeMem0:
             return web.json_response({"detail": "user_id required"}, status=400)
         out = []
         for m in body.get("messages", []):
-            item = {"id": f"m{sum(map(len, self.memories.values())) + 1}", "memory": m["content"], "user_id": user, "metadata": body.get("metadata")}
+            item = {
+                "id": f"m{sum(map(len, self.memories.values())) + 1}",
+                "memory": m["content"],
+                "user_id": user,
+                "metadata": body.get("metadata"),
+            }
             self.memories.setdefault(user, []).append(item)
             out.append({"id": item["id"], "event": "ADD", "data": {"memory": m["content"]}})
         return web.json_response({"results": out})
@@ -129,7 +140,9 @@ class FakeMem0:
     async def _search(self, request: web.Request) -> web.Response:
         body = request[BODY]
         if request.path.startswith("/v3") and "user_id" in body:
-            return web.json_response({"detail": "top-level entity ids are not allowed; use filters"}, status=400)
+            return web.json_response(
+                {"detail": "top-level entity ids are not allowed; use filters"}, status=400
+            )
         user = self._user_filter(body, {})
         if not user:
             return web.json_response({"detail": "filters.user_id required"}, status=400)
@@ -149,4 +162,6 @@ class FakeMem0:
         user = self._user_filter(request.get(BODY), request.query)
         if not user:
             return web.json_response({"detail": "user_id required"}, status=400)
-        return web.json_response({"count": len(self.memories.get(user, [])), "results": self.memories.get(user, [])})
+        return web.json_response(
+            {"count": len(self.memories.get(user, [])), "results": self.memories.get(user, [])}
+        )

@@ -51,7 +51,9 @@ def _ok(result: Any) -> web.Response:
 
 
 def _error(status: int, code: str, message: str, **details: Any) -> web.Response:
-    return web.json_response({"status": "error", "error": {"code": code, "message": message, "details": details}}, status=status)
+    return web.json_response(
+        {"status": "error", "error": {"code": code, "message": message, "details": details}}, status=status
+    )
 
 
 class FakeOpenViking:
@@ -88,7 +90,11 @@ class FakeOpenViking:
         return [r for r in self.requests if r.method == "POST" and r.path.endswith("/messages/batch")]
 
     def memories(self, account: str, user: str) -> dict[str, str]:
-        return {u: c for u, c in self.files.get((account, user), {}).items() if u.startswith("viking://user/memories/")}
+        return {
+            u: c
+            for u, c in self.files.get((account, user), {}).items()
+            if u.startswith("viking://user/memories/")
+        }
 
     async def start(self) -> None:
         app = web.Application(middlewares=[self._middleware])
@@ -122,7 +128,9 @@ class FakeOpenViking:
         except ValueError:
             body = raw.decode("utf-8", "replace")
         tenant = f"{request.headers.get('X-OpenViking-Account', '')}/{request.headers.get('X-OpenViking-User', '')}"
-        self.requests.append(Request(request.method, request.path, dict(request.headers), body, dict(request.query), tenant))
+        self.requests.append(
+            Request(request.method, request.path, dict(request.headers), body, dict(request.query), tenant)
+        )
         if self._gate is not None:
             await self._gate.wait()
         if self.down:
@@ -130,8 +138,12 @@ class FakeOpenViking:
         if self._failures:
             status, retry_after = self._failures.pop(0)
             if status >= 500 and status != 503:
-                return web.Response(text=f"upstream error {status}", status=status)  # a proxy's plain-text page
-            response = _error(status, "RESOURCE_EXHAUSTED" if status == 429 else "UNAVAILABLE", f"error {status}")
+                return web.Response(
+                    text=f"upstream error {status}", status=status
+                )  # a proxy's plain-text page
+            response = _error(
+                status, "RESOURCE_EXHAUSTED" if status == 429 else "UNAVAILABLE", f"error {status}"
+            )
             if retry_after is not None:
                 response.headers["Retry-After"] = retry_after
             return response
@@ -141,7 +153,9 @@ class FakeOpenViking:
             return _error(401, "UNAUTHENTICATED", "invalid API key")
         account, user = request.headers.get("X-OpenViking-Account"), request.headers.get("X-OpenViking-User")
         if not account or not user:
-            return _error(400, "INVALID_ARGUMENT", "a root key must name X-OpenViking-Account and X-OpenViking-User")
+            return _error(
+                400, "INVALID_ARGUMENT", "a root key must name X-OpenViking-Account and X-OpenViking-User"
+            )
         if self.malformed:
             return web.Response(text="<html>oops", content_type="text/html")
         if self.wrong_shape:
@@ -161,22 +175,42 @@ class FakeOpenViking:
         if not isinstance(body, dict) or not isinstance(body.get("query"), str):
             return _error(400, "INVALID_ARGUMENT", "query is required")
         target = str(body.get("target_uri") or "viking://").rstrip("/") + "/"
-        inside = {u: c for u, c in self._tree(request).items() if u.startswith(target) and not u.endswith("/profile.md")}
+        inside = {
+            u: c
+            for u, c in self._tree(request).items()
+            if u.startswith(target) and not u.endswith("/profile.md")
+        }
         words = _words(body["query"])
         hits = {u: c for u, c in inside.items() if words & _words(c)} or inside
         limit = int(body.get("limit", 10))
-        memories = [{"uri": u, "context_type": "memory", "is_leaf": True, "abstract": c, "score": 0.8} for u, c in sorted(hits.items())[:limit]]
+        memories = [
+            {"uri": u, "context_type": "memory", "is_leaf": True, "abstract": c, "score": 0.8}
+            for u, c in sorted(hits.items())[:limit]
+        ]
         if self.leak:
             for (acc, usr), tree in self.files.items():
                 if (acc, usr) != request[TENANT]:
-                    memories += [{"uri": f"viking://user/{usr}/memories/{u.rsplit('/', 1)[-1]}", "abstract": c, "score": 0.5} for u, c in tree.items()]
-            memories.append({"uri": "viking://resources/handbook.md", "abstract": "a shared resource", "score": 0.4})
+                    memories += [
+                        {
+                            "uri": f"viking://user/{usr}/memories/{u.rsplit('/', 1)[-1]}",
+                            "abstract": c,
+                            "score": 0.5,
+                        }
+                        for u, c in tree.items()
+                    ]
+            memories.append(
+                {"uri": "viking://resources/handbook.md", "abstract": "a shared resource", "score": 0.4}
+            )
             memories.append({"abstract": "a memory without a URI", "score": 0.3})
         return _ok({"memories": memories, "resources": [], "skills": [], "total": len(memories)})
 
     async def _write(self, request: web.Request) -> web.Response:
         body = request[BODY]
-        if not isinstance(body, dict) or not str(body.get("uri", "")).startswith("viking://") or not isinstance(body.get("content"), str):
+        if (
+            not isinstance(body, dict)
+            or not str(body.get("uri", "")).startswith("viking://")
+            or not isinstance(body.get("content"), str)
+        ):
             return _error(400, "INVALID_ARGUMENT", "uri and content are required")
         tree = self._tree(request)
         if body.get("mode") == "create" and body["uri"] in tree:
@@ -194,7 +228,11 @@ class FakeOpenViking:
     async def _rm(self, request: web.Request) -> web.Response:
         uri = request.query.get("uri", "").rstrip("/")
         tree = self._tree(request)
-        gone = [u for u in tree if u == uri or (request.query.get("recursive") == "true" and u.startswith(uri + "/"))]
+        gone = [
+            u
+            for u in tree
+            if u == uri or (request.query.get("recursive") == "true" and u.startswith(uri + "/"))
+        ]
         if not gone:
             return _error(404, "NOT_FOUND", "not found", resource=uri, type="directory")
         for u in gone:
@@ -209,7 +247,12 @@ class FakeOpenViking:
         return mine.get(sid)
 
     async def _list_sessions(self, request: web.Request) -> web.Response:
-        return _ok([{"session_id": sid, "message_count": len(s["messages"])} for sid, s in self.sessions.get(request[TENANT], {}).items()])
+        return _ok(
+            [
+                {"session_id": sid, "message_count": len(s["messages"])}
+                for sid, s in self.sessions.get(request[TENANT], {}).items()
+            ]
+        )
 
     async def _get_session(self, request: web.Request) -> web.Response:
         s = self._session(request, request.query.get("auto_create") == "true")
@@ -240,7 +283,7 @@ class FakeOpenViking:
         if s is None:
             return _error(404, "NOT_FOUND", "no session", resource=request.match_info["sid"], type="session")
         tree = self._tree(request)
-        fresh = s["messages"][s["committed"]:]
+        fresh = s["messages"][s["committed"] :]
         for m in fresh:
             if m["role"] == "user":
                 n = sum(1 for u in tree if "/events/" in u) + 1

@@ -87,7 +87,9 @@ class FakeRetainDB:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode("utf-8", "replace")
-        self.requests.append(Request(request.method, request.path, dict(request.headers), body, dict(request.query)))
+        self.requests.append(
+            Request(request.method, request.path, dict(request.headers), body, dict(request.query))
+        )
         if self._gate is not None:
             await self._gate.wait()
         if self.down:
@@ -107,8 +109,14 @@ class FakeRetainDB:
 
     def _store(self, project: str, user: str, content: str, body: dict[str, Any]) -> dict[str, Any]:
         n = sum(map(len, self.memories.values())) + 1
-        item = {"id": f"mem_{n}", "content": content, "memory_type": body.get("memory_type", "fact"), "user_id": user,
-                "session_id": body.get("session_id"), "metadata": body.get("metadata")}
+        item = {
+            "id": f"mem_{n}",
+            "content": content,
+            "memory_type": body.get("memory_type", "fact"),
+            "user_id": user,
+            "session_id": body.get("session_id"),
+            "metadata": body.get("metadata"),
+        }
         self.memories.setdefault((project, user), []).append(item)
         return item
 
@@ -124,13 +132,17 @@ class FakeRetainDB:
         if scope is None or not isinstance(body.get("content"), str):
             return web.json_response({"error": "project, user_id and content are required"}, status=400)
         item = self._store(*scope, body["content"], body)
-        return web.json_response({"success": True, "mode": body.get("write_mode", "async"), "id": item["id"], "trace_id": "trc_1"})
+        return web.json_response(
+            {"success": True, "mode": body.get("write_mode", "async"), "id": item["id"], "trace_id": "trc_1"}
+        )
 
     async def _ingest(self, request: web.Request) -> web.Response:
         body = request[BODY]
         scope = self._scope(body)
         if scope is None or not body.get("session_id") or not isinstance(body.get("messages"), list):
-            return web.json_response({"error": "project, user_id, session_id and messages are required"}, status=400)
+            return web.json_response(
+                {"error": "project, user_id, session_id and messages are required"}, status=400
+            )
         for m in body["messages"]:
             if m.get("role") == "user":  # the fake "extracts" what the user said
                 self._store(*scope, m["content"], body)
@@ -145,7 +157,13 @@ class FakeRetainDB:
         mine = self.memories.get(scope, [])
         hits = [m for m in mine if words & {w.lower().strip("?.,!") for w in m["content"].split()}] or mine
         hits = hits[: int(body.get("top_k", 10))]
-        results = [{"memory": {"id": m["id"], "content": m["content"], "memory_type": m["memory_type"]}, "score": 0.8} for m in hits]
+        results = [
+            {
+                "memory": {"id": m["id"], "content": m["content"], "memory_type": m["memory_type"]},
+                "score": 0.8,
+            }
+            for m in hits
+        ]
         return web.json_response({"results": results, "count": len(results), "trace_id": "trc_3"})
 
     def deletes(self) -> list[Request]:
@@ -165,4 +183,9 @@ class FakeRetainDB:
         if not project:
             return web.json_response({"error": "project is required"}, status=400)
         mine = self.memories.get((project, request.match_info["user_id"]), [])
-        return web.json_response({"user_id": request.match_info["user_id"], "memories": [{"id": m["id"], "content": m["content"]} for m in mine]})
+        return web.json_response(
+            {
+                "user_id": request.match_info["user_id"],
+                "memories": [{"id": m["id"], "content": m["content"]} for m in mine],
+            }
+        )

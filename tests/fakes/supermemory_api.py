@@ -112,7 +112,9 @@ class FakeSupermemory:
         except ValueError:
             body = raw.decode("utf-8", "replace")
         namespace = request.match_info.get("namespace")
-        self.requests.append(Request(request.method, request.path, namespace, dict(request.headers), body, dict(request.query)))
+        self.requests.append(
+            Request(request.method, request.path, namespace, dict(request.headers), body, dict(request.query))
+        )
         if self._gate is not None and request.path.endswith(self._gate_suffix):
             await self._gate.wait()
         if self.down:
@@ -133,10 +135,12 @@ class FakeSupermemory:
         return await handler(request)
 
     def _extract(self, namespace: str, doc: Document, content: str) -> None:
-        lines = [ln[len("user: "):] for ln in content.splitlines() if ln.startswith("user: ")]
+        lines = [ln[len("user: ") :] for ln in content.splitlines() if ln.startswith("user: ")]
         for text in lines or [content]:
             n = sum(map(len, self.memories.values())) + 1
-            self.memories.setdefault(namespace, []).append({"id": f"mem_{n}", "memory": text, "document": doc.id, "metadata": doc.metadata})
+            self.memories.setdefault(namespace, []).append(
+                {"id": f"mem_{n}", "memory": text, "document": doc.id, "metadata": doc.metadata}
+            )
 
     async def _add(self, request: web.Request) -> web.Response:
         body, namespace = request[BODY], request.match_info["namespace"]
@@ -162,8 +166,15 @@ class FakeSupermemory:
         hits = [m for m in mine if words & _words(m["memory"])] or mine
         hits = hits[: int(body.get("limit") or 10)]
         results = [
-            {"id": m["id"], "memory": m["memory"], "metadata": m["metadata"], "similarity": 0.8, "isLatest": True,
-             "isInference": False, "system": {"updatedAt": "2026-01-01T00:00:00Z"}}
+            {
+                "id": m["id"],
+                "memory": m["memory"],
+                "metadata": m["metadata"],
+                "similarity": 0.8,
+                "isLatest": True,
+                "isInference": False,
+                "system": {"updatedAt": "2026-01-01T00:00:00Z"},
+            }
             for m in hits
         ]
         return web.json_response({"results": results, "searchTime": 3.5})
@@ -179,4 +190,11 @@ class FakeSupermemory:
             return web.json_response({"error": "Namespace not found"}, status=404)
         docs = self.documents.pop(namespace, {})
         mems = self.memories.pop(namespace, [])
-        return web.json_response({"status": "deleted", "namespace": namespace, "deletedDocumentsCount": len(docs), "deletedMemoriesCount": len(mems)})
+        return web.json_response(
+            {
+                "status": "deleted",
+                "namespace": namespace,
+                "deletedDocumentsCount": len(docs),
+                "deletedMemoriesCount": len(mems),
+            }
+        )

@@ -53,8 +53,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from mnemo.adapters.telegram_html import TELEGRAM_MESSAGE_LIMIT, TelegramHtmlError, parse_telegram_html
 from mnemo.adapters.splitting import utf16_len
+from mnemo.adapters.telegram_html import TELEGRAM_MESSAGE_LIMIT, TelegramHtmlError, parse_telegram_html
 from tests.fakes.telegram_world import TelegramWorld, detect_entities
 
 _TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]{30,}$")
@@ -275,8 +275,15 @@ class FakeTelegram:
         return self.push_message(chat_id, user_id, **extra, **kwargs)
 
     def push_image(
-        self, chat_id: int, user_id: int, content: bytes, *, width: int, height: int,
-        caption: str | None = None, **kwargs: Any,
+        self,
+        chat_id: int,
+        user_id: int,
+        content: bytes,
+        *,
+        width: int,
+        height: int,
+        caption: str | None = None,
+        **kwargs: Any,
     ) -> dict[str, Any]:
         """Queue a photo whose (largest) file is ``content``."""
         extra: dict[str, Any] = {"photo": self.world.photo_of(content, width, height)}
@@ -285,24 +292,44 @@ class FakeTelegram:
         return self.push_message(chat_id, user_id, **extra, **kwargs)
 
     def push_document(
-        self, chat_id: int, user_id: int, content: bytes, *, file_name: str, mime_type: str,
-        caption: str | None = None, file_size: int | None = None, **kwargs: Any,
+        self,
+        chat_id: int,
+        user_id: int,
+        content: bytes,
+        *,
+        file_name: str,
+        mime_type: str,
+        caption: str | None = None,
+        file_size: int | None = None,
+        **kwargs: Any,
     ) -> dict[str, Any]:
         """Queue a document downloadable through getFile (``file_size`` may lie, as a
         test of the size checks)."""
         file_id = self.world.add_file(content, f"documents/{file_name}")
-        doc = {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_name": file_name,
-               "mime_type": mime_type, "file_size": len(content) if file_size is None else file_size}
+        doc = {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "file_name": file_name,
+            "mime_type": mime_type,
+            "file_size": len(content) if file_size is None else file_size,
+        }
         extra: dict[str, Any] = {"document": doc}
         if caption is not None:
             extra["caption"] = caption
         return self.push_message(chat_id, user_id, **extra, **kwargs)
 
-    def push_voice(self, chat_id: int, user_id: int, content: bytes, *, duration: int = 3, **kwargs: Any) -> dict[str, Any]:
+    def push_voice(
+        self, chat_id: int, user_id: int, content: bytes, *, duration: int = 3, **kwargs: Any
+    ) -> dict[str, Any]:
         """Queue a voice note (OGG/Opus as Telegram records them) downloadable through getFile."""
         file_id = self.world.add_file(content, "voice/file.oga")
-        voice = {"file_id": file_id, "file_unique_id": f"u{file_id}", "duration": duration,
-                 "mime_type": "audio/ogg", "file_size": len(content)}
+        voice = {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "duration": duration,
+            "mime_type": "audio/ogg",
+            "file_size": len(content),
+        }
         return self.push_message(chat_id, user_id, voice=voice, **kwargs)
 
     def push_edit(self, chat_id: int, message_id: int, text: str) -> dict[str, Any]:
@@ -310,9 +337,13 @@ class FakeTelegram:
         edited = self.world.set_text(chat_id, message_id, text, detect_entities(text))
         return self.push_update({"edited_message": edited})
 
-    def push_callback_query(self, chat_id: int, user_id: int, data: str, *, message_id: int) -> dict[str, Any]:
+    def push_callback_query(
+        self, chat_id: int, user_id: int, data: str, *, message_id: int
+    ) -> dict[str, Any]:
         """Queue a button press on the bot's message ``message_id``."""
-        return self.push_update({"callback_query": self.world.callback_query(chat_id, user_id, data, message_id)})
+        return self.push_update(
+            {"callback_query": self.world.callback_query(chat_id, user_id, data, message_id)}
+        )
 
     def push_update(self, update: dict[str, Any]) -> dict[str, Any]:
         """Queue a raw update (an ``update_id`` is assigned if missing)."""
@@ -342,7 +373,9 @@ class FakeTelegram:
     def message(self, chat_id: int, message_id: int) -> dict[str, Any]:
         return dict(self.world.messages[(chat_id, message_id)])
 
-    def commands(self, scope: Mapping[str, Any] | None = None, language_code: str = "") -> list[dict[str, str]]:
+    def commands(
+        self, scope: Mapping[str, Any] | None = None, language_code: str = ""
+    ) -> list[dict[str, str]]:
         return list(self._commands.get((_scope_key(scope), language_code), []))
 
     async def wait_for_sent(self, n: int = 1, timeout: float = 10.0) -> list[SentMessage]:
@@ -356,7 +389,9 @@ class FakeTelegram:
 
     async def wait_for_poll(self, timeout: float = 10.0) -> None:
         """Until a getUpdates call is waiting for updates (to push into a live poll)."""
-        await self._wait(lambda: self._poller is not None and not self._poller.done(), timeout, "a waiting poll")
+        await self._wait(
+            lambda: self._poller is not None and not self._poller.done(), timeout, "a waiting poll"
+        )
 
     async def wait_for_webhook_statuses(self, n: int = 1, timeout: float = 10.0) -> list[int]:
         """The first ``n`` HTTP statuses the bot's webhook answered, once there are that many."""
@@ -612,7 +647,9 @@ class FakeTelegram:
         fields: dict[str, Any] = {"text": plain}
         if entities:
             fields["entities"] = list(entities)
-        message = self.world.store_message(chat, self.bot_user, reply_to, params.get("message_thread_id"), fields)
+        message = self.world.store_message(
+            chat, self.bot_user, reply_to, params.get("message_thread_id"), fields
+        )
         self.sent.append(
             SentMessage(
                 chat_id=chat["id"],
@@ -679,7 +716,13 @@ class FakeTelegram:
         return True
 
     async def _api_getChat(self, params: dict[str, Any]) -> dict[str, Any]:
-        gifts = ("unlimited_gifts", "limited_gifts", "unique_gifts", "premium_subscription", "gifts_from_channels")
+        gifts = (
+            "unlimited_gifts",
+            "limited_gifts",
+            "unique_gifts",
+            "premium_subscription",
+            "gifts_from_channels",
+        )
         return {
             **self._chat(params.get("chat_id")),
             "accent_color_id": 0,
@@ -717,6 +760,7 @@ class FakeTelegram:
         if utf16_len(plain) > TELEGRAM_MESSAGE_LIMIT:
             raise ApiError(400, "Bad Request: message is too long")
         return plain, found
+
 
 async def _read_params(request: web.Request) -> dict[str, Any]:
     raw: dict[str, Any] = dict(request.query)

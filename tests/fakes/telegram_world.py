@@ -116,7 +116,9 @@ class TelegramWorld:
         self.messages[(chat["id"], message["message_id"])] = message
         return dict(message)
 
-    def set_text(self, chat_id: int, message_id: int, text: str, entities: list[Any] | None) -> dict[str, Any]:
+    def set_text(
+        self, chat_id: int, message_id: int, text: str, entities: list[Any] | None
+    ) -> dict[str, Any]:
         """Edit a stored message's text (either side's) and return the new version."""
         message = self.messages[(chat_id, message_id)]
         message.update(text=text, edit_date=int(time.time()))
@@ -145,20 +147,35 @@ class TelegramWorld:
     def add_file(self, content: bytes, path: str) -> str:
         """A downloadable file; returns its file_id."""
         file_id = f"F{len(self._files) + 1:04d}{secrets.token_hex(4)}"
-        self._files[file_id] = (f"{path.rsplit('.', 1)[0]}_{len(self._files)}.{path.rsplit('.', 1)[-1]}", content)
+        self._files[file_id] = (
+            f"{path.rsplit('.', 1)[0]}_{len(self._files)}.{path.rsplit('.', 1)[-1]}",
+            content,
+        )
         return file_id
 
     def photo_of(self, content: bytes, width: int, height: int) -> list[dict[str, Any]]:
         """A one-size PhotoSize list for ``content``."""
         file_id = self.add_file(content, "photos/file.jpg")
-        return [{"file_id": file_id, "file_unique_id": f"u{file_id}", "width": width, "height": height,
-                 "file_size": len(content)}]
+        return [
+            {
+                "file_id": file_id,
+                "file_unique_id": f"u{file_id}",
+                "width": width,
+                "height": height,
+                "file_size": len(content),
+            }
+        ]
 
     def file(self, file_id: str) -> dict[str, Any] | None:
         if file_id not in self._files:
             return None
         path, content = self._files[file_id]
-        return {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(content), "file_path": path}
+        return {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "file_size": len(content),
+            "file_path": path,
+        }
 
     def file_content(self, path: str) -> bytes | None:
         return next((content for p, content in self._files.values() if p == path), None)

@@ -119,7 +119,9 @@ async def running(client: discord.Client, fake: FakeDiscord) -> AsyncIterator[di
     connection = asyncio.create_task(client.connect(), name="discord-connect")
     try:
         ready = asyncio.create_task(client.wait_until_ready())
-        done, _ = await asyncio.wait({ready, connection}, timeout=TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {ready, connection}, timeout=TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+        )
         if ready not in done:
             ready.cancel()
             if connection in done:
@@ -318,7 +320,9 @@ async def test_reply_sends_a_message_reference(server: Server, bot: Bot) -> None
     fake = server.fake
     await fake.push_message(server.general.id, server.alice, f"{fake.bot_user.mention} question")
     message = await bot.next_message()
-    await message.reply("answer", allowed_mentions=discord.AllowedMentions(everyone=False, replied_user=False))
+    await message.reply(
+        "answer", allowed_mentions=discord.AllowedMentions(everyone=False, replied_user=False)
+    )
     (sent,) = await fake.wait_for_sent(1)
     assert sent.message_reference is not None
     assert sent.message_reference["message_id"] == message.id

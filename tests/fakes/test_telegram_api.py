@@ -242,7 +242,9 @@ async def test_group_mention_reply_edit_and_photo_build_realistic_updates(fake: 
 async def test_commands_actions_edits_and_chat_info(fake: FakeTelegram) -> None:
     fake.add_chat(CHAT, username="alice")
     async with bot_for(fake) as bot:
-        await bot.set_my_commands([BotCommand("new", "Start a new session"), BotCommand("memory", "Show memory")])
+        await bot.set_my_commands(
+            [BotCommand("new", "Start a new session"), BotCommand("memory", "Show memory")]
+        )
         assert [c.command for c in await bot.get_my_commands()] == ["new", "memory"]
         with pytest.raises(BadRequest):
             await bot.set_my_commands([BotCommand("Bad-Name", "x")])
@@ -251,7 +253,9 @@ async def test_commands_actions_edits_and_chat_info(fake: FakeTelegram) -> None:
 
         assert await bot.send_chat_action(CHAT, ChatAction.TYPING)
         message = await bot.send_message(CHAT, "draft")
-        edited = await bot.edit_message_text("<i>final</i>", CHAT, message.message_id, parse_mode=ParseMode.HTML)
+        edited = await bot.edit_message_text(
+            "<i>final</i>", CHAT, message.message_id, parse_mode=ParseMode.HTML
+        )
         assert edited.text == "final"  # type: ignore[union-attr]
         with pytest.raises(BadRequest, match="(?i)not modified"):
             await bot.edit_message_text("<i>final</i>", CHAT, message.message_id, parse_mode=ParseMode.HTML)
@@ -305,7 +309,9 @@ async def test_dropped_connections_and_lost_answers(fake: FakeTelegram) -> None:
 
 
 @asynccontextmanager
-async def webhook_receiver(secret: str, answers: list[int]) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+async def webhook_receiver(
+    secret: str, answers: list[int]
+) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
     """A bot-side webhook endpoint that checks the secret and answers from ``answers``."""
     received: list[dict[str, Any]] = []
 

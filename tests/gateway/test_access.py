@@ -71,8 +71,8 @@ async def test_rate_limit_answers_once_then_drops(app_factory, emulator):
 
 
 def test_cli_pair_approve(tmp_path, capsys):
-    from mnemo.gateway.inbound.access import PairingStore
     from mnemo.gateway.config import load_settings
+    from mnemo.gateway.inbound.access import PairingStore
     from mnemo.gateway.storage import state_database
     from mnemo.memory.scope import UserRef
 

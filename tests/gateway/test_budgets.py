@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from mnemo.gateway.emulator import Emulator, Reply, ToolUse
-from mnemo.gateway.events import ChatType
 
 from mnemo.app import open_app
+from mnemo.gateway.emulator import Emulator, Reply, ToolUse
+from mnemo.gateway.events import ChatType
 from tests.gateway.conftest import make_settings
 from tests.gateway.test_housekeeping import World, settle
 from tests.support.loopback import LoopbackAdapter
@@ -31,7 +31,12 @@ class Clock:
 def app_with_clock(home: Path, emulator: Emulator, adapter: LoopbackAdapter, clock: Clock, **overrides):
     settings = make_settings(home, **{**NO_LIMIT, **overrides})
     return open_app(
-        settings, adapters=[adapter], llm_base_url=emulator.base_url, api_key="test-key", trial=False, clock=clock
+        settings,
+        adapters=[adapter],
+        llm_base_url=emulator.base_url,
+        api_key="test-key",
+        trial=False,
+        clock=clock,
     )
 
 
@@ -50,7 +55,9 @@ async def session_costs(app) -> float:
 
 async def turn_costs(app, user: str = "u1") -> list[float]:
     def q(conn):
-        rows = conn.execute("SELECT estimated_cost_usd FROM sessions WHERE estimated_cost_usd > 0 AND user_id = ?", (user,))
+        rows = conn.execute(
+            "SELECT estimated_cost_usd FROM sessions WHERE estimated_cost_usd > 0 AND user_id = ?", (user,)
+        )
         return [r[0] for r in rows]
 
     return await app.db.read(q)
@@ -90,7 +97,10 @@ async def test_at_the_cap_no_request_is_sent_and_the_user_is_told_once_when_it_r
 
 async def test_a_running_turn_finishes_even_when_it_crosses_the_cap(app_factory, emulator) -> None:
     emulator.script(
-        Reply(text="noting", tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": "Likes tea."})]),
+        Reply(
+            text="noting",
+            tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": "Likes tea."})],
+        ),
         Reply(text="Noted."),
     )
     adapter = LoopbackAdapter()
@@ -144,7 +154,11 @@ async def test_ten_chats_at_once_stay_within_one_turn_of_the_cap(app_factory, em
 async def test_usage_command_shows_spend_against_the_caps(app_factory, emulator) -> None:
     emulator.default = lambda req: Reply(text="hi")
     adapter = LoopbackAdapter()
-    caps = {"budgets.per_user.daily_usd": 2, "budgets.per_user.monthly_usd": 20, "budgets.per_user.daily_tokens": 100000}
+    caps = {
+        "budgets.per_user.daily_usd": 2,
+        "budgets.per_user.monthly_usd": 20,
+        "budgets.per_user.daily_tokens": 100000,
+    }
     async with app_factory(adapter, **{**NO_LIMIT, **caps}) as app:
         await say_and_settle(app, adapter, "hello")
         await say_and_settle(app, adapter, "/usage")

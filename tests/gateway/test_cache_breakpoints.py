@@ -1,4 +1,4 @@
-""""system_and_3" breakpoints: never more than 4, on the system prompt and the last
+""" "system_and_3" breakpoints: never more than 4, on the system prompt and the last
 three messages, computed on a copy (stored history is never mutated)."""
 
 import copy
@@ -21,7 +21,9 @@ def test_system_and_last_three_messages_are_marked():
     messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(7)]
     system, out = apply_cache_breakpoints("SYS", messages)
     assert system == [{"type": "text", "text": "SYS", "cache_control": {"type": "ephemeral"}}]
-    marked = [i for i, m in enumerate(out) if isinstance(m["content"], list) and "cache_control" in m["content"][-1]]
+    marked = [
+        i for i, m in enumerate(out) if isinstance(m["content"], list) and "cache_control" in m["content"][-1]
+    ]
     assert marked == [4, 5, 6]
     assert all(isinstance(m["content"], str) for m in out[:4])
 
@@ -29,7 +31,13 @@ def test_system_and_last_three_messages_are_marked():
 def test_list_content_gets_marker_on_last_block_and_old_markers_are_removed():
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "b"}, {"type": "tool_use", "id": "t", "name": "x", "input": {}}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "b"},
+                {"type": "tool_use", "id": "t", "name": "x", "input": {}},
+            ],
+        },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
         {"role": "assistant", "content": "c"},
         {"role": "user", "content": "d"},

@@ -11,7 +11,11 @@ MNEMO = [sys.executable, "-m", "mnemo"]
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
     env["MNEMO_HOME"] = str(home)
     return env
 
@@ -20,7 +24,12 @@ def test_scripted_chat_answers_each_line_in_order_and_remembers(tmp_path: Path) 
     home = tmp_path / "home"
     script = "Hello there\nPlease remember that I like green tea\n/memory\n"
     out = subprocess.run(
-        [*MNEMO, "chat", "--user", "bob"], input=script, capture_output=True, text=True, env=_env(home), timeout=60
+        [*MNEMO, "chat", "--user", "bob"],
+        input=script,
+        capture_output=True,
+        text=True,
+        env=_env(home),
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     first, second, rest = out.stdout.split("\n\n", 2)
@@ -36,7 +45,12 @@ def test_scripted_chat_continues_the_same_conversation_across_runs(tmp_path: Pat
     home = tmp_path / "home"
     for line in ("first message about zebras", "second message"):
         out = subprocess.run(
-            [*MNEMO, "chat", "--user", "bob"], input=line + "\n", capture_output=True, text=True, env=_env(home), timeout=60
+            [*MNEMO, "chat", "--user", "bob"],
+            input=line + "\n",
+            capture_output=True,
+            text=True,
+            env=_env(home),
+            timeout=60,
         )
         assert out.returncode == 0, out.stderr
     import sqlite3
@@ -49,13 +63,20 @@ def test_scripted_chat_continues_the_same_conversation_across_runs(tmp_path: Pat
 
 def test_bad_user_name_is_a_usage_error(tmp_path: Path) -> None:
     out = subprocess.run(
-        [*MNEMO, "chat", "--user", "../etc"], input="", capture_output=True, text=True, env=_env(tmp_path), timeout=60
+        [*MNEMO, "chat", "--user", "../etc"],
+        input="",
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=60,
     )
     assert out.returncode == 2 and "--user" in out.stderr
 
 
 def test_demo_runs_offline_and_reports_memory_search_and_cache(tmp_path: Path) -> None:
-    out = subprocess.run([*MNEMO, "demo"], capture_output=True, text=True, env=_env(tmp_path / "unused"), timeout=90)
+    out = subprocess.run(
+        [*MNEMO, "demo"], capture_output=True, text=True, env=_env(tmp_path / "unused"), timeout=90
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "SCRIPTED" in text

@@ -185,7 +185,12 @@ async def test_the_command_prints_one_line_per_check_and_exits_1_on_a_failure(
     home: Path, tmp_path: Path, telegram: FakeTelegram
 ) -> None:
     async def doctor(**env: str) -> tuple[int, str]:
-        base = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "LANG": "C.UTF-8", "MNEMO_WEB_PORT": "0"}
+        base = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(tmp_path),
+            "LANG": "C.UTF-8",
+            "MNEMO_WEB_PORT": "0",
+        }
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "mnemo", "--home", str(home), "doctor", "--timeout", "5",
             env={**base, **env}, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -33,14 +33,19 @@ MNEMO = [sys.executable, "-m", "mnemo"]
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
     env.update({"MNEMO_HOME": str(home), "PYTHONIOENCODING": "utf-8", "MNEMO_WEB_PORT": "0", **extra})
     return env
 
 
 def mnemo(home: Path, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*MNEMO, *args], input=stdin, capture_output=True, text=True, env=_env(home, **env),
-                          timeout=120)
+    return subprocess.run(
+        [*MNEMO, *args], input=stdin, capture_output=True, text=True, env=_env(home, **env), timeout=120
+    )
 
 
 def one_clear_line(out: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
@@ -106,15 +111,22 @@ async def test_the_web_server_bind_error_is_a_startup_error_and_leaves_nothing_o
 def _read_only(home: Path, *argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     """``mnemo ARGV`` with ``home`` mounted read-only (a private mount namespace)."""
     script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" || exit 99; shift; exec "$@"'
-    out = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(home), *MNEMO, *argv], input=stdin,
-                         capture_output=True, text=True, env=_env(home), timeout=120)
+    out = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", str(home), *MNEMO, *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=_env(home),
+        timeout=120,
+    )
     assert out.returncode != 99, f"cannot make a read-only bind mount here: {out.stderr}"
     return out
 
 
 @pytest.mark.parametrize("with_db", [False, True], ids=["empty-home", "existing-state-db"])
 @pytest.mark.parametrize(
-    "argv", [("chat", "--user", "ann"), ("run",), ("cron", "add", "--chat", "telegram:1", "--every", "1h", "hi")],
+    "argv",
+    [("chat", "--user", "ann"), ("run",), ("cron", "add", "--chat", "telegram:1", "--every", "1h", "hi")],
     ids=["chat", "run", "cron-add"],
 )
 def test_a_read_only_home_is_one_line(tmp_path: Path, argv: tuple[str, ...], with_db: bool) -> None:
@@ -133,8 +145,9 @@ def test_a_home_that_is_a_file_is_a_configuration_error(tmp_path: Path) -> None:
     one_clear_line(mnemo(home / "below", "doctor"), 2, str(home), "is a file, not a folder")
 
 
-@pytest.mark.parametrize("argv", [("sessions", "list"), ("chat", "--user", "ann"), ("run",)],
-                         ids=["sessions-list", "chat", "run"])
+@pytest.mark.parametrize(
+    "argv", [("sessions", "list"), ("chat", "--user", "ann"), ("run",)], ids=["sessions-list", "chat", "run"]
+)
 def test_a_state_db_that_is_not_a_database_is_one_line(tmp_path: Path, argv: tuple[str, ...]) -> None:
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
@@ -156,8 +169,14 @@ def test_doctor_piped_into_head_exits_quietly(tmp_path: Path) -> None:
     cmd = " ".join([*MNEMO, "doctor"]) + ' | head -1; echo "status=${PIPESTATUS[0]}" >&2'
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=_env(home), timeout=120)
     assert out.stdout.count("\n") == 1, out.stdout
-    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr and "Exception ignored" not in out.stderr
-    assert out.stderr.strip().endswith(("status=0", "status=1")), out.stderr  # 0 when head read before closing
+    assert (
+        "Traceback" not in out.stderr
+        and "BrokenPipe" not in out.stderr
+        and "Exception ignored" not in out.stderr
+    )
+    assert out.stderr.strip().endswith(("status=0", "status=1")), (
+        out.stderr
+    )  # 0 when head read before closing
 
 
 @pytest.mark.parametrize("argv", [("doctor",), ("sessions", "list"), ("cron", "list"), ("memory", "show")])
@@ -167,8 +186,9 @@ def test_a_reader_gone_before_the_first_line_is_a_quiet_exit_1(tmp_path: Path, a
     read_end, write_end = os.pipe()
     os.close(read_end)  # like `| head -1` once head has gone: every write is EPIPE
     try:
-        out = subprocess.run([*MNEMO, *argv], stdout=write_end, stderr=subprocess.PIPE, text=True,
-                             env=_env(home), timeout=120)
+        out = subprocess.run(
+            [*MNEMO, *argv], stdout=write_end, stderr=subprocess.PIPE, text=True, env=_env(home), timeout=120
+        )
     finally:
         os.close(write_end)
     assert out.returncode == 1, out.stderr
@@ -206,8 +226,13 @@ def test_every_bad_cron_job_is_reported_at_once_by_doctor_and_run(tmp_path: Path
     for argv in (("doctor",), ("run",)):
         out = mnemo(home, *argv)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
-        for expected in ("cron.jobs[1] (minute99)", "cron.jobs[2] (nochat)", "cron.jobs[3] (tooquick)",
-                         "cron.jobs[4]: id 'fine' is used twice", "cron.jobs[5] (mars)"):
+        for expected in (
+            "cron.jobs[1] (minute99)",
+            "cron.jobs[2] (nochat)",
+            "cron.jobs[3] (tooquick)",
+            "cron.jobs[4]: id 'fine' is used twice",
+            "cron.jobs[5] (mars)",
+        ):
             assert expected in out.stderr, (argv, out.stderr)
         assert "(fine):" not in out.stderr and "(done)" not in out.stderr  # a past 'at' may have run
 
@@ -269,8 +294,18 @@ def _sound_state_db(tmp_path: Path) -> bytes:
         return f.read()
 
 
-@pytest.mark.parametrize("case", ["zero-filled-db", "damaged-db", "foreign-db", "provider-db-garbage",
-                                  "control-char-folder", "unknown-memories-file", "deep-user-file"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "zero-filled-db",
+        "damaged-db",
+        "foreign-db",
+        "provider-db-garbage",
+        "control-char-folder",
+        "unknown-memories-file",
+        "deep-user-file",
+    ],
+)
 def test_import_refuses_bad_content_and_writes_nothing(tmp_path: Path, case: str) -> None:
     sound = _sound_state_db(tmp_path)
     if case == "damaged-db":
@@ -370,9 +405,18 @@ def test_doctor_gives_each_probe_one_deadline_and_no_spinner_off_a_terminal(tmp_
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         home = tmp_path / "home"
         home.mkdir(mode=0o700)
-        out = subprocess.run([*MNEMO, "doctor", "--timeout", "1"], capture_output=True, text=True, timeout=120,
-                             env=_env(home, ANTHROPIC_BASE_URL=url, TELEGRAM_BOT_TOKEN="123456:" + "A" * 35,
-                                      TELEGRAM_API_BASE_URL=url))
+        out = subprocess.run(
+            [*MNEMO, "doctor", "--timeout", "1"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=_env(
+                home,
+                ANTHROPIC_BASE_URL=url,
+                TELEGRAM_BOT_TOKEN="123456:" + "A" * 35,
+                TELEGRAM_API_BASE_URL=url,
+            ),
+        )
     assert out.returncode == 1
     assert "✗ llm: unreachable: no answer within 1 s" in out.stdout
     assert "✗ telegram: unreachable: no answer within 1 s" in out.stdout

@@ -12,7 +12,11 @@ MNEMO = [sys.executable, "-m", "mnemo"]
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
     env["MNEMO_HOME"] = str(home)
     env["PYTHONIOENCODING"] = "utf-8"
     return env
@@ -40,11 +44,18 @@ def test_a_reply_never_writes_raw_escape_sequences_to_the_terminal(tmp_path: Pat
 
 def test_stored_messages_with_escapes_are_shown_escaped_by_sessions_commands(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    assert _mnemo(home, "chat", "--user", "bob", stdin=b"zebra \x1b]0;owned\x07 \x9b31m stripes\n").returncode == 0
+    assert (
+        _mnemo(home, "chat", "--user", "bob", stdin=b"zebra \x1b]0;owned\x07 \x9b31m stripes\n").returncode
+        == 0
+    )
     listed = _mnemo(home, "sessions", "list")
     assert listed.returncode == 0, listed.stderr
     session_id = listed.stdout.split()[0].decode()
-    for args in (("sessions", "show", session_id), ("sessions", "search", "zebra"), ("sessions", "search", "zebra", "--json")):
+    for args in (
+        ("sessions", "show", session_id),
+        ("sessions", "search", "zebra"),
+        ("sessions", "search", "zebra", "--json"),
+    ):
         out = _mnemo(home, *args)
         assert out.returncode == 0, (args, out.stderr)
         text = out.stdout.decode()
@@ -68,7 +79,9 @@ def test_a_memory_file_with_escapes_on_disk_still_loads_and_is_shown_escaped(tmp
     home = tmp_path / "home"
     memories = home / "memories"
     memories.mkdir(parents=True)
-    (memories / "MEMORY.md").write_text("User likes tea\n§\nsecret \x1b[8mhidden\x1b[0m note", encoding="utf-8")
+    (memories / "MEMORY.md").write_text(
+        "User likes tea\n§\nsecret \x1b[8mhidden\x1b[0m note", encoding="utf-8"
+    )
     out = _mnemo(home, "memory", "show")
     assert out.returncode == 0, out.stderr
     assert b"\x1b" not in out.stdout and b"\x1b" not in out.stderr

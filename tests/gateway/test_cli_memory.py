@@ -22,14 +22,18 @@ def result(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
 def test_add_to_shared_memory_prints_the_tool_result(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(home, "add", "--target", "memory", "Server runs Debian 12") == 0
     out = result(capsys)
-    assert out["success"] is True and out["target"] == "memory" and out["chars"] == 21 and out["limit"] == 2200
+    assert (
+        out["success"] is True and out["target"] == "memory" and out["chars"] == 21 and out["limit"] == 2200
+    )
     assert (home / "memories" / "MEMORY.md").read_text() == "Server runs Debian 12"
 
 
 def test_user_edits_reach_only_that_users_file(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(home, "add", "--target", "user", "--user", "telegram:42", "User is Ana") == 0
     assert run(home, "add", "--target", "user", "--user", "discord:42", "User is Bo") == 0
-    assert run(home, "replace", "--target", "user", "--user", "telegram:42", "Ana", "User is Ana, a nurse") == 0
+    assert (
+        run(home, "replace", "--target", "user", "--user", "telegram:42", "Ana", "User is Ana, a nurse") == 0
+    )
     capsys.readouterr()
     users = home / "memories" / "users"
     assert (users / "telegram" / "42" / "USER.md").read_text() == "User is Ana, a nurse"
@@ -52,7 +56,9 @@ def test_show_prints_the_prompt_blocks(home: Path, capsys: pytest.CaptureFixture
     assert "(empty)" in capsys.readouterr().out
 
 
-def test_show_of_an_undecodable_file_warns_and_exits_1(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_of_an_undecodable_file_warns_and_exits_1(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (home / "memories").mkdir()
     (home / "memories" / "MEMORY.md").write_bytes(b"\xff\xfe")
     assert run(home, "show") == 1
@@ -89,7 +95,10 @@ def test_configured_limits_apply(home: Path, capsys: pytest.CaptureFixture[str])
         (("add", "--target", "user", "--user", "telegram42", "text"), "PLATFORM:ID"),
         (("add", "--target", "user", "--user", "telegram:../../etc", "text"), "'..'"),
         (("remove", "--target", "user", "--user", "tele/gram:1", "x"), "separator"),
-        (("add", "--target", "memory", "--user", "telegram:1", "text"), "--user only applies to --target user"),
+        (
+            ("add", "--target", "memory", "--user", "telegram:1", "text"),
+            "--user only applies to --target user",
+        ),
         (("show", "--user", ":1"), "--user"),
     ],
 )
@@ -115,18 +124,38 @@ def test_the_installed_mnemo_script(home: Path) -> None:
     assert exe is not None, "the mnemo entry point is not installed next to this python"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEMO_")}
     add = subprocess.run(
-        [exe, "--home", str(home), "memory", "add", "--target", "user", "--user", "telegram:5", "User likes tea"],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            exe,
+            "--home",
+            str(home),
+            "memory",
+            "add",
+            "--target",
+            "user",
+            "--user",
+            "telegram:5",
+            "User likes tea",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert add.returncode == 0, add.stderr
     assert json.loads(add.stdout)["success"] is True
     show = subprocess.run(
         [exe, "--home", str(home), "memory", "show", "--user", "telegram:5"],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert show.returncode == 0 and "User likes tea" in show.stdout
     bad = subprocess.run(
         [exe, "--home", str(home), "memory", "add", "--target", "user", "x"],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert bad.returncode == 2 and "--user" in bad.stderr

@@ -73,7 +73,10 @@ def profile(tmp_path: Path) -> Iterator[Path]:
     remote = home / "providers" / "remote"
     remote.mkdir(parents=True)
     (remote / "__init__.py").write_text(REMOTE_PLUGIN)
-    assert run(home, "providers", "setup", "remote", "--set", "url=https://r.example", "--set", "token=hunter2") == 0
+    assert (
+        run(home, "providers", "setup", "remote", "--set", "url=https://r.example", "--set", "token=hunter2")
+        == 0
+    )
     assert (remote / "secrets.json").exists()
     assert run(home, "facts", "add", "Alice lives in Paris.", "--user", "telegram:1") == 0
     assert run(home, "sessions", "list") == 0  # a real mnemo state.db (export verifies it)
@@ -92,7 +95,9 @@ def members(archive: Path) -> dict[str, bytes]:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
 
 
-def test_export_takes_the_profile_and_never_the_secrets(profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_takes_the_profile_and_never_the_secrets(
+    profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     archive = tmp_path / "profile.tar.gz"
     assert run(profile, "export", str(archive)) == 0
     assert "no .env or provider secrets" in capsys.readouterr().out
@@ -127,16 +132,26 @@ def test_a_live_database_is_exported_consistently(profile: Path, tmp_path: Path)
     db.close()
 
 
-def test_import_restores_everything_into_a_fresh_home(profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_import_restores_everything_into_a_fresh_home(
+    profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     archive = tmp_path / "p.tgz"
     run(profile, "export", str(archive))
     new = tmp_path / "new"
     assert run(new, "import", str(archive)) == 0
     assert "recreate .env" in capsys.readouterr().out
-    for rel in ("memories/MEMORY.md", "memories/users/telegram/1/USER.md", "skills/deploy/SKILL.md", "SOUL.md", "config.yaml"):
+    for rel in (
+        "memories/MEMORY.md",
+        "memories/users/telegram/1/USER.md",
+        "skills/deploy/SKILL.md",
+        "SOUL.md",
+        "config.yaml",
+    ):
         assert (new / rel).read_bytes() == (profile / rel).read_bytes()
     assert not (new / ".env").exists() and not (new / "providers" / "remote" / "secrets.json").exists()
-    assert json.loads((new / "providers" / "remote" / "config.json").read_text()) == {"url": "https://r.example"}
+    assert json.loads((new / "providers" / "remote" / "config.json").read_text()) == {
+        "url": "https://r.example"
+    }
     db = sqlite3.connect(new / "state.db")
     assert db.execute("SELECT count(*) FROM wal_rows").fetchone() == (200,)
     db.close()
@@ -145,7 +160,9 @@ def test_import_restores_everything_into_a_fresh_home(profile: Path, tmp_path: P
     assert "Alice lives in Paris." in capsys.readouterr().out
 
 
-def test_import_refuses_a_non_empty_home_without_force(profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_import_refuses_a_non_empty_home_without_force(
+    profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     archive = tmp_path / "p.tgz"
     run(profile, "export", str(archive))
     new = tmp_path / "busy"
@@ -162,7 +179,9 @@ def test_import_refuses_a_non_empty_home_without_force(profile: Path, tmp_path: 
     assert (fresh / ".env").read_text() == ENV
 
 
-def test_force_keeps_replaced_files_aside_and_drops_stale_wal(profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_force_keeps_replaced_files_aside_and_drops_stale_wal(
+    profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     archive = tmp_path / "p.tgz"
     run(profile, "export", str(archive))
     new = tmp_path / "busy"
@@ -231,7 +250,9 @@ HOSTILE: dict[str, tuple[Callable[[tarfile.TarFile], None], str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_hostile_archives_are_refused_before_anything_is_written(tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_hostile_archives_are_refused_before_anything_is_written(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     build, message = HOSTILE[case]
     archive = tmp_path / "evil.tgz"
     with tarfile.open(archive, "w:gz") as tar:

@@ -27,7 +27,9 @@ def test_list_shows_name_state_and_description(home: Path, capsys: pytest.Captur
     assert "no provider is active" in out
 
 
-def test_list_marks_the_active_provider_and_explains_an_unavailable_one(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_list_marks_the_active_provider_and_explains_an_unavailable_one(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (home / "config.yaml").write_text("memory:\n  provider: holographic\n")
     db = home / "providers" / "holographic" / "facts.db"
     db.parent.mkdir(parents=True)
@@ -37,13 +39,17 @@ def test_list_marks_the_active_provider_and_explains_an_unavailable_one(home: Pa
     assert f"* holographic  unavailable: {db} cannot be opened" in out
 
 
-def test_list_refuses_when_the_configured_provider_is_missing(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_list_refuses_when_the_configured_provider_is_missing(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (home / "config.yaml").write_text("memory:\n  provider: nonesuch\n")
     assert run(home, "providers", "list") == 1
     assert "'nonesuch', which is not installed" in capsys.readouterr().out
 
 
-def test_setup_with_set_writes_the_providers_own_config(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_setup_with_set_writes_the_providers_own_config(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(home, "providers", "setup", "holographic", "--set", "dim=2048", "--set", "min_trust=0.25") == 0
     saved = json.loads((home / "providers" / "holographic" / "config.json").read_text())
     assert saved == {"dim": 2048, "min_trust": 0.25}
@@ -64,7 +70,9 @@ def test_setup_with_set_writes_the_providers_own_config(home: Path, capsys: pyte
         (["--set", "novalue"], "--set expects KEY=VALUE"),
     ],
 )
-def test_setup_rejects_bad_values(home: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+def test_setup_rejects_bad_values(
+    home: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
     assert run(home, "providers", "setup", "holographic", *argv) == 2
     assert message in capsys.readouterr().err
     assert not (home / "providers" / "holographic" / "config.json").exists()
@@ -78,7 +86,18 @@ def test_setup_of_an_unknown_provider(home: Path, capsys: pytest.CaptureFixture[
 def test_setup_prompts_on_a_terminal(home: Path) -> None:
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mnemo", "--home", str(home), "providers", "setup", "holographic", "--set", "dim=512"],
+        [
+            sys.executable,
+            "-m",
+            "mnemo",
+            "--home",
+            str(home),
+            "providers",
+            "setup",
+            "holographic",
+            "--set",
+            "dim=512",
+        ],
         stdin=slave,
         stdout=slave,
         stderr=slave,
@@ -102,12 +121,23 @@ def test_setup_prompts_on_a_terminal(home: Path) -> None:
     assert text.count("min_trust [0.3]:") == 2  # asked again after the bad answer
     assert "min_trust: expected a number, got 'lots'" in text
     saved = json.loads((home / "providers" / "holographic" / "config.json").read_text())
-    assert saved == {"dim": 512, "min_trust": 0.4, "prefetch_limit": 7, "decay_half_life_days": 0.0, "contradict_scan": 500}
+    assert saved == {
+        "dim": 512,
+        "min_trust": 0.4,
+        "prefetch_limit": 7,
+        "decay_half_life_days": 0.0,
+        "contradict_scan": 500,
+    }
 
 
 # --- facts ----------------------------------------------------------------------------------
-def test_facts_add_search_probe_share_the_tools_code_path(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(home, "facts", "add", "Alice lives in Paris.", "--user", "telegram:1", "--category", "person") == 0
+def test_facts_add_search_probe_share_the_tools_code_path(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        run(home, "facts", "add", "Alice lives in Paris.", "--user", "telegram:1", "--category", "person")
+        == 0
+    )
     assert "stored fact #1 (entities: Alice, Paris)" in capsys.readouterr().out
     assert run(home, "facts", "add", "Alice lives in Paris.", "--user", "telegram:1") == 0
     assert "already stored as fact #1" in capsys.readouterr().out
@@ -135,7 +165,9 @@ def test_facts_are_scoped_to_the_user_given(home: Path, capsys: pytest.CaptureFi
     assert "no facts found" in capsys.readouterr().out
 
 
-def test_facts_report_a_broken_store_and_bad_arguments(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_facts_report_a_broken_store_and_bad_arguments(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(home, "facts", "search", "x", "--user", "no-colon") == 2
     assert "--user" in capsys.readouterr().err
     assert run(home, "facts", "search", "x", "--limit", "0") == 1
@@ -150,5 +182,7 @@ def test_facts_report_a_broken_store_and_bad_arguments(home: Path, capsys: pytes
 def test_facts_work_from_a_fresh_process(home: Path) -> None:
     cmd = [sys.executable, "-m", "mnemo", "--home", str(home), "facts"]
     subprocess.run([*cmd, "add", "Carol's team ships on Thursdays."], check=True, capture_output=True)
-    out = subprocess.run([*cmd, "probe", "Carol", "--json"], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [*cmd, "probe", "Carol", "--json"], check=True, capture_output=True, text=True
+    ).stdout
     assert [f["content"] for f in json.loads(out)["facts"]] == ["Carol's team ships on Thursdays."]

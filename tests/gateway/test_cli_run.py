@@ -32,7 +32,9 @@ async def start(home: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
     )  # fmt: skip
 
 
-async def read_until(stream: asyncio.StreamReader, pattern: re.Pattern[str], seen: list[str]) -> re.Match[str]:
+async def read_until(
+    stream: asyncio.StreamReader, pattern: re.Pattern[str], seen: list[str]
+) -> re.Match[str]:
     while True:
         line = (await stream.readline()).decode()
         if not line:
@@ -43,11 +45,15 @@ async def read_until(stream: asyncio.StreamReader, pattern: re.Pattern[str], see
             return found
 
 
-async def test_run_with_nothing_configured_serves_the_web_chat_in_trial_mode(home: Path, tmp_path: Path) -> None:
+async def test_run_with_nothing_configured_serves_the_web_chat_in_trial_mode(
+    home: Path, tmp_path: Path
+) -> None:
     proc = await start(home, clean_env(tmp_path, MNEMO_WEB_PORT="0"))
     seen: list[str] = []
     try:
-        url = (await asyncio.wait_for(read_until(proc.stderr, re.compile(r"web chat: (http://\S+)/"), seen), 60))[1]
+        url = (
+            await asyncio.wait_for(read_until(proc.stderr, re.compile(r"web chat: (http://\S+)/"), seen), 60)
+        )[1]
         await asyncio.wait_for(read_until(proc.stderr, re.compile(r"\*\*\* LOCAL TRIAL MODE"), seen), 10)
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url) and not url.endswith(":8765")
         async with aiohttp.ClientSession() as http:
@@ -69,7 +75,9 @@ async def test_run_with_nothing_configured_serves_the_web_chat_in_trial_mode(hom
     assert (home / "state.db").exists()
 
 
-async def test_a_platform_token_without_an_llm_key_exits_2_with_one_clear_line(home: Path, tmp_path: Path) -> None:
+async def test_a_platform_token_without_an_llm_key_exits_2_with_one_clear_line(
+    home: Path, tmp_path: Path
+) -> None:
     token = "4242000001:AAsecretsecretsecretsecretsecret00"
     proc = await start(home, clean_env(tmp_path, TELEGRAM_BOT_TOKEN=token, MNEMO_WEB_PORT="0"))
     out, err = await asyncio.wait_for(proc.communicate(), 60)

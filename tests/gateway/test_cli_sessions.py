@@ -13,13 +13,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 CHAT = {
     "sessions": [
-        {"id": "s1", "started_at": "2024-03-01T10:00:00", "messages": [
-            {"id": "m1", "speaker": "Ann", "content": "We adopted a beagle called Biscuit"},
-            {"id": "m2", "speaker": "assistant", "content": "Congratulations on the new dog!"},
-        ]},
-        {"id": "s2", "started_at": "2024-03-09T10:00:00", "messages": [
-            {"id": "m3", "speaker": "Ann", "content": "Biscuit chewed my slippers"},
-        ]},
+        {
+            "id": "s1",
+            "started_at": "2024-03-01T10:00:00",
+            "messages": [
+                {"id": "m1", "speaker": "Ann", "content": "We adopted a beagle called Biscuit"},
+                {"id": "m2", "speaker": "assistant", "content": "Congratulations on the new dog!"},
+            ],
+        },
+        {
+            "id": "s2",
+            "started_at": "2024-03-09T10:00:00",
+            "messages": [
+                {"id": "m3", "speaker": "Ann", "content": "Biscuit chewed my slippers"},
+            ],
+        },
     ],
     "questions": [
         {"id": "q1", "question": "What is my dog's name?", "evidence": ["m1"], "category": "single-hop"},
@@ -59,11 +67,15 @@ def test_import_list_show_and_search(home: Path, chat_file: Path, capsys: pytest
 
     assert run(home, "sessions", "search", "adopting beagles", "--limit", "1", "--json") == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["count"] == 1 and data["results"][0]["matches"][0]["text"] == "We adopted a beagle called Biscuit"
+    assert (
+        data["count"] == 1
+        and data["results"][0]["matches"][0]["text"] == "We adopted a beagle called Biscuit"
+    )
 
 
-def test_search_is_restricted_to_the_chats_named(home: Path, chat_file: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_search_is_restricted_to_the_chats_named(
+    home: Path, chat_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run(home, "sessions", "import", str(chat_file), "--chat", "telegram:dm:7")
     run(home, "sessions", "import", str(chat_file))  # default chat: import:ann
     capsys.readouterr()
@@ -74,10 +86,21 @@ def test_search_is_restricted_to_the_chats_named(home: Path, chat_file: Path,
     assert keys and keys <= listed
 
 
-def test_a_large_import_reports_progress_on_stderr(home: Path, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    big = {"sessions": [{"id": f"s{i}", "started_at": f"2024-01-{i + 1:02d}", "messages": [
-        {"id": f"s{i}m{j}", "speaker": "u", "content": f"message {j}"} for j in range(250)]} for i in range(10)]}
+def test_a_large_import_reports_progress_on_stderr(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = {
+        "sessions": [
+            {
+                "id": f"s{i}",
+                "started_at": f"2024-01-{i + 1:02d}",
+                "messages": [
+                    {"id": f"s{i}m{j}", "speaker": "u", "content": f"message {j}"} for j in range(250)
+                ],
+            }
+            for i in range(10)
+        ]
+    }
     path = tmp_path / "big.json"
     path.write_text(json.dumps(big))
     assert run(home, "sessions", "import", str(path)) == 0
@@ -86,7 +109,9 @@ def test_a_large_import_reports_progress_on_stderr(home: Path, tmp_path: Path,
     assert "2500 messages" in captured.out
 
 
-def test_usage_errors_exit_2_with_a_message(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_errors_exit_2_with_a_message(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"sessions": [{"messages": [{"id": 1}]}]}')
     assert run(home, "sessions", "import", str(bad)) == 2
@@ -98,8 +123,9 @@ def test_usage_errors_exit_2_with_a_message(home: Path, tmp_path: Path, capsys: 
     assert run(home, "sessions", "show", "missing") == 1
 
 
-def test_bench_recall_prints_a_table_and_ends_with_one_json_line(home: Path, chat_file: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_recall_prints_a_table_and_ends_with_one_json_line(
+    home: Path, chat_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(home, "bench", "recall", "--dataset", str(chat_file), "--k", "1,3", "--json") == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert any(line.startswith("ann ") for line in lines)

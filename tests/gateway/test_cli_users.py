@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from mnemo.gateway.emulator import Reply
 
 from mnemo.cli.main import main
+from mnemo.gateway.emulator import Reply
 from tests.support.loopback import LoopbackAdapter
 
 QUIET = {"access.rate_limit_per_minute": 0}

@@ -47,14 +47,18 @@ async def test_the_reply_is_sent_before_the_compression_job_runs(app_factory, em
         (job,) = await app.jobs.jobs(kind="compress")
         assert job.state == "running" and len(adapter.sent) == n
         rows = await app.db.read(lambda c: c.execute("SELECT created_at FROM outbox ORDER BY id").fetchall())
-        assert [r for r in rows if r["created_at"] <= job.created_at], "the triggering reply was queued before the job"
+        assert [r for r in rows if r["created_at"] <= job.created_at], (
+            "the triggering reply was queued before the job"
+        )
         assert len(await chain(app)) == 1
         release.set()
         await settle(app)
         assert len(await chain(app)) == 2
 
 
-async def test_messages_sent_during_a_held_compression_land_in_the_new_session_once_in_order(app_factory, emulator):
+async def test_messages_sent_during_a_held_compression_land_in_the_new_session_once_in_order(
+    app_factory, emulator
+):
     world = World()
     release = asyncio.Event()
 
@@ -111,7 +115,9 @@ async def test_each_compression_updates_the_previous_summary(app_factory, emulat
         prompts = [last_text(r) for r in world.seen["summary"]]
         assert "PREVIOUS SUMMARY" not in prompts[0]
         for k in range(1, len(prompts)):
-            assert f"PREVIOUS SUMMARY:\n{made[k - 1]}" in prompts[k], "the later prompt carries the earlier summary"
+            assert f"PREVIOUS SUMMARY:\n{made[k - 1]}" in prompts[k], (
+                "the later prompt carries the earlier summary"
+            )
             assert "PRESERVE all existing information" in prompts[k]
         rows = await app.store.load_messages(sessions[-1].id)
         (summary,) = [r for r in rows if is_summary(r)]
@@ -140,9 +146,12 @@ async def test_a_request_that_would_not_fit_is_trimmed_and_compressed_after(app_
             assert n < 40
         trimmed = world.seen["chat"][-1]
         assert "earlier messages are left out of this request" in str(trimmed.body["messages"])
-        assert trimmed.usage["input_tokens"] + trimmed.usage["cache_read_input_tokens"] + trimmed.usage[
-            "cache_creation_input_tokens"
-        ] <= 8192 - 2048
+        assert (
+            trimmed.usage["input_tokens"]
+            + trimmed.usage["cache_read_input_tokens"]
+            + trimmed.usage["cache_creation_input_tokens"]
+            <= 8192 - 2048
+        )
         await settle(app)
         old, new = (await chain(app))[:2]
         assert old.end_reason == "compression" and new.parent_session_id == old.id
@@ -184,7 +193,11 @@ async def test_prompt_too_long_from_the_api_is_retried_trimmed_then_compressed(a
 
 
 def _env(home: Path, base_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
     env.update(
         MNEMO_HOME=str(home),
         ANTHROPIC_BASE_URL=base_url,
@@ -230,8 +243,14 @@ async def test_kill_9_during_compression_then_restart_completes_it_once(tmp_path
     async with Emulator(responder=world) as emu:
         out1 = (tmp_path / "out1.txt").open("wb")
         first = await asyncio.create_subprocess_exec(
-            *MNEMO, "chat", "--user", "bob",
-            stdin=subprocess.PIPE, stdout=out1, stderr=subprocess.STDOUT, env=_env(home, emu.base_url),
+            *MNEMO,
+            "chat",
+            "--user",
+            "bob",
+            stdin=subprocess.PIPE,
+            stdout=out1,
+            stderr=subprocess.STDOUT,
+            env=_env(home, emu.base_url),
         )
         assert first.stdin is not None
         first.stdin.write("".join(f"{t}\n" for t in first_lines).encode())
@@ -240,7 +259,9 @@ async def test_kill_9_during_compression_then_restart_completes_it_once(tmp_path
         first.stdin.write("".join(f"{t}\n" for t in during).encode())
         await first.stdin.drain()
         await _wait_db(
-            home, "SELECT 1 FROM messages WHERE role='assistant' AND content LIKE ?", ("reply to 'also during it'%",),
+            home,
+            "SELECT 1 FROM messages WHERE role='assistant' AND content LIKE ?",
+            ("reply to 'also during it'%",),
             what="the reply to the last message",
         )
         assert _query(home, "SELECT state, attempts FROM jobs WHERE kind='compress'") == [("running", 1)]
@@ -251,15 +272,25 @@ async def test_kill_9_during_compression_then_restart_completes_it_once(tmp_path
         hold.set()
         out2 = (tmp_path / "out2.txt").open("wb")
         second = await asyncio.create_subprocess_exec(
-            *MNEMO, "chat", "--user", "bob",
-            stdin=subprocess.PIPE, stdout=out2, stderr=subprocess.STDOUT, env=_env(home, emu.base_url),
+            *MNEMO,
+            "chat",
+            "--user",
+            "bob",
+            stdin=subprocess.PIPE,
+            stdout=out2,
+            stderr=subprocess.STDOUT,
+            env=_env(home, emu.base_url),
         )
         assert second.stdin is not None
-        await _wait_db(home, "SELECT 1 FROM jobs WHERE kind='compress' AND state='done'", what="the resumed job")
+        await _wait_db(
+            home, "SELECT 1 FROM jobs WHERE kind='compress' AND state='done'", what="the resumed job"
+        )
         second.stdin.write(b"after the restart\n")
         await second.stdin.drain()
         await _wait_db(
-            home, "SELECT 1 FROM messages WHERE role='assistant' AND content LIKE ?", ("reply to 'after the restart'%",),
+            home,
+            "SELECT 1 FROM messages WHERE role='assistant' AND content LIKE ?",
+            ("reply to 'after the restart'%",),
             what="the reply after the restart",
         )
         second.stdin.close()
@@ -270,14 +301,19 @@ async def test_kill_9_during_compression_then_restart_completes_it_once(tmp_path
     assert len(world.seen["memory"]) == 1, "the flush recorded before the kill is not run again"
     assert len(world.seen["summary"]) == 2
     sessions = _query(
-        home, "SELECT id, parent_session_id, end_reason, source FROM sessions WHERE chat_key='cli:dm:bob' ORDER BY rowid"
+        home,
+        "SELECT id, parent_session_id, end_reason, source FROM sessions WHERE chat_key='cli:dm:bob' ORDER BY rowid",
     )
     assert [(s[2], s[3]) for s in sessions] == [("compression", "chat"), (None, "chat")]
     old_id, new_id = sessions[0][0], sessions[1][0]
     assert sessions[1][1] == old_id
 
     def users(session_id: str) -> list[str]:
-        rows = _query(home, "SELECT content, meta FROM messages WHERE session_id=? AND role='user' ORDER BY id", (session_id,))
+        rows = _query(
+            home,
+            "SELECT content, meta FROM messages WHERE session_id=? AND role='user' ORDER BY id",
+            (session_id,),
+        )
         return [c for c, meta in rows if '"compression_summary": true' not in meta]
 
     sent = [t.strip() for t in (*first_lines, *during)]  # the console strips each line
@@ -287,7 +323,9 @@ async def test_kill_9_during_compression_then_restart_completes_it_once(tmp_path
     carried = new_users[:-1]
     assert carried[:2] == sent[:2], "the head (first three messages) is kept"
     tail = carried[2:]
-    assert tail == sent[len(sent) - len(tail) :] and tail[-2:] == during, "the tail is the newest messages, once"
+    assert tail == sent[len(sent) - len(tail) :] and tail[-2:] == during, (
+        "the tail is the newest messages, once"
+    )
     assert _query(home, "SELECT COUNT(*) FROM inbox WHERE state != 'done'") == [(0,)]
     replies = _query(home, "SELECT inbox_id, COUNT(*) FROM outbox GROUP BY inbox_id HAVING COUNT(*) > 1")
     assert replies == [], "no message answered twice"

@@ -37,7 +37,9 @@ def test_environment_beats_dotenv_beats_yaml(home: Path) -> None:
 
 
 def test_list_variables_are_comma_separated(home: Path) -> None:
-    s = load_settings(home, environ={"MNEMO_ADMINS": "telegram:1, discord:2,,", "TELEGRAM_ALLOWED_USERS": "5"})
+    s = load_settings(
+        home, environ={"MNEMO_ADMINS": "telegram:1, discord:2,,", "TELEGRAM_ALLOWED_USERS": "5"}
+    )
     assert s.access.admins == ("telegram:1", "discord:2")
     assert s.telegram.allowed_users == ("5",)
 

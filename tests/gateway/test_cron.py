@@ -71,21 +71,30 @@ def in_chat(user: str = "u1") -> Caller:
 def move_next_run(home: Path, job_id: str, next_run: datetime, start: datetime | None = None) -> None:
     """Edit a stopped profile's job as if its time had come and gone while the bot was down."""
     with sqlite3.connect(home / "state.db") as db:
-        db.execute("UPDATE cron_jobs SET next_run_at = ?, start_at = COALESCE(?, start_at) WHERE id = ?",
-                   (next_run.timestamp(), start.timestamp() if start else None, job_id))
+        db.execute(
+            "UPDATE cron_jobs SET next_run_at = ?, start_at = COALESCE(?, start_at) WHERE id = ?",
+            (next_run.timestamp(), start.timestamp() if start else None, job_id),
+        )
 
 
 async def runs_of(app: Any, job_id: str) -> list[Any]:
     return await app.cron.store.runs(job_id)
 
 
-async def test_a_job_fires_at_its_time_in_a_cron_context_and_reaches_its_chat_labelled_scheduled(app_factory, emulator):
+async def test_a_job_fires_at_its_time_in_a_cron_context_and_reaches_its_chat_labelled_scheduled(
+    app_factory, emulator
+):
     async def responder(rec: RecordedRequest) -> Reply:
         if is_cron(rec):
             return Reply(text="Time to stretch!")
         if len(tool_results(rec)) == 0:
-            return Reply(tool_uses=[ToolUse("cronjob", {"action": "create", "in": "1s",
-                                                         "prompt": "Tell the user to stretch."})])
+            return Reply(
+                tool_uses=[
+                    ToolUse(
+                        "cronjob", {"action": "create", "in": "1s", "prompt": "Tell the user to stretch."}
+                    )
+                ]
+            )
         return Reply(text="I'll remind you in a second.")
 
     emulator.default = responder
@@ -101,7 +110,9 @@ async def test_a_job_fires_at_its_time_in_a_cron_context_and_reaches_its_chat_la
         assert job.target == JobTarget("loop", "u1", ChatType.DM) and job.user_id == "u1"
         assert job.state is JobState.DONE, "a one-off job is done after its run"
         [run] = await runs_of(app, job.id)
-        assert run.state is RunState.DELIVERED and run.scheduled_for is not None and run.started_at is not None
+        assert (
+            run.state is RunState.DELIVERED and run.scheduled_for is not None and run.started_at is not None
+        )
         assert run.started_at >= run.scheduled_for, "not before its time"
 
         chat_request = emulator.requests[0]
@@ -114,17 +125,22 @@ async def test_a_job_fires_at_its_time_in_a_cron_context_and_reaches_its_chat_la
 
         # A fresh session of its own, not mirrored into the chat's conversation.
         cron_session = await app.store.get_session(run.session_id)
-        assert cron_session.source == "cron" and cron_session.agent_context == "cron" and cron_session.is_ended
+        assert (
+            cron_session.source == "cron" and cron_session.agent_context == "cron" and cron_session.is_ended
+        )
         chat_session = await app.store.active_session("loop:dm:u1")
         texts = [m.content for m in await app.store.load_messages(chat_session.id)]
         assert "Time to stretch!" not in texts
 
 
-async def test_a_cron_job_fires_and_its_next_run_is_the_next_time_of_its_expression(app_factory, emulator, home):
+async def test_a_cron_job_fires_and_its_next_run_is_the_next_time_of_its_expression(
+    app_factory, emulator, home
+):
     emulator.default = lambda rec: Reply(text="Good morning!")
     async with app_factory(LoopbackAdapter()) as app:
-        job = await app.cron.create(in_chat(), kind="cron", when="0 8 * * 1-5", prompt="Morning summary",
-                                    timezone="Europe/Berlin")
+        job = await app.cron.create(
+            in_chat(), kind="cron", when="0 8 * * 1-5", prompt="Morning summary", timezone="Europe/Berlin"
+        )
         assert job.next_run_at.astimezone(BERLIN).strftime("%H:%M %a") in {
             f"08:00 {d}" for d in ("Mon", "Tue", "Wed", "Thu", "Fri")
         }
@@ -144,8 +160,14 @@ async def test_a_cron_job_fires_and_its_next_run_is_the_next_time_of_its_express
 async def test_a_cron_run_cannot_write_user_md_and_the_tool_result_says_why(app_factory, emulator, home):
     async def responder(rec: RecordedRequest) -> Reply:
         if not tool_results(rec):
-            return Reply(tool_uses=[ToolUse("memory", {"action": "add", "target": "user",
-                                                        "content": "User has stopped drinking tea"})])
+            return Reply(
+                tool_uses=[
+                    ToolUse(
+                        "memory",
+                        {"action": "add", "target": "user", "content": "User has stopped drinking tea"},
+                    )
+                ]
+            )
         return Reply(text="Tea time reminder sent.")
 
     emulator.default = responder
@@ -168,7 +190,9 @@ async def test_silent_delivers_nothing(app_factory, emulator):
     emulator.default = lambda rec: Reply(text="[SILENT]")
     adapter = LoopbackAdapter()
     async with app_factory(adapter) as app:
-        job = await app.cron.create(in_chat(), kind="in", when="1s", prompt="Anything new? Say [SILENT] if not.")
+        job = await app.cron.create(
+            in_chat(), kind="in", when="1s", prompt="Anything new? Say [SILENT] if not."
+        )
         [run] = await eventually(lambda: _finished_runs(app, job.id))
         assert run.state is RunState.SILENT and run.outbox_id is None
         await app.gateway.delivery.deliver_due()
@@ -246,7 +270,9 @@ async def test_a_run_missed_by_more_than_the_grace_is_skipped_and_logged(app_fac
     assert adapter.sent == [] and emulator.requests == []
 
 
-async def test_delivery_while_the_adapter_fails_is_retried_until_it_succeeds_exactly_once(app_factory, emulator):
+async def test_delivery_while_the_adapter_fails_is_retried_until_it_succeeds_exactly_once(
+    app_factory, emulator
+):
     emulator.default = lambda rec: Reply(text="Your reminder.")
     adapter = LoopbackAdapter()
     async with app_factory(adapter) as app:
@@ -286,8 +312,12 @@ async def test_a_result_waits_while_the_adapter_is_disconnected(app_factory, emu
 async def test_a_user_cannot_list_or_remove_another_chats_jobs_but_an_admin_can(app_factory, emulator):
     async def responder(rec: RecordedRequest) -> Reply:
         if not tool_results(rec):
-            return Reply(tool_uses=[ToolUse("cronjob", {"action": "list"}),
-                                    ToolUse("cronjob", {"action": "remove", "job_id": job_id})])
+            return Reply(
+                tool_uses=[
+                    ToolUse("cronjob", {"action": "list"}),
+                    ToolUse("cronjob", {"action": "remove", "job_id": job_id}),
+                ]
+            )
         return Reply(text="done")
 
     emulator.default = responder
@@ -340,16 +370,28 @@ async def test_bad_input_is_a_clear_error_and_stores_nothing(app_factory, emulat
         await adapter.say("/cron add cron 0 8 * * 9 bad weekday")
         sent = await adapter.wait_sent(3)
         errors = tool_results(emulator.requests[-1])
-        for error, expected in zip(errors, ["invalid cron expression", "in the past", "too frequent",
-                                            "limit is 100", "unknown time zone", "exactly one of", "needs job_id"],
-                                   strict=True):
+        for error, expected in zip(
+            errors,
+            [
+                "invalid cron expression",
+                "in the past",
+                "too frequent",
+                "limit is 100",
+                "unknown time zone",
+                "exactly one of",
+                "needs job_id",
+            ],
+            strict=True,
+        ):
             assert '"success": false' in error and expected in error
         texts = sorted(m.text for m in sent)
         assert any("too frequent" in t for t in texts) and any("not a weekday" in t for t in texts)
         assert await app.cron.store.all() == []
 
 
-async def test_a_job_whose_chat_is_no_longer_authorized_is_paused_with_a_note_to_admins(app_factory, emulator, home):
+async def test_a_job_whose_chat_is_no_longer_authorized_is_paused_with_a_note_to_admins(
+    app_factory, emulator, home
+):
     async with app_factory(LoopbackAdapter()) as app:
         job = await app.cron.create(in_chat("u2"), kind="every", when="1d", prompt="Daily digest")
     move_next_run(home, job.id, datetime.now(UTC) - timedelta(seconds=10))
@@ -357,7 +399,9 @@ async def test_a_job_whose_chat_is_no_longer_authorized_is_paused_with_a_note_to
     with capture_logs() as logs:
         async with app_factory(adapter, **{"access.allowed": ()}) as app:  # u2 is no longer allowed
             [note] = await adapter.wait_sent(1)
-            assert note.chat.chat_id == "admin" and job.id in note.text and "no longer authorized" in note.text
+            assert (
+                note.chat.chat_id == "admin" and job.id in note.text and "no longer authorized" in note.text
+            )
             paused = await eventually(lambda: _paused(app, job.id))
             assert paused.next_run_at is None and "no longer authorized" in paused.last_result
             await eventually(lambda: _scheduled_exactly(app, set()))
@@ -375,15 +419,20 @@ async def test_a_group_job_posts_in_its_thread_without_anyones_profile(app_facto
         if is_cron(rec):
             return Reply(text="Standup in 5 minutes.")
         if not tool_results(rec):
-            return Reply(tool_uses=[ToolUse("cronjob", {"action": "create", "in": "1s",
-                                                         "prompt": "Announce the standup."})])
+            return Reply(
+                tool_uses=[
+                    ToolUse("cronjob", {"action": "create", "in": "1s", "prompt": "Announce the standup."})
+                ]
+            )
         return Reply(text="Scheduled.")
 
     emulator.default = responder
     adapter = LoopbackAdapter()
     async with app_factory(adapter) as app:
         app.files.user(UserRef("loop", "u1")).add("User's secret nickname is Bumblebee")
-        await adapter.say("announce the standup", user="u1", chat="team", chat_type=ChatType.GROUP, thread_id="t9")
+        await adapter.say(
+            "announce the standup", user="u1", chat="team", chat_type=ChatType.GROUP, thread_id="t9"
+        )
         sent = await adapter.wait_sent(2)
         assert (sent[1].chat.chat_id, sent[1].chat.thread_id, sent[1].scheduled) == ("team", "t9", True)
         cron_request = next(r for r in emulator.requests if is_cron(r))

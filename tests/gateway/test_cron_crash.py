@@ -23,9 +23,17 @@ MNEMO = [sys.executable, "-m", "mnemo"]
 
 
 def _env(home: Path, base_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
-    env.update(MNEMO_HOME=str(home), ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY="test-key",
-               MNEMO_LOG_LEVEL="warning")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
+    env.update(
+        MNEMO_HOME=str(home),
+        ANTHROPIC_BASE_URL=base_url,
+        ANTHROPIC_API_KEY="test-key",
+        MNEMO_LOG_LEVEL="warning",
+    )
     return env
 
 
@@ -58,21 +66,37 @@ async def test_kill_9_during_a_cron_run_then_restart_delivers_exactly_once(tmp_p
         return Reply(text="the one reminder")
 
     # The job is due before the first process starts: it runs as soon as it is up.
-    assert await asyncio.to_thread(main, ["--home", str(home), "cron", "add", "--chat", "cli:bob", "--in", "1s",
-                                          "Remind", "bob"]) == 0
+    assert (
+        await asyncio.to_thread(
+            main, ["--home", str(home), "cron", "add", "--chat", "cli:bob", "--in", "1s", "Remind", "bob"]
+        )
+        == 0
+    )
     await asyncio.sleep(1.1)
     async with Emulator(responder=responder) as emu:
         first = await asyncio.create_subprocess_exec(
-            *MNEMO, "chat", "--user", "bob", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=_env(home, emu.base_url),
+            *MNEMO,
+            "chat",
+            "--user",
+            "bob",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_env(home, emu.base_url),
         )
         await asyncio.wait_for(emu.wait_for_requests(1), 60)
         first.send_signal(signal.SIGKILL)
         await first.wait()
 
         second = await asyncio.create_subprocess_exec(
-            *MNEMO, "chat", "--user", "bob", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=_env(home, emu.base_url),
+            *MNEMO,
+            "chat",
+            "--user",
+            "bob",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_env(home, emu.base_url),
         )
         assert second.stdout is not None and second.stdin is not None
         out = await _read_until(second.stdout, "the one reminder", 90)

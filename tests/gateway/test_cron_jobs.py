@@ -39,7 +39,9 @@ async def jobs(tmp_path: Path, clock: Clock) -> AsyncIterator[CronJobs]:
     db = state_database(tmp_path / "state.db")
     await db.open()
     try:
-        yield CronJobs(CronStore(db, Outbox(db)), CronSettings(max_prompt_chars=200), default_timezone="UTC", clock=clock)
+        yield CronJobs(
+            CronStore(db, Outbox(db)), CronSettings(max_prompt_chars=200), default_timezone="UTC", clock=clock
+        )
     finally:
         await db.close()
 
@@ -103,7 +105,9 @@ async def test_invalid_input_is_refused_and_stores_nothing(jobs: CronJobs, clock
         with pytest.raises(InvalidJob, match=message):
             await jobs.create(caller, **args)  # type: ignore[arg-type]
     with pytest.raises(InvalidJob, match="chat id"):
-        await jobs.create(Caller.operator(), kind="every", when="1h", prompt="p", target=JobTarget("x", "a/b"))
+        await jobs.create(
+            Caller.operator(), kind="every", when="1h", prompt="p", target=JobTarget("x", "a/b")
+        )
     assert await jobs.store.all() == []
 
 
@@ -120,7 +124,9 @@ async def test_pause_and_resume_continue_from_now(jobs: CronJobs, clock: Clock) 
     assert resumed.next_run_at == datetime(2025, 3, 29, 18, 0, tzinfo=UTC)
 
 
-async def test_a_one_off_whose_time_passed_while_paused_cannot_be_resumed(jobs: CronJobs, clock: Clock) -> None:
+async def test_a_one_off_whose_time_passed_while_paused_cannot_be_resumed(
+    jobs: CronJobs, clock: Clock
+) -> None:
     job = await jobs.create(dm("1"), kind="in", when="10m", prompt="Tea is ready")
     await jobs.pause(dm("1"), job.id)
     clock.now += timedelta(hours=1)
@@ -137,8 +143,13 @@ async def test_a_chat_holds_a_bounded_number_of_jobs(jobs: CronJobs) -> None:
 
 
 DECLARED = (
-    {"id": "standup", "chat": "discord:group:555:66", "cron": "0 9 * * 1-5", "timezone": "Europe/Berlin",
-     "prompt": "Post the standup reminder"},
+    {
+        "id": "standup",
+        "chat": "discord:group:555:66",
+        "cron": "0 9 * * 1-5",
+        "timezone": "Europe/Berlin",
+        "prompt": "Post the standup reminder",
+    },
     {"id": "backup-check", "chat": "telegram:42", "every": "1d", "prompt": "Check last night's backup"},
 )
 
@@ -173,7 +184,10 @@ async def test_declared_jobs_cannot_be_removed_from_chat_but_can_be_paused(jobs:
     ("entry", "message"),
     [
         ({"id": "a", "chat": "telegram:1", "prompt": "p"}, r"cron.jobs\[0\] \(a\): give exactly one of"),
-        ({"id": "a", "chat": "telegram:1", "prompt": "p", "every": "5s"}, r"cron.jobs\[0\] \(a\): every 5s is too"),
+        (
+            {"id": "a", "chat": "telegram:1", "prompt": "p", "every": "5s"},
+            r"cron.jobs\[0\] \(a\): every 5s is too",
+        ),
         ({"id": "a", "chat": "nowhere", "prompt": "p", "every": "1h"}, "invalid chat"),
         ({"id": "a b", "chat": "telegram:1", "prompt": "p", "every": "1h"}, "'id' must be"),
         ({"id": "a", "chat": "telegram:1", "prompt": "p", "every": "1h", "when": "x"}, "unknown key"),
@@ -203,7 +217,9 @@ def test_chat_addresses_round_trip(platform: str, chat: str, thread: str | None,
     assert parse_chat(str(target)) == target
 
 
-@given(prompt=st.text(min_size=1, max_size=80).filter(lambda s: s.strip() and s.split()[0][:3].lower() != "tz="))
+@given(
+    prompt=st.text(min_size=1, max_size=80).filter(lambda s: s.strip() and s.split()[0][:3].lower() != "tz=")
+)
 def test_cron_add_arguments(prompt: str) -> None:
     expected = prompt.strip()
     assert parse_add(f"every 2h {prompt}") == ("every", "2h", None, expected)

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mnemo.gateway.errors import InvalidJob
 from mnemo.gateway.cron.schedules import (
     Schedule,
     ScheduleKind,
@@ -26,12 +25,15 @@ from mnemo.gateway.cron.schedules import (
     parse_duration,
     utc,
 )
+from mnemo.gateway.errors import InvalidJob
 
 NOW = datetime(2025, 3, 29, 12, 0, tzinfo=UTC)  # a Saturday; Europe/Berlin moves to CEST that night
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
-def schedule(kind: str, text: str, tz: str = "UTC", now: datetime = NOW, min_interval_s: int = 60) -> Schedule:
+def schedule(
+    kind: str, text: str, tz: str = "UTC", now: datetime = NOW, min_interval_s: int = 60
+) -> Schedule:
     return make_schedule(kind, text, tz, now, min_interval_s=min_interval_s)
 
 
@@ -113,7 +115,10 @@ def test_weekday_numbers_are_crontabs_sunday_zero_not_apschedulers_monday_zero()
 
 
 def test_day_of_month_or_day_of_week_as_in_crontab() -> None:
-    days = [d.date().isoformat() for d in runs(schedule("cron", "0 8 1 * 1"), 4, datetime(2025, 3, 25, tzinfo=UTC))]
+    days = [
+        d.date().isoformat()
+        for d in runs(schedule("cron", "0 8 1 * 1"), 4, datetime(2025, 3, 25, tzinfo=UTC))
+    ]
     assert days == ["2025-03-31", "2025-04-01", "2025-04-07", "2025-04-14"]  # Mondays and the 1st
 
 
@@ -146,7 +151,9 @@ def test_in_and_at_are_one_offs() -> None:
     at = schedule("at", "2025-04-01T09:30", "Europe/Berlin")
     assert at.instant == datetime(2025, 4, 1, 7, 30, tzinfo=UTC)
     assert runs(at, 5) == [at.instant]
-    assert schedule("at", "2025-04-01T09:30+00:00", "Europe/Berlin").instant == datetime(2025, 4, 1, 9, 30, tzinfo=UTC)
+    assert schedule("at", "2025-04-01T09:30+00:00", "Europe/Berlin").instant == datetime(
+        2025, 4, 1, 9, 30, tzinfo=UTC
+    )
 
 
 def test_a_time_of_day_means_the_next_such_time() -> None:
@@ -157,8 +164,12 @@ def test_a_time_of_day_means_the_next_such_time() -> None:
 
 def test_describe() -> None:
     assert schedule("every", "90m").describe() == "every 1h 30m"
-    assert schedule("cron", "0  8 * *  1-5", "Europe/Berlin").describe() == "cron '0 8 * * 1-5' (Europe/Berlin)"
-    assert schedule("at", "2025-04-01T09:30", "Europe/Berlin").describe() == "once at Tue 2025-04-01 09:30 CEST"
+    assert (
+        schedule("cron", "0  8 * *  1-5", "Europe/Berlin").describe() == "cron '0 8 * * 1-5' (Europe/Berlin)"
+    )
+    assert (
+        schedule("at", "2025-04-01T09:30", "Europe/Berlin").describe() == "once at Tue 2025-04-01 09:30 CEST"
+    )
 
 
 # --- validation ---------------------------------------------------------------------
@@ -198,8 +209,13 @@ def test_the_minimum_interval_applies_to_the_shortest_gap_of_a_cron_expression()
     assert schedule("cron", "0 9,21 * * *", min_interval_s=12 * 3600).value == "0 9,21 * * *"
 
 
-@given(parts=st.lists(st.tuples(st.integers(1, 120), st.sampled_from(["s", "m", "h", "d", "w", " minutes", "hr"])),
-                      min_size=1, max_size=4))
+@given(
+    parts=st.lists(
+        st.tuples(st.integers(1, 120), st.sampled_from(["s", "m", "h", "d", "w", " minutes", "hr"])),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_durations_add_up(parts: list[tuple[int, str]]) -> None:
     size = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, " minutes": 60, "hr": 3600}
     text = "".join(f"{n}{unit}" for n, unit in parts)

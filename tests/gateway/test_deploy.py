@@ -4,8 +4,6 @@ hardening, each against what mnemo itself expects (env names, paths, /healthz)."
 
 from __future__ import annotations
 
-import tomllib
-
 import re
 import shlex
 from pathlib import Path
@@ -65,7 +63,9 @@ def test_dockerfile_runs_as_non_root_with_the_home_in_a_volume_and_a_healthcheck
     assert set(k for k in env if k.startswith("MNEMO_")) <= set(ENV_KEYS) | {"MNEMO_HOME"}
     [user] = [rest for w, rest in ins if w == "USER"]
     assert user.split(":")[0] not in ("root", "0")
-    assert words.index("USER") > max(i for i, w in enumerate(words) if w == "RUN"), "nothing runs as root after USER"
+    assert words.index("USER") > max(i for i, w in enumerate(words) if w == "RUN"), (
+        "nothing runs as root after USER"
+    )
     [volume] = [rest for w, rest in ins if w == "VOLUME"]
     assert "/data" in volume
     [expose] = [rest for w, rest in ins if w == "EXPOSE"]

@@ -22,6 +22,7 @@ def compose() -> dict:
 
 def interpolated(value: str, env: dict[str, str]) -> str:
     """Compose's ``${NAME}`` / ``${NAME:?message}`` with ``env``; a missing one fails."""
+
     def one(m: re.Match[str]) -> str:
         assert m[1] in env, f"{m[1]} is not provided"
         return env[m[1]]
@@ -38,7 +39,9 @@ def test_the_services_are_postgresql_two_replicas_and_a_proxy() -> None:
     for name in REPLICAS:
         svc = services[name]
         assert svc["depends_on"]["postgres"]["condition"] == "service_healthy"
-        assert (DEPLOY / svc["build"]["context"] / svc["build"]["dockerfile"]).resolve() == DEPLOY / "Dockerfile"
+        assert (
+            DEPLOY / svc["build"]["context"] / svc["build"]["dockerfile"]
+        ).resolve() == DEPLOY / "Dockerfile"
         assert "postgres" in svc["build"]["args"]["MNEMO_EXTRAS"]
         assert svc["read_only"] is True and "ALL" in svc["cap_drop"]
     # The Dockerfile takes the extras the compose file passes.

@@ -65,7 +65,10 @@ async def test_tool_use_round_trip(emu: Emulator) -> None:
     assert call.id.startswith("toolu_")
     messages += [
         {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "rain, 4°C"}]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "rain, 4°C"}],
+        },
     ]
     second = await c.messages.create(model=MODEL, max_tokens=200, messages=messages, tools=[WEATHER])
     assert second.content[0].text == "It says: rain, 4°C" and second.stop_reason == "end_turn"
@@ -129,14 +132,20 @@ async def test_validation_error_surfaces_as_bad_request_and_consumes_nothing(emu
 async def test_missing_auth_is_401_and_other_paths_404(emu: Emulator) -> None:
     body = {"model": MODEL, "max_tokens": 5, "messages": user("x")}
     async with httpx.AsyncClient() as http:
-        no_key = await http.post(f"{emu.base_url}/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
+        no_key = await http.post(
+            f"{emu.base_url}/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}
+        )
         x_key = await http.post(
-            f"{emu.base_url}/v1/messages", json=body, headers={"x-api-key": "k", "anthropic-version": "2023-06-01"}
+            f"{emu.base_url}/v1/messages",
+            json=body,
+            headers={"x-api-key": "k", "anthropic-version": "2023-06-01"},
         )
         no_version = await http.post(f"{emu.base_url}/v1/messages", json=body, headers={"x-api-key": "k"})
         missing = await http.get(f"{emu.base_url}/v1/models", headers={"x-api-key": "k"})
         not_json = await http.post(
-            f"{emu.base_url}/v1/messages", content=b"{nope", headers={"x-api-key": "k", "anthropic-version": "1"}
+            f"{emu.base_url}/v1/messages",
+            content=b"{nope",
+            headers={"x-api-key": "k", "anthropic-version": "1"},
         )
     assert no_key.status_code == 401 and no_key.json()["error"]["type"] == "authentication_error"
     assert x_key.status_code == 200
@@ -211,7 +220,9 @@ async def test_malformed_body_with_200(emu: Emulator) -> None:
 async def test_mid_stream_error_is_not_retried_and_carries_its_type(emu: Emulator) -> None:
     emu.script(Fault(529, mid_stream=True), Reply("not reached"))
     with pytest.raises(anthropic.APIStatusError) as info:
-        async with client(emu, max_retries=2).messages.stream(model=MODEL, max_tokens=50, messages=user("x")) as s:
+        async with client(emu, max_retries=2).messages.stream(
+            model=MODEL, max_tokens=50, messages=user("x")
+        ) as s:
             await s.get_final_message()
     assert info.value.status_code == 200
     assert info.value.body["error"]["type"] == "overloaded_error"
@@ -247,8 +258,12 @@ async def test_max_tokens_cuts_the_reply(emu: Emulator) -> None:
 
 async def test_stop_sequence_cuts_the_reply(emu: Emulator) -> None:
     emu.script(Reply("alpha STOP beta"))
-    msg = await client(emu).messages.create(model=MODEL, max_tokens=50, messages=user("x"), stop_sequences=["STOP"])
-    assert msg.content[0].text == "alpha " and msg.stop_reason == "stop_sequence" and msg.stop_sequence == "STOP"
+    msg = await client(emu).messages.create(
+        model=MODEL, max_tokens=50, messages=user("x"), stop_sequences=["STOP"]
+    )
+    assert (
+        msg.content[0].text == "alpha " and msg.stop_reason == "stop_sequence" and msg.stop_sequence == "STOP"
+    )
 
 
 async def test_explicit_stop_reason(emu: Emulator) -> None:
@@ -264,7 +279,8 @@ async def test_default_responder_and_script_order(emu: Emulator) -> None:
     emu.script(Reply("one"), Reply("two"))
     c = client(emu)
     texts = [
-        (await c.messages.create(model=MODEL, max_tokens=20, messages=user(str(i)))).content[0].text for i in range(3)
+        (await c.messages.create(model=MODEL, max_tokens=20, messages=user(str(i)))).content[0].text
+        for i in range(3)
     ]
     assert texts == ["one", "two", "default:2"]
 
@@ -334,7 +350,10 @@ async def test_random_faults_do_not_consume_script_items(emu: Emulator) -> None:
     emu.set_fault_rate(0.5, statuses=(529,), seed=3, retry_after=0.01)
     emu.script(*(Reply(f"r{i}") for i in range(5)))
     c = client(emu, max_retries=10)
-    texts = [(await c.messages.create(model=MODEL, max_tokens=20, messages=user("x"))).content[0].text for _ in range(5)]
+    texts = [
+        (await c.messages.create(model=MODEL, max_tokens=20, messages=user("x"))).content[0].text
+        for _ in range(5)
+    ]
     assert texts == [f"r{i}" for i in range(5)]
     assert any(r.fault is not None for r in emu.requests)  # seed 3 fails some of them
 

@@ -40,7 +40,9 @@ def system(text: str = BIG_SYSTEM, ttl: str | None = None) -> list[dict[str, Any
     return [{"type": "text", "text": text, "cache_control": cc}]
 
 
-async def ask(emu: Emulator, sys: Any = None, text: str = "hello", model: str = MODEL) -> anthropic.types.Usage:
+async def ask(
+    emu: Emulator, sys: Any = None, text: str = "hello", model: str = MODEL
+) -> anthropic.types.Usage:
     kw: dict[str, Any] = {"system": sys if sys is not None else system()}
     msg = await sdk(emu).messages.create(
         model=model, max_tokens=20, messages=[{"role": "user", "content": text}], **kw
@@ -184,7 +186,9 @@ def test_no_breakpoint_means_all_plain_input() -> None:
     cache = PromptCache(ManualClock(), min_cacheable_tokens=1)
     for _ in range(2):
         usage = cache.account(body(3, ()))
-        assert usage.input_tokens == prefix_blocks(body(3, ()))[-1].tokens and usage.cache_read_input_tokens == 0
+        assert (
+            usage.input_tokens == prefix_blocks(body(3, ()))[-1].tokens and usage.cache_read_input_tokens == 0
+        )
     assert len(cache) == 0
 
 
@@ -213,7 +217,9 @@ def test_marker_position_and_string_form_do_not_change_keys() -> None:
     as_list = {
         "model": MODEL,
         "system": [{"type": "text", "text": "S" * 50, "cache_control": EPHEMERAL}],
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": EPHEMERAL}]}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": EPHEMERAL}]}
+        ],
     }
     assert [b.key for b in prefix_blocks(as_string)] == [b.key for b in prefix_blocks(as_list)]
     assert [b.ttl for b in prefix_blocks(as_list)] == ["5m", "5m"]
@@ -261,7 +267,10 @@ def test_usage_always_adds_up(plan: list[tuple[int, set[int], int, str]], minimu
         usage = cache.account(request)
         assert min(usage.input_tokens, usage.cache_read_input_tokens, usage.cache_creation_input_tokens) >= 0
         assert usage.total_input_tokens == prefix[-1].tokens
-        assert usage.cache_creation_input_tokens == usage.cache_creation_5m_tokens + usage.cache_creation_1h_tokens
+        assert (
+            usage.cache_creation_input_tokens
+            == usage.cache_creation_5m_tokens + usage.cache_creation_1h_tokens
+        )
         if usage.cache_read_input_tokens or usage.cache_creation_input_tokens:
             assert max(usage.cache_read_input_tokens + usage.cache_creation_input_tokens, 0) >= minimum
         # Asking again at once reads at least everything that was just cached.

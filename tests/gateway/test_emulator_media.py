@@ -8,26 +8,37 @@ import base64
 from typing import Any
 
 import pytest
+
 from mnemo.gateway.emulator import validate_request
 from mnemo.gateway.emulator.cache import block_tokens
-
 from tests.adapters.test_telegram_media import MINI_PDF
 from tests.fakes.telegram_world import jpeg
 
 
 def body(*blocks: dict[str, Any]) -> dict[str, Any]:
-    return {"model": "claude-x", "max_tokens": 10,
-            "messages": [{"role": "user", "content": [*blocks, {"type": "text", "text": "hi"}]}]}
+    return {
+        "model": "claude-x",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": [*blocks, {"type": "text", "text": "hi"}]}],
+    }
 
 
 def image(data: bytes, media_type: str = "image/jpeg") -> dict[str, Any]:
-    return {"type": "image", "source": {"type": "base64", "media_type": media_type,
-                                        "data": base64.b64encode(data).decode()}}
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": media_type, "data": base64.b64encode(data).decode()},
+    }
 
 
 def pdf(data: bytes) -> dict[str, Any]:
-    return {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
-                                           "data": base64.b64encode(data).decode()}}
+    return {
+        "type": "document",
+        "source": {
+            "type": "base64",
+            "media_type": "application/pdf",
+            "data": base64.b64encode(data).decode(),
+        },
+    }
 
 
 def test_valid_image_and_pdf_blocks_pass() -> None:
@@ -40,10 +51,16 @@ def test_valid_image_and_pdf_blocks_pass() -> None:
         (image(jpeg(), "image/png"), "does not match the provided media type"),
         (image(b"not an image at all"), "Could not process image"),
         (image(jpeg(), "image/bmp"), "media_type"),
-        ({"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "@@@"}}, "Invalid base64"),
+        (
+            {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "@@@"}},
+            "Invalid base64",
+        ),
         (image(b"\xff\xd8\xff" + b"0" * (5 * 1024 * 1024)), "exceeds 5 MB"),
         (pdf(b"hello"), "PDF specified was not valid"),
-        ({"type": "document", "source": {"type": "base64", "media_type": "text/csv", "data": "eA=="}}, "application/pdf"),
+        (
+            {"type": "document", "source": {"type": "base64", "media_type": "text/csv", "data": "eA=="}},
+            "application/pdf",
+        ),
     ],
 )
 def test_bad_media_blocks_are_refused(block: dict[str, Any], message: str) -> None:

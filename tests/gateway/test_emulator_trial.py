@@ -9,12 +9,23 @@ from typing import Any
 import anthropic
 import pytest
 
-from mnemo.gateway.emulator import TRIAL_LABEL, Emulator, RecordedRequest, Reply, ToolUse, fact_to_save, trial_reply
+from mnemo.gateway.emulator import (
+    TRIAL_LABEL,
+    Emulator,
+    RecordedRequest,
+    Reply,
+    ToolUse,
+    fact_to_save,
+    trial_reply,
+)
 from mnemo.gateway.emulator.trial import profile_entries
 
 MEMORY_TOOL = {
     "name": "memory",
-    "input_schema": {"type": "object", "properties": {"action": {"type": "string"}, "content": {"type": "string"}}},
+    "input_schema": {
+        "type": "object",
+        "properties": {"action": {"type": "string"}, "content": {"type": "string"}},
+    },
 }
 SEARCH_TOOL = {
     "name": "session_search",
@@ -29,7 +40,9 @@ PROFILE_SYSTEM = (
 )
 
 
-def req(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, system: str = "") -> RecordedRequest:
+def req(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, system: str = ""
+) -> RecordedRequest:
     body: dict[str, Any] = {"model": "m", "max_tokens": 500, "messages": messages}
     if tools is not None:
         body["tools"] = tools
@@ -91,7 +104,10 @@ def test_recall_questions_search(text: str, query: str) -> None:
 
 
 def test_search_uses_the_schema_field_name() -> None:
-    tool = {"name": "session_search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}
+    tool = {
+        "name": "session_search",
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+    }
     assert say("search for tea", [tool]).tool_uses == (ToolUse("session_search", {"q": "tea"}),)
 
 
@@ -104,7 +120,10 @@ def test_acknowledgement_shows_the_user_profile() -> None:
     reply = say("How are you?", BOTH, PROFILE_SYSTEM)
     assert reply.tool_uses == ()
     assert reply.text.startswith(f"{TRIAL_LABEL} Hi Ada!")
-    assert "How are you?" in reply.text and "about you: User's name is Ada; User prefers green tea." in reply.text
+    assert (
+        "How are you?" in reply.text
+        and "about you: User's name is Ada; User prefers green tea." in reply.text
+    )
 
 
 def test_acknowledgement_without_a_profile() -> None:
@@ -124,14 +143,24 @@ def test_profile_entries_parse_the_rendered_block() -> None:
 def _after(call: ToolUse, result: str, *, is_error: bool = False) -> Reply:
     messages = [
         {"role": "user", "content": "x"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": call.name, "input": dict(call.input)}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": result, "is_error": is_error}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": call.name, "input": dict(call.input)}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": result, "is_error": is_error}
+            ],
+        },
     ]
     return trial_reply(req(messages, BOTH))
 
 
 def test_memory_success_is_confirmed() -> None:
-    reply = _after(ToolUse("memory", {"content": "User likes tea."}), json.dumps({"success": True, "message": "saved"}))
+    reply = _after(
+        ToolUse("memory", {"content": "User likes tea."}), json.dumps({"success": True, "message": "saved"})
+    )
     assert reply.tool_uses == () and reply.text == f"{TRIAL_LABEL} Noted — saved to memory: User likes tea."
 
 
@@ -184,11 +213,20 @@ def test_compression_request_gets_the_template_filled() -> None:
     reply = say(TEMPLATE, [])
     assert reply.tool_uses == () and reply.text.startswith(TRIAL_LABEL)
     text = reply.text
-    for heading in ("## Goal", "## Constraints & Preferences", "### Done", "### In Progress", "## Next Steps"):
+    for heading in (
+        "## Goal",
+        "## Constraints & Preferences",
+        "### Done",
+        "### In Progress",
+        "## Next Steps",
+    ):
         assert heading in text
     goal = text.split("## Goal\n", 1)[1].split("\n\n")[0]
     assert goal == "I want to plan a trip to Lisbon in May."
-    assert "User prefers trains over planes." in text.split("## Constraints & Preferences\n", 1)[1].split("##")[0]
+    assert (
+        "User prefers trains over planes."
+        in text.split("## Constraints & Preferences\n", 1)[1].split("##")[0]
+    )
     assert "notes/trip_plan.md" in text.split("## Relevant Files\n", 1)[1]
     assert "Also what about hotels?" in text.split("### In Progress\n", 1)[1].split("###")[0]
     assert say(TEMPLATE, []).text == text  # deterministic
@@ -217,11 +255,20 @@ def test_memory_flush_saves_one_preference() -> None:
         {"role": "user", "content": FLUSH},
     ]
     reply = trial_reply(req(messages, [MEMORY_TOOL]))
-    assert reply.tool_uses == (ToolUse("memory", {"action": "add", "target": "user", "content": "User prefers dark mode in every app."}),)
+    assert reply.tool_uses == (
+        ToolUse(
+            "memory", {"action": "add", "target": "user", "content": "User prefers dark mode in every app."}
+        ),
+    )
 
 
 def test_memory_review_with_nothing_to_save() -> None:
-    messages = [{"role": "user", "content": "USER: what's 2+2?\nASSISTANT: 4\n\nReview the conversation and save what matters."}]
+    messages = [
+        {
+            "role": "user",
+            "content": "USER: what's 2+2?\nASSISTANT: 4\n\nReview the conversation and save what matters.",
+        }
+    ]
     reply = trial_reply(req(messages, [MEMORY_TOOL]))
     assert reply.tool_uses == () and reply.text == f"{TRIAL_LABEL} Nothing to save."
 
@@ -250,8 +297,17 @@ async def test_remember_round_trip_through_the_sdk(emu: Emulator) -> None:
     call = next(b for b in first.content if b.type == "tool_use")
     assert call.input == {"action": "add", "target": "user", "content": "User prefers trains."}
     messages += [
-        {"role": "assistant", "content": [b.model_dump(exclude_none=True, include={"type", "text", "id", "name", "input"}) for b in first.content]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": '{"success": true}'}]},
+        {
+            "role": "assistant",
+            "content": [
+                b.model_dump(exclude_none=True, include={"type", "text", "id", "name", "input"})
+                for b in first.content
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call.id, "content": '{"success": true}'}],
+        },
     ]
     second = await c.messages.create(model="m", max_tokens=300, messages=messages, tools=BOTH)
     assert second.content[0].text == f"{TRIAL_LABEL} Noted — saved to memory: User prefers trains."

@@ -133,7 +133,10 @@ def test_tool_use_ids_must_be_unique() -> None:
     body = valid()
     body["messages"] += [
         {"role": "user", "content": "more"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "memory", "input": {}}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "memory", "input": {}}],
+        },
     ]
     assert "unique" in (validate_request(body) or "")
 
@@ -202,10 +205,16 @@ def conversation(turns: list[tuple[str, int]]) -> list[dict[str, Any]]:
         for _ in range(calls):
             n += 1
             messages.append(
-                {"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{n}", "name": "memory", "input": {}}]}
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": f"toolu_{n}", "name": "memory", "input": {}}],
+                }
             )
             messages.append(
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "ok"}]}
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "ok"}],
+                }
             )
         messages.append({"role": "assistant", "content": [{"type": "text", "text": "done"}]})
     return messages
@@ -219,7 +228,11 @@ def test_generated_conversations_are_valid_and_dropping_a_result_is_not(
     messages = conversation(turns)
     body = {"model": "m", "max_tokens": 5, "tools": [TOOL], "messages": messages}
     assert validate_request(body) is None
-    results = [i for i, m in enumerate(messages) if isinstance(m["content"], list) and m["content"][0]["type"] == "tool_result"]
+    results = [
+        i
+        for i, m in enumerate(messages)
+        if isinstance(m["content"], list) and m["content"][0]["type"] == "tool_result"
+    ]
     if results:
         broken = copy.deepcopy(body)
         i = data.draw(st.sampled_from(results))

@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+
+from mnemo.cli.main import main
 from mnemo.gateway.emulator import Reply
 from mnemo.gateway.events import ChatType
 from mnemo.providers.holographic.store import FactStore, NewFact
-
-from mnemo.cli.main import main
 from tests.support.loopback import LoopbackAdapter
 
 ALICE_WORDS = ("zanzibarquokka", "xylophonewombat", "quetzalnimbus", "fjordpelican", "marzipanotter")
@@ -34,11 +34,15 @@ async def seed(app_factory, emulator, home: Path) -> None:
     async with app_factory(adapter, **QUIET) as app:
         await say(app, adapter, "my word is zanzibarquokka", user="alice")
         await say(app, adapter, "mine is bobsecretplum", user="bob")
-        await say(app, adapter, "group word xylophonewombat", user="alice", chat="g1", chat_type=ChatType.GROUP)
+        await say(
+            app, adapter, "group word xylophonewombat", user="alice", chat="g1", chat_type=ChatType.GROUP
+        )
         await say(app, adapter, "/usage", user="alice")
     adapter = LoopbackAdapter()
     async with app_factory(adapter, **QUIET, **{"sessions.group_sessions_per_user": False}) as app:
-        await say(app, adapter, "room word quetzalnimbus", user="alice", chat="room", chat_type=ChatType.GROUP)
+        await say(
+            app, adapter, "room word quetzalnimbus", user="alice", chat="room", chat_type=ChatType.GROUP
+        )
         await say(app, adapter, "room word bobroomgrape", user="bob", chat="room", chat_type=ChatType.GROUP)
     for user, text in (("alice", "User likes marzipanotter."), ("bob", "User is Bob.")):
         folder = home / "memories" / "users" / "loop" / user
@@ -81,11 +85,19 @@ def bob_snapshot(home: Path) -> dict[str, object]:
         conn.close()
     facts = sqlite3.connect(home / "providers" / "holographic" / "facts.db")
     try:
-        bob_facts = facts.execute("SELECT id, content, vector FROM facts WHERE owner != 'loop:alice'").fetchall()
+        bob_facts = facts.execute(
+            "SELECT id, content, vector FROM facts WHERE owner != 'loop:alice'"
+        ).fetchall()
     finally:
         facts.close()
     profile = (home / "memories" / "users" / "loop" / "bob" / "USER.md").read_bytes()
-    return {"messages": messages, "sessions": sessions, "search": found, "facts": bob_facts, "profile": profile}
+    return {
+        "messages": messages,
+        "sessions": sessions,
+        "search": found,
+        "facts": bob_facts,
+        "profile": profile,
+    }
 
 
 async def users(home: Path, *argv: str) -> int:
@@ -110,7 +122,12 @@ async def test_erase_leaves_none_of_their_words_anywhere_and_the_others_untouche
     assert await users(home, "erase", "loop:alice", "--yes", "--json") == 0
     receipt = json.loads(capsys.readouterr().out)["removed"]
     assert receipt == {**dry["removed"]}
-    assert receipt["messages"] >= 4 and receipt["inbox"] >= 4 and receipt["outbox"] >= 3 and receipt["usage"] >= 1
+    assert (
+        receipt["messages"] >= 4
+        and receipt["inbox"] >= 4
+        and receipt["outbox"] >= 3
+        and receipt["usage"] >= 1
+    )
     assert hits(home, ALICE_WORDS) == []
     assert (home / "state.db-wal").stat().st_size == 0 if (home / "state.db-wal").exists() else True
     assert bob_snapshot(home) == before

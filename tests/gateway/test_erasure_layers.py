@@ -16,14 +16,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 from mnemo.backups import backup_now, verify_archive
+from mnemo.cli.main import main
 from mnemo.gateway.config import load_settings
 from mnemo.gateway.emulator import Reply
 from mnemo.memory.durable import forget_user
 from mnemo.memory.scope import UserRef
 from mnemo.memory.skills import SkillStore
-
-from mnemo.cli.main import main
 from tests.gateway.test_erasure import ALICE_WORDS, QUIET, bob_snapshot, hits, seed, users
 from tests.support.loopback import LoopbackAdapter
 
@@ -52,10 +52,13 @@ def attach(home: Path, author: str, name: str, data: bytes) -> None:
     (media / name).write_bytes(data)
     with sqlite3.connect(home / "state.db") as conn:
         mid = conn.execute(
-            "SELECT MIN(id) FROM messages WHERE author_id = ? AND role = 'user'", (author,)).fetchone()[0]
+            "SELECT MIN(id) FROM messages WHERE author_id = ? AND role = 'user'", (author,)
+        ).fetchone()[0]
         ref = {"kind": "image", "file": name, "media_type": "image/png", "name": "p.png", "bytes": len(data)}
-        conn.execute("UPDATE messages SET meta = json_set(meta, '$.media', json(?)) WHERE id = ?",
-                     (json.dumps([ref]), mid))
+        conn.execute(
+            "UPDATE messages SET meta = json_set(meta, '$.media', json(?)) WHERE id = ?",
+            (json.dumps([ref]), mid),
+        )
 
 
 async def seed_more(app_factory, emulator, home: Path) -> None:
@@ -69,7 +72,9 @@ async def seed_more(app_factory, emulator, home: Path) -> None:
         await app.links.link(ALICE, ALICE2)
     store = SkillStore(home / "skills")
     store.create(skill_md("alice-tricks", "Fold an origamiheron."), ALICE)
-    store.edit("alice-tricks", skill_md("alice-tricks", "Fold an origamiheron twice."), ALICE)  # a version in history
+    store.edit(
+        "alice-tricks", skill_md("alice-tricks", "Fold an origamiheron twice."), ALICE
+    )  # a version in history
     store.create(skill_md("bob-tricks", "Bob's own trick."), BOB)
     aside = home / ".replaced-20260101-000000" / "memories" / "users" / "loop"  # left by an earlier import
     for user, text in (("alice", "Old copy: lemonadebadger."), ("bob", "Old copy of Bob.")):
@@ -78,15 +83,22 @@ async def seed_more(app_factory, emulator, home: Path) -> None:
     attach(home, "alice", "a1.png", b"\x89PNG tangerinemoose")
     attach(home, "bob", "b1.png", b"\x89PNG bob picture")
     with sqlite3.connect(home / "state.db") as conn:  # both sent the same picture once
-        mid = conn.execute("SELECT MAX(id) FROM messages WHERE author_id = 'alice' AND role = 'user'").fetchone()[0]
+        mid = conn.execute(
+            "SELECT MAX(id) FROM messages WHERE author_id = 'alice' AND role = 'user'"
+        ).fetchone()[0]
         ref = {"kind": "image", "file": "b1.png", "media_type": "image/png", "name": "p.png", "bytes": 16}
-        conn.execute("UPDATE messages SET meta = json_set(meta, '$.media', json(?)) WHERE id = ?", (json.dumps([ref]), mid))
+        conn.execute(
+            "UPDATE messages SET meta = json_set(meta, '$.media', json(?)) WHERE id = ?",
+            (json.dumps([ref]), mid),
+        )
 
 
 def unpacked(archive: Path) -> str:
     """Every file of an archive, decompressed, as one text."""
     with tarfile.open(archive) as tar:
-        return b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()).decode("utf-8", "replace")  # type: ignore[union-attr]
+        return b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()).decode(
+            "utf-8", "replace"
+        )  # type: ignore[union-attr]
 
 
 def export(home: Path, dest: Path) -> str:
@@ -102,9 +114,15 @@ async def test_erase_reaches_skills_links_media_and_cron_and_leaves_the_others(
     words = ALICE_WORDS + MORE_ALICE
     assert {w for w in words for h in hits(home, (w,))} >= {"origamiheron", "tangerinemoose", "gondolawalrus"}
     before = bob_snapshot(home)
-    bob_files = {p: p.read_bytes() for p in [
-        home / "media" / "b1.png", home / ".replaced-20260101-000000" / "memories" / "users" / "loop" / "bob" / "USER.md",
-        *(home / "skills" / "users" / "loop" / "bob").rglob("*")] if p.is_file()}
+    bob_files = {
+        p: p.read_bytes()
+        for p in [
+            home / "media" / "b1.png",
+            home / ".replaced-20260101-000000" / "memories" / "users" / "loop" / "bob" / "USER.md",
+            *(home / "skills" / "users" / "loop" / "bob").rglob("*"),
+        ]
+        if p.is_file()
+    }
     assert any(w in export(home, tmp_path / "before.tar.gz") for w in words)
     backup = backup_now(load_settings(home, environ={}), datetime(2026, 1, 2, tzinfo=UTC))
     assert any(w in unpacked(backup) for w in words)
@@ -133,7 +151,10 @@ async def test_erase_reaches_skills_links_media_and_cron_and_leaves_the_others(
     with sqlite3.connect(home / "state.db") as conn:
         assert conn.execute("SELECT COUNT(*) FROM identity_links").fetchone()[0] == 0
         assert conn.execute("SELECT COUNT(*) FROM link_codes").fetchone()[0] == 0
-        assert conn.execute("SELECT COUNT(*) FROM sessions WHERE user_id IN ('alice', 'alice2')").fetchone()[0] == 0
+        assert (
+            conn.execute("SELECT COUNT(*) FROM sessions WHERE user_id IN ('alice', 'alice2')").fetchone()[0]
+            == 0
+        )
 
 
 async def test_an_external_providers_delete_is_queued_while_it_is_down_and_sent_once(
@@ -162,7 +183,11 @@ async def test_an_external_providers_delete_is_queued_while_it_is_down_and_sent_
             code = ask.split("/forget me ", 1)[1].split()[0]
             assert "provider: 1" in await say(app, adapter, f"/forget me {code}", user="alice")
             await app.jobs.wait_idle()
-            [job] = [j for j in await app.jobs.jobs(kind="provider_write") if j.payload["payload"]["op"] == "forget_user"]
+            [job] = [
+                j
+                for j in await app.jobs.jobs(kind="provider_write")
+                if j.payload["payload"]["op"] == "forget_user"
+            ]
             assert job.state == "queued" and job.attempts == 1, "tried while down, kept for later"
             assert job.payload == {"provider": "mem0", "payload": forget_user("loop:alice")}
         assert "loop:alice" in fake.memories, "nothing deleted while down"
@@ -174,16 +199,24 @@ async def test_an_external_providers_delete_is_queued_while_it_is_down_and_sent_
             app.jobs.wake()
             await app.jobs.wait_idle()
             await app.jobs.wait_idle()
-            [job] = [j for j in await app.jobs.jobs(kind="provider_write") if j.payload["payload"]["op"] == "forget_user"]
+            [job] = [
+                j
+                for j in await app.jobs.jobs(kind="provider_write")
+                if j.payload["payload"]["op"] == "forget_user"
+            ]
             assert job.state == "done"
         # Tried once while down (answered 503), delivered once after: never again.
-        assert [(r.path, r.query) for r in fake.deletes()] == [("/v1/memories/", {"user_id": "loop:alice"})] * 2
+        assert [(r.path, r.query) for r in fake.deletes()] == [
+            ("/v1/memories/", {"user_id": "loop:alice"})
+        ] * 2
         assert set(fake.memories) == {"loop:bob"}
     finally:
         await fake.stop()
 
 
-async def test_a_dm_whose_chat_is_not_the_user_id_is_erased_too(app_factory, emulator, home: Path, capsys) -> None:
+async def test_a_dm_whose_chat_is_not_the_user_id_is_erased_too(
+    app_factory, emulator, home: Path, capsys
+) -> None:
     """Discord's DMs are channels with their own id: the DM session is still theirs."""
     emulator.default = lambda req: Reply(text="ok")
     adapter = LoopbackAdapter()

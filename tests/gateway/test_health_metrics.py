@@ -3,9 +3,9 @@ the web chat, the gateway, the anthropic SDK and the emulator."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
-import asyncio
 from pathlib import Path
 
 import aiohttp
@@ -20,7 +20,9 @@ from tests.support.webchat import ChatClient, open_web_app, web_settings
 USER = "metrics-user-0001"
 
 
-async def scrape(http: aiohttp.ClientSession, base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+async def scrape(
+    http: aiohttp.ClientSession, base: str
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     async with http.get(f"{base}/metrics") as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/plain")

@@ -14,9 +14,21 @@ _T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 def row(i, role, content="", *, calls=(), call_id=None, name=None, error=False, meta=None, author=None):
     return MessageRow(
-        id=i, session_id="s", role=role, content=content, tool_calls=tuple(calls), tool_call_id=call_id,
-        tool_name=name, is_error=error, author_id=None, author_name=author, platform_message_id=None,
-        created_at=_T0, token_count=1, finish_reason=None, meta=meta or {},
+        id=i,
+        session_id="s",
+        role=role,
+        content=content,
+        tool_calls=tuple(calls),
+        tool_call_id=call_id,
+        tool_name=name,
+        is_error=error,
+        author_id=None,
+        author_name=author,
+        platform_message_id=None,
+        created_at=_T0,
+        token_count=1,
+        finish_reason=None,
+        meta=meta or {},
     )
 
 
@@ -34,11 +46,17 @@ def test_tool_round_trip_converts_to_blocks():
     msgs = to_api_messages(rows)
     assert msgs == [
         {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": [
-            {"type": "text", "text": "let me look"},
-            {"type": "tool_use", "id": "t1", "name": "memory", "input": {"action": "add"}},
-        ]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": '{"success": true}'}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "let me look"},
+                {"type": "tool_use", "id": "t1", "name": "memory", "input": {"action": "add"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": '{"success": true}'}],
+        },
         {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
     ]
     assert valid(msgs)
@@ -52,7 +70,10 @@ def test_unanswered_tool_use_is_repaired_and_results_merge_with_next_text():
     ]
     repairs = missing_tool_results(rows)
     assert [r.tool_call_id for r in repairs] == ["t2"] and repairs[0].is_error
-    fixed = rows + [row(4, "tool", repairs[0].content, call_id="t2", name="session_search", error=True), row(5, "user", "again")]
+    fixed = rows + [
+        row(4, "tool", repairs[0].content, call_id="t2", name="session_search", error=True),
+        row(5, "user", "again"),
+    ]
     msgs = to_api_messages(fixed)
     assert msgs[-1]["role"] == "user"
     types = [b["type"] for b in msgs[-1]["content"]]
@@ -62,7 +83,10 @@ def test_unanswered_tool_use_is_repaired_and_results_merge_with_next_text():
 
 def test_orphan_tool_result_is_dropped():
     rows = [row(1, "user", "a"), row(2, "tool", "x", call_id="nope", name="memory"), row(3, "assistant", "b")]
-    assert to_api_messages(rows) == [{"role": "user", "content": "a"}, {"role": "assistant", "content": [{"type": "text", "text": "b"}]}]
+    assert to_api_messages(rows) == [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": [{"type": "text", "text": "b"}]},
+    ]
 
 
 def test_shared_room_labels_authors():
@@ -71,9 +95,14 @@ def test_shared_room_labels_authors():
 
 
 def test_counters_rebuilt_from_history():
-    rows = [row(1, "user", "a"), row(2, "assistant", "b"), row(3, "user", "c"),
-            row(4, "tool", "{}", call_id="x", name="memory", meta={"memory_write": True}),
-            row(5, "user", "d"), row(6, "user", "e")]
+    rows = [
+        row(1, "user", "a"),
+        row(2, "assistant", "b"),
+        row(3, "user", "c"),
+        row(4, "tool", "{}", call_id="x", name="memory", meta={"memory_write": True}),
+        row(5, "user", "d"),
+        row(6, "user", "e"),
+    ]
     c = rebuild_counters(rows, nudge_interval=10)
     assert (c.user_turns, c.turns_since_memory) == (4, 2)
     c = rebuild_counters(rows, nudge_interval=2)

@@ -78,7 +78,9 @@ async def settle(app) -> None:
     await app.jobs.wait_idle()
 
 
-async def converse_until_rollover(app, adapter: LoopbackAdapter, texts: list[str], *, already: int = 0) -> int:
+async def converse_until_rollover(
+    app, adapter: LoopbackAdapter, texts: list[str], *, already: int = 0
+) -> int:
     """One message at a time, each followed by its jobs, until a compression rolled the
     chat over (so exactly one rollover happens, however fast the machine is)."""
     before = max(1, len(await chain(app)))  # the first message creates the first session
@@ -123,7 +125,10 @@ async def test_compression_flushes_summarises_and_rolls_over(app_factory, emulat
         assert "User prefers green tea over coffee." in profile
 
         # The new session: fresh system prompt (memory written meanwhile is in it), head + summary + tail.
-        assert "green tea" not in old.system_prompt and "User prefers green tea over coffee." in new.system_prompt
+        assert (
+            "green tea" not in old.system_prompt
+            and "User prefers green tea over coffee." in new.system_prompt
+        )
         old_rows = await app.store.load_messages(old.id)
         new_rows = await app.store.load_messages(new.id)
         summaries = [r for r in new_rows if is_summary(r)]
@@ -149,7 +154,8 @@ async def test_compression_flushes_summarises_and_rolls_over(app_factory, emulat
 async def test_flush_leaves_no_trace_in_the_stored_or_the_next_request(app_factory, emulator):
     world = World()
     world.hooks["memory"] = lambda req: Reply(
-        text="FLUSH-REPLY", tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": "User sails."})]
+        text="FLUSH-REPLY",
+        tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": "User sails."})],
     )
     emulator.default = world
     adapter = LoopbackAdapter()
@@ -167,7 +173,9 @@ async def test_flush_leaves_no_trace_in_the_stored_or_the_next_request(app_facto
         assert "User sails." in world.seen["chat"][-1].system_text, "the flush wrote to memory"
 
 
-async def test_transient_summary_failure_keeps_the_transcript_and_retries_after_a_cooldown(app_factory, emulator):
+async def test_transient_summary_failure_keeps_the_transcript_and_retries_after_a_cooldown(
+    app_factory, emulator
+):
     world = World()
     world.hooks["summary"] = lambda req: Fault(529, retry_after=0)
     emulator.default = world

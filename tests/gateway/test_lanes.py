@@ -31,7 +31,12 @@ async def test_serial_within_a_key_and_concurrent_across_keys():
     release.set()
     await lanes.drain(2)
     slow = [e for e in events if e[1] == "slow"]
-    assert slow == [("start", "slow", (1,)), ("end", "slow", (1,)), ("start", "slow", (2,)), ("end", "slow", (2,))]
+    assert slow == [
+        ("start", "slow", (1,)),
+        ("end", "slow", (1,)),
+        ("start", "slow", (2,)),
+        ("end", "slow", (2,)),
+    ]
     await lanes.stop()
 
 

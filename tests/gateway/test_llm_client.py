@@ -45,7 +45,9 @@ async def test_retry_after_is_capped(emu):
         waits.append(s)
 
     emu.script(Fault(status=429, retry_after=3600), Reply(text="ok"))
-    llm = LLMClient(LLMSettings(max_retries=2, retry_after_cap_s=2.5), base_url=emu.base_url, api_key="k", sleep=sleep)
+    llm = LLMClient(
+        LLMSettings(max_retries=2, retry_after_cap_s=2.5), base_url=emu.base_url, api_key="k", sleep=sleep
+    )
     await llm.create(system="s", messages=MSG)
     assert waits == [2.5]
 
@@ -62,7 +64,11 @@ async def test_server_errors_after_the_last_retry_are_transient(emu):
 
 
 async def test_a_bad_request_is_not_retried(emu):
-    emu.script(Fault(status=404, body={"type": "error", "error": {"type": "not_found_error", "message": "model: nope"}}))
+    emu.script(
+        Fault(
+            status=404, body={"type": "error", "error": {"type": "not_found_error", "message": "model: nope"}}
+        )
+    )
     with pytest.raises(InvalidLLMRequest):
         await client(emu).create(system="s", messages=MSG)
     assert len(emu.requests) == 1

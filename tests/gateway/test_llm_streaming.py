@@ -42,14 +42,21 @@ async def test_deltas_reach_the_callback_and_the_response_matches_the_unstreamed
     assert len(deltas) > 3 and "".join(deltas) == TEXT
     assert streamed.content == plain.content
     assert streamed.stop_reason == plain.stop_reason == "tool_use"
-    assert (streamed.usage.input_tokens, streamed.usage.output_tokens) == (plain.usage.input_tokens, plain.usage.output_tokens)
-    assert streamed.tool_uses == ({"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}},)
+    assert (streamed.usage.input_tokens, streamed.usage.output_tokens) == (
+        plain.usage.input_tokens,
+        plain.usage.output_tokens,
+    )
+    assert streamed.tool_uses == (
+        {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}},
+    )
 
 
 async def test_a_failure_before_any_delta_is_retried_as_without_streaming(emu: Emulator) -> None:
     emu.script(Fault(status=529), Fault(status=500), Reply(text="ok"))
     resets: list[None] = []
-    resp = await client(emu).create(system="s", messages=MSG, on_text=lambda t: None, on_reset=lambda: resets.append(None))
+    resp = await client(emu).create(
+        system="s", messages=MSG, on_text=lambda t: None, on_reset=lambda: resets.append(None)
+    )
     assert resp.text == "ok" and resp.attempts == 3
     assert resets == [], "nothing was shown, nothing to take back"
 
@@ -71,7 +78,9 @@ async def test_a_stream_broken_for_good_raises_and_returns_no_partial_answer(emu
     shown: list[str] = []
     resets: list[None] = []
     with pytest.raises(InvalidLLMRequest):
-        await client(emu).create(system="s", messages=MSG, on_text=shown.append, on_reset=lambda: resets.append(None))
+        await client(emu).create(
+            system="s", messages=MSG, on_text=shown.append, on_reset=lambda: resets.append(None)
+        )
     assert shown and resets == [None]
     assert len(emu.requests) == 1, "not retryable: asked once"
 

@@ -12,7 +12,9 @@ def test_secrets_and_token_shapes_never_reach_the_log() -> None:
     configure_logging("info", "json", secrets=["supersecretvalue"], stream=stream)
     structlog.get_logger("t").info("calling", url="https://x/botsupersecretvalue/getMe")
     # stdlib logger with a Telegram-shaped token in a %-formatted message (like httpx)
-    logging.getLogger("some.lib").warning("HTTP Request: POST %s", "https://api/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/getMe")
+    logging.getLogger("some.lib").warning(
+        "HTTP Request: POST %s", "https://api/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/getMe"
+    )
     out = stream.getvalue()
     assert "supersecretvalue" not in out
     assert "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw" not in out

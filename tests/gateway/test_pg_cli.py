@@ -35,7 +35,10 @@ def test_sessions_commands_work_on_postgresql(pg_cluster: Cluster, home: Path, t
 
     shown = mnemo(home, "sessions", "show", first_id, **env)
     assert shown.returncode == 0, shown.stderr
-    assert "Ann: We adopted a beagle called Biscuit" in shown.stdout and "assistant: Congratulations" in shown.stdout
+    assert (
+        "Ann: We adopted a beagle called Biscuit" in shown.stdout
+        and "assistant: Congratulations" in shown.stdout
+    )
     missing = mnemo(home, "sessions", "show", "no-such-session", **env)
     assert missing.returncode == 1 and "no session 'no-such-session'" in missing.stderr
 
@@ -74,10 +77,14 @@ def test_cron_commands_work_on_postgresql(pg_cluster: Cluster, home: Path) -> No
     assert not (home / "state.db").exists(), "nothing was read from or written to SQLite"
 
 
-def test_an_unreachable_server_is_one_clear_line_for_sessions_and_cron(pg_cluster: Cluster, home: Path) -> None:
+def test_an_unreachable_server_is_one_clear_line_for_sessions_and_cron(
+    pg_cluster: Cluster, home: Path
+) -> None:
     env = {"MNEMO_DATABASE_URL": pg_cluster.url("no_such_database")}
     for argv in (("sessions", "list"), ("cron", "list")):
         out = mnemo(home, *argv, **env)
         assert out.returncode == 2, (argv, out.stderr)
         lines = [line for line in out.stderr.splitlines() if line.startswith("mnemo: ")]
-        assert len(lines) == 1 and "no_such_database" in lines[0] and "Traceback" not in out.stderr, out.stderr
+        assert len(lines) == 1 and "no_such_database" in lines[0] and "Traceback" not in out.stderr, (
+            out.stderr
+        )

@@ -23,7 +23,9 @@ def _seed(url: str, home: Path, tmp_path: Path) -> dict[str, str]:
     chat.write_text(json.dumps(CHAT))
     imported = mnemo(home, "sessions", "import", str(chat), "--chat", "telegram:dm:7", **env)
     assert imported.returncode == 0, imported.stderr
-    added = mnemo(home, "memory", "add", "--target", "user", "--user", "telegram:9", "Prefers green tea", **env)
+    added = mnemo(
+        home, "memory", "add", "--target", "user", "--user", "telegram:9", "Prefers green tea", **env
+    )
     assert added.returncode == 0, added.stderr
     today = datetime.now(UTC).date().isoformat()
     with psycopg.connect(url) as conn:
@@ -36,7 +38,9 @@ def _seed(url: str, home: Path, tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def test_users_list_show_usage_and_budget_on_postgresql(pg_cluster: Cluster, home: Path, tmp_path: Path) -> None:
+def test_users_list_show_usage_and_budget_on_postgresql(
+    pg_cluster: Cluster, home: Path, tmp_path: Path
+) -> None:
     url = pg_cluster.fresh_database()
     env = _seed(url, home, tmp_path)
 
@@ -48,7 +52,8 @@ def test_users_list_show_usage_and_budget_on_postgresql(pg_cluster: Cluster, hom
     assert usage.returncode == 0, usage.stderr
     rows = json.loads(usage.stdout)
     assert [(r["user"], r["month_usd"], r["day_tokens"]) for r in rows] == [
-        ("telegram:8", 1.5, 9000), ("telegram:7", 0.25, 1000)
+        ("telegram:8", 1.5, 9000),
+        ("telegram:7", 0.25, 1000),
     ]
 
     shown = mnemo(home, "users", "show", "telegram:7", **env)
@@ -68,9 +73,15 @@ def test_users_list_show_usage_and_budget_on_postgresql(pg_cluster: Cluster, hom
     assert data["limits"]["daily_usd"] == 2 and data["own_limits"]["daily_usd"] == 2
     assert data["spend"]["month_usd"] == 1.5
     with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT payer, daily_usd FROM budget_overrides").fetchall() == [("telegram:8", 2.0)]
+        assert conn.execute("SELECT payer, daily_usd FROM budget_overrides").fetchall() == [
+            ("telegram:8", 2.0)
+        ]
     more = mnemo(home, "users", "budget", "telegram:8", "--daily-tokens", "500", "--json", **env)
-    assert json.loads(more.stdout)["own_limits"] == {"daily_usd": 2.0, "monthly_usd": None, "daily_tokens": 500}
+    assert json.loads(more.stdout)["own_limits"] == {
+        "daily_usd": 2.0,
+        "monthly_usd": None,
+        "daily_tokens": 500,
+    }
     cleared = mnemo(home, "users", "budget", "telegram:8", "--clear", **env)
     assert cleared.returncode == 0 and "(default)" in cleared.stdout, cleared.stderr
     with psycopg.connect(url) as conn:
@@ -97,13 +108,19 @@ def test_users_link_and_unlink_on_postgresql_and_erase_is_refused(
     text = mnemo(home, "users", "show", "telegram:7", **env).stdout
     assert "profile: yes" in text, "linked accounts share the canonical account's USER.md row"
     usage = json.loads(mnemo(home, "users", "usage", "--json", **env).stdout)
-    assert ("telegram:9", 0.25) in [(r["user"], r["month_usd"]) for r in usage], "one payer for linked accounts"
+    assert ("telegram:9", 0.25) in [(r["user"], r["month_usd"]) for r in usage], (
+        "one payer for linked accounts"
+    )
     again = mnemo(home, "users", "link", "telegram:7", "telegram:9", **env)
     assert again.returncode == 0 and "already linked" in again.stdout
 
     unlinked = mnemo(home, "users", "unlink", "telegram:7", "--json", **env)
     assert unlinked.returncode == 0, unlinked.stderr
-    assert json.loads(unlinked.stdout) == {"user": "telegram:7", "unlinked": True, "remaining": ["telegram:9"]}
+    assert json.loads(unlinked.stdout) == {
+        "user": "telegram:7",
+        "unlinked": True,
+        "remaining": ["telegram:9"],
+    }
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT count(*) FROM identity_links").fetchone() == (0,)
         copied = conn.execute("SELECT content FROM curated_memory WHERE owner = 'telegram:7'").fetchone()
@@ -133,20 +150,27 @@ def test_doctor_checks_the_postgresql_server_instead_of_state_db(pg_cluster: Clu
     empty = _doctor_line(home, url, "postgresql")
     assert empty.startswith(("✓", "OK")) and "no mnemo schema yet" in empty, empty
     with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT to_regclass('schema_migrations')").fetchone() == (None,), "doctor wrote nothing"
+        assert conn.execute("SELECT to_regclass('schema_migrations')").fetchone() == (None,), (
+            "doctor wrote nothing"
+        )
 
     assert mnemo(home, "users", "list", MNEMO_DATABASE_URL=url).returncode == 0  # applies the schema
     steps = len(PG_MIGRATIONS)
     current = _doctor_line(home, url, "postgresql")
     assert current.startswith(("✓", "OK")), current
-    assert "reachable, PostgreSQL 1" in current and f"schema step {steps} of {steps} ({PG_MIGRATIONS[-1].name})" in current
+    assert (
+        "reachable, PostgreSQL 1" in current
+        and f"schema step {steps} of {steps} ({PG_MIGRATIONS[-1].name})" in current
+    )
     memories = _doctor_line(home, url, "memories")
     assert "rows on PostgreSQL" in memories and memories.startswith(("–", "SKIP"))
 
     with psycopg.connect(url) as conn:
         conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, '0099_future')", (steps + 1,))
     newer = _doctor_line(home, url, "postgresql")
-    assert newer.startswith(("✗", "FAIL")) and f"schema step {steps + 1} (0099_future) is newer" in newer, newer
+    assert newer.startswith(("✗", "FAIL")) and f"schema step {steps + 1} (0099_future) is newer" in newer, (
+        newer
+    )
 
     gone = _doctor_line(home, pg_cluster.url("no_such_database"), "postgresql")
     assert gone.startswith(("✗", "FAIL")) and "unreachable" in gone and "no_such_database" in gone, gone

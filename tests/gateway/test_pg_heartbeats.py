@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from mnemo.gateway.events import ChatRef, OutboundMessage
 from mnemo.gateway.storage_pg.heartbeats import PgReplica, ReplicaIdInUse, is_live, list_replicas
 from mnemo.gateway.storage_pg.inbox import PgInbox
@@ -23,7 +24,6 @@ from mnemo.gateway.storage_pg.outbox import PgOutbox
 from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
 from mnemo.memory.pg.db import PgDatabase
 from mnemo.profile_lock import hold
-
 from tests.gateway.test_cli_errors import mnemo
 from tests.support.pgcluster import Cluster
 

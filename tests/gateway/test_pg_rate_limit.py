@@ -33,7 +33,9 @@ class Clock:
 def _settings(home: Path, limit: int, url: str | None = None) -> Settings:
     env = {"MNEMO_DATABASE_URL": url} if url else {}
     return load_settings(
-        home, environ=env, overrides={"access.rate_limit_per_minute": limit, "access.allowed": ("telegram:*",)}
+        home,
+        environ=env,
+        overrides={"access.rate_limit_per_minute": limit, "access.allowed": ("telegram:*",)},
     )
 
 
@@ -78,7 +80,9 @@ async def test_two_replicas_share_one_window_and_one_notice(replicas, home: Path
     assert (await b.check(_msg("42", 8))).verdict is Verdict.DROP
 
     clock.now += 61  # everything has left the window
-    assert [(await r.check(_msg("42", 9 + i))).verdict for i, r in enumerate([a, b, a])] == [Verdict.ALLOW] * 3
+    assert [(await r.check(_msg("42", 9 + i))).verdict for i, r in enumerate([a, b, a])] == [
+        Verdict.ALLOW
+    ] * 3
 
 
 async def test_fifty_concurrent_hits_on_two_replicas_allow_exactly_the_limit(replicas, home: Path) -> None:
@@ -91,7 +95,9 @@ async def test_fifty_concurrent_hits_on_two_replicas_allow_exactly_the_limit(rep
     assert kinds.count(Verdict.REFUSE) == 1, "one notice across replicas"
     assert kinds.count(Verdict.DROP) == 39
     with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT count(*) FROM rate_limit_hits WHERE key = 'telegram:42'").fetchone() == (10,)
+        assert conn.execute("SELECT count(*) FROM rate_limit_hits WHERE key = 'telegram:42'").fetchone() == (
+            10,
+        )
 
 
 async def test_old_rows_are_swept_and_a_disabled_limit_never_touches_the_table(replicas, home: Path) -> None:
@@ -108,7 +114,9 @@ async def test_old_rows_are_swept_and_a_disabled_limit_never_touches_the_table(r
         assert conn.execute("SELECT key FROM rate_limit_users ORDER BY key").fetchall() == [("telegram:4",)]
     assert (await limits.hit("telegram:5", 0)).allowed
     with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT count(*) FROM rate_limit_users WHERE key = 'telegram:5'").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM rate_limit_users WHERE key = 'telegram:5'").fetchone() == (
+            0,
+        )
 
 
 async def test_the_backend_shares_the_window_on_postgresql_only(pg_cluster: Cluster, home: Path) -> None:
@@ -124,7 +132,9 @@ async def test_the_backend_shares_the_window_on_postgresql_only(pg_cluster: Clus
         await local.close()
 
 
-async def test_two_running_apps_on_one_database_answer_the_limit_once(pg_cluster: Cluster, tmp_path: Path, emulator) -> None:
+async def test_two_running_apps_on_one_database_answer_the_limit_once(
+    pg_cluster: Cluster, tmp_path: Path, emulator
+) -> None:
     """Two ``open_app`` replicas behind a round-robin "webhook": a user gets ``limit``
     answers and one notice in all, not ``limit`` and a notice from each."""
     from contextlib import AsyncExitStack
@@ -142,10 +152,17 @@ async def test_two_running_apps_on_one_database_answer_the_limit_once(pg_cluster
             home = tmp_path / f"replica{n}"
             home.mkdir()
             settings = make_settings(
-                home, **{"database.url": url, "database.replica_id": f"r{n}", "access.rate_limit_per_minute": 3}
+                home,
+                **{"database.url": url, "database.replica_id": f"r{n}", "access.rate_limit_per_minute": 3},
             )
             await stack.enter_async_context(
-                open_app(settings, adapters=[adapter], llm_base_url=emulator.base_url, api_key="test-key", trial=False)
+                open_app(
+                    settings,
+                    adapters=[adapter],
+                    llm_base_url=emulator.base_url,
+                    api_key="test-key",
+                    trial=False,
+                )
             )
         for i in range(8):
             await adapters[i % 2].say(f"m{i}", user="fast")

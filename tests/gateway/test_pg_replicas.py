@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+
 from mnemo.gateway.cron.schedules import Schedule, ScheduleKind
 from mnemo.gateway.cron.store import CronJob, JobSource, JobState, JobTarget
 from mnemo.gateway.events import ChatRef, OutboundMessage
@@ -23,7 +24,6 @@ from mnemo.memory.errors import StoreError
 from mnemo.memory.fts_query import parse
 from mnemo.memory.pg.db import PgDatabase, PgMigration
 from mnemo.memory.pg.search import candidates
-
 from tests.support.pgcluster import Cluster
 
 NOW = 1_740_000_000.0
@@ -81,7 +81,9 @@ async def test_a_dead_replicas_job_is_left_alone_until_its_lease_expires(two_rep
     assert await jb.claim(["compress"], NOW + 100) is None
     # ...and once a has gone quiet past its lease, b takes the job over, checkpoint and all.
     taken = await jb.claim(["compress"], NOW + 111)
-    assert taken is not None and taken.id == job.id and taken.attempts == 2 and taken.checkpoint == {"step": 1}
+    assert (
+        taken is not None and taken.id == job.id and taken.attempts == 2 and taken.checkpoint == {"step": 1}
+    )
     stored = await jb.get(job.id)
     assert stored is not None and stored.state is Q.RUNNING
 
@@ -92,7 +94,9 @@ async def test_two_senders_never_send_the_same_row_and_recovery_spares_a_live_se
     oa = PgOutbox(a, owner="a", clock=lambda: clock[0], lease_s=300)
     ob = PgOutbox(b, owner="b", clock=lambda: clock[0], lease_s=300)
     # One chat per row: rows of one chat are claimed in order (``test_pg_heartbeats.py``).
-    ids = [await oa.enqueue(OutboundMessage(chat=ChatRef("telegram", str(n)), text=str(n))) for n in range(20)]
+    ids = [
+        await oa.enqueue(OutboundMessage(chat=ChatRef("telegram", str(n)), text=str(n))) for n in range(20)
+    ]
     wins = await asyncio.gather(*(store.claim(i) for i in ids for store in (oa, ob)))
     assert sum(wins) == 20 and all(wins[k] != wins[k + 1] for k in range(0, 40, 2))
     # b restarts: a's sends in flight are not relabelled; a's own restart takes them back.
@@ -110,14 +114,28 @@ async def test_a_cron_slot_is_claimed_once_by_racing_schedulers(two_replicas) ->
     ca, cb = PgCronStore(a, PgOutbox(a)), PgCronStore(b, PgOutbox(b))
     now = datetime(2025, 3, 1, 12, tzinfo=UTC)
     slot = now + timedelta(hours=1)
-    await ca.insert(CronJob(
-        id="j1", target=JobTarget("telegram", "1"), user_id="1", source=JobSource.TOOL, created_by="t:1",
-        prompt="p", schedule=Schedule(ScheduleKind.EVERY, "3600", "UTC", now), state=JobState.ACTIVE,
-        next_run_at=slot, last_run_at=None, last_result=None, rev=1, created_at=now,
-    ))
+    await ca.insert(
+        CronJob(
+            id="j1",
+            target=JobTarget("telegram", "1"),
+            user_id="1",
+            source=JobSource.TOOL,
+            created_by="t:1",
+            prompt="p",
+            schedule=Schedule(ScheduleKind.EVERY, "3600", "UTC", now),
+            state=JobState.ACTIVE,
+            next_run_at=slot,
+            last_run_at=None,
+            last_result=None,
+            rev=1,
+            created_at=now,
+        )
+    )
     results = await asyncio.gather(
-        *(store.claim_scheduled("j1", 1, slot, slot + timedelta(hours=1), now, pid=n) for n, store in
-          enumerate((ca, cb) * 5))
+        *(
+            store.claim_scheduled("j1", 1, slot, slot + timedelta(hours=1), now, pid=n)
+            for n, store in enumerate((ca, cb) * 5)
+        )
     )
     assert sum(r is not None for r in results) == 1
     assert len(await ca.runs("j1")) == 1
@@ -142,7 +160,9 @@ async def _all(c, sql):
 
 
 async def _waiting_for_advisory_lock(db: PgDatabase) -> int:
-    rows = await db.read(lambda c: _all(c, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"))
+    rows = await db.read(
+        lambda c: _all(c, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+    )
     return len(rows)
 
 
@@ -182,7 +202,9 @@ async def test_a_sessions_turns_never_overlap_across_replicas(two_replicas, sett
 async def test_a_dead_replicas_session_lock_is_released_by_the_server(two_replicas) -> None:
     a, b = two_replicas
     async with a.advisory_lock("session:k"):
-        holder = await a.read(lambda c: _all(c, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"))
+        holder = await a.read(
+            lambda c: _all(c, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted")
+        )
         waiting = asyncio.create_task(_hold(b, "session:k"))
         while await _waiting_for_advisory_lock(b) == 0:
             await asyncio.sleep(0.01)

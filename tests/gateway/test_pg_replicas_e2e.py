@@ -41,7 +41,6 @@ import yaml
 from aiohttp import web
 
 from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply
-from tests.adapters.telegram_harness import wait_until
 from tests.fakes.telegram_api import FakeTelegram
 from tests.support.pgcluster import Cluster
 
@@ -117,7 +116,11 @@ async def world(pg_cluster: Cluster, home: Path) -> AsyncIterator[World]:
 
 
 def _env(w: World, port: int, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
     env.update(
         MNEMO_HOME=str(w.home), MNEMO_DATABASE_URL=w.url, MNEMO_WEB_PORT=str(port), MNEMO_LOG_LEVEL="warning",
         TELEGRAM_BOT_TOKEN=w.fake.token, TELEGRAM_API_BASE_URL=w.fake.root,
@@ -186,8 +189,12 @@ def _answered(fake: FakeTelegram) -> int:
 
 async def _settled(url: str) -> bool:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        inbox = await (await conn.execute("SELECT count(*) FROM inbox WHERE state IN ('received', 'processing')")).fetchone()
-        outbox = await (await conn.execute("SELECT count(*) FROM outbox WHERE state IN ('queued', 'sending')")).fetchone()
+        inbox = await (
+            await conn.execute("SELECT count(*) FROM inbox WHERE state IN ('received', 'processing')")
+        ).fetchone()
+        outbox = await (
+            await conn.execute("SELECT count(*) FROM outbox WHERE state IN ('queued', 'sending')")
+        ).fetchone()
         return inbox == (0,) and outbox == (0,)
 
 
@@ -232,7 +239,9 @@ def _assert_no_concurrent_session_requests(spans: list[Span]) -> None:
     for chat, chat_spans in by_chat.items():
         chat_spans.sort(key=lambda s: s.start)
         for a, b in zip(chat_spans, chat_spans[1:], strict=False):
-            assert b.start >= a.end, f"chat {chat}: LLM requests for messages {a.message} and {b.message} overlapped"
+            assert b.start >= a.end, (
+                f"chat {chat}: LLM requests for messages {a.message} and {b.message} overlapped"
+            )
 
 
 async def test_polling_three_replicas_one_leader_survive_kill_9_of_the_leader(world: World) -> None:
@@ -265,8 +274,10 @@ async def test_polling_three_replicas_one_leader_survive_kill_9_of_the_leader(wo
     labelled = await _finish(w, POLL_CHATS)
     conflicts = [c for c in w.fake.calls if c.method == "getUpdates" and c.status == 409]
     assert conflicts == [], "only one replica polls at a time"
-    print(f"\npolling: {POLL_CHATS}x{MESSAGES} answered; new leader listed {takeover_s:.1f} s after the kill; "
-          f"{labelled} replies labelled as possible duplicates")
+    print(
+        f"\npolling: {POLL_CHATS}x{MESSAGES} answered; new leader listed {takeover_s:.1f} s after the kill; "
+        f"{labelled} replies labelled as possible duplicates"
+    )
 
 
 class RoundRobin:
@@ -298,12 +309,18 @@ class RoundRobin:
     async def _forward(self, request: web.Request) -> web.Response:
         assert self._client is not None
         body = await request.read()
-        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "x-telegram-bot-api-secret-token")}
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() in ("content-type", "x-telegram-bot-api-secret-token")
+        }
         for _ in range(len(self.ports)):
             port = self.ports[self.next % len(self.ports)]
             self.next += 1
             try:
-                async with self._client.post(f"http://127.0.0.1:{port}/tg", data=body, headers=headers) as resp:
+                async with self._client.post(
+                    f"http://127.0.0.1:{port}/tg", data=body, headers=headers
+                ) as resp:
                     await resp.read()
                     self.served[port] += 1
                     return web.Response(status=resp.status)
@@ -321,8 +338,11 @@ async def test_webhook_behind_a_round_robin_proxy_survives_kill_9_of_a_replica(w
         await _start(w, ports, TELEGRAM_WEBHOOK_URL=f"http://127.0.0.1:{proxy.port}/tg",
                      TELEGRAM_WEBHOOK_SECRET=SECRET)  # fmt: skip
         report = await _wait_status(
-            w, lambda r: len(r["replicas"]) == REPLICAS and all(a.get("telegram") for x in r["replicas"]
-                                                                for a in [x["adapters"]])
+            w,
+            lambda r: (
+                len(r["replicas"]) == REPLICAS
+                and all(a.get("telegram") for x in r["replicas"] for a in [x["adapters"]])
+            ),
         )
         assert _leaders(report) == [], "webhook mode has no polling leader"
         _push_all(w.fake, WEBHOOK_CHATS)
@@ -334,5 +354,7 @@ async def test_webhook_behind_a_round_robin_proxy_survives_kill_9_of_a_replica(w
         await proxy.stop()
     assert all(proxy.served[p] > 0 for p in ports), f"every replica accepted updates: {dict(proxy.served)}"
     assert not [c for c in w.fake.calls if c.method == "getUpdates"], "nobody polls in webhook mode"
-    print(f"\nwebhook: {WEBHOOK_CHATS}x{MESSAGES} answered through {dict(proxy.served)}; "
-          f"{labelled} replies labelled as possible duplicates")
+    print(
+        f"\nwebhook: {WEBHOOK_CHATS}x{MESSAGES} answered through {dict(proxy.served)}; "
+        f"{labelled} replies labelled as possible duplicates"
+    )

@@ -26,7 +26,11 @@ async def test_a_dm_gets_a_reply_and_is_stored(app_factory, emulator):
 
 async def test_memory_write_reaches_the_next_session_prompt_not_the_current_one(app_factory, emulator):
     emulator.script(
-        Reply(tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": "User's name is Ada"})]),
+        Reply(
+            tool_uses=[
+                ToolUse("memory", {"action": "add", "target": "user", "content": "User's name is Ada"})
+            ]
+        ),
         Reply(text="Noted."),
         Reply(text="Second reply."),
         Reply(text="New session reply."),
@@ -135,7 +139,9 @@ async def test_two_chats_are_ordered_within_and_concurrent_across(app_factory, e
         for i in range(3):
             await adapter.say(f"fast {i}", user="b")
         await adapter.wait_sent(3)
-        assert adapter.texts("b") == ["re: fast 0", "re: fast 1", "re: fast 2"], "a slow chat does not block another"
+        assert adapter.texts("b") == ["re: fast 0", "re: fast 1", "re: fast 2"], (
+            "a slow chat does not block another"
+        )
         release_slow.set()
         await adapter.wait_sent(5)
         assert adapter.texts("a") == ["re: slow 1", "re: slow 2"]
@@ -152,7 +158,10 @@ async def test_nudge_counters_are_rebuilt_from_history_across_restarts(home, emu
 
     async def run_turns(texts):
         adapter = LoopbackAdapter()
-        async with open_app(settings, adapters=[adapter], llm_base_url=emulator.base_url, api_key="k", trial=False) as app:
+        async with open_app(
+            settings, adapters=[adapter], llm_base_url=emulator.base_url, api_key="k", trial=False
+        ) as app:
+
             async def listener(ctx, result):
                 if result.review_due:
                     due.append(result.user_turns)
@@ -174,7 +183,9 @@ async def test_memory_command_never_shows_a_profile_in_a_public_group_reply(app_
 
     adapter = LoopbackAdapter()
     async with app_factory(adapter) as app:
-        await asyncio.to_thread(app.files.user(adapter.message("x", user="ann").speaker).add, "Ann is allergic to nuts")
+        await asyncio.to_thread(
+            app.files.user(adapter.message("x", user="ann").speaker).add, "Ann is allergic to nuts"
+        )
         await adapter.say("/memory", user="ann", chat="room", chat_type=ChatType.GROUP)
         await adapter.say("/memory", user="ann")
         sent = await adapter.wait_sent(2)
@@ -210,7 +221,10 @@ async def test_idle_reset_starts_a_new_session_after_the_idle_time_and_not_befor
         assert [m.text for m in sent] == ["one", "two"]
         assert first.message_count == 4
         with sqlite3.connect(app.settings.state_db) as db:  # an hour of silence
-            db.execute("UPDATE messages SET created_at = '2020-01-01T00:00:00+00:00' WHERE session_id = ?", (first.id,))
+            db.execute(
+                "UPDATE messages SET created_at = '2020-01-01T00:00:00+00:00' WHERE session_id = ?",
+                (first.id,),
+            )
         await adapter.say("back again")
         sent = await adapter.wait_sent(3)
         second = await app.store.active_session("loop:dm:u1")
@@ -243,6 +257,7 @@ async def test_a_shared_rooms_turns_log_their_own_speaker_not_the_lanes_first(ap
     adapter = LoopbackAdapter()
     logged: list[str | None] = []
     async with app_factory(adapter, **{"sessions.group_sessions_per_user": False}) as app:
+
         async def listener(ctx, result):
             logged.append(structlog.contextvars.get_contextvars().get("user"))
 

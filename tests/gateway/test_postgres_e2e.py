@@ -10,13 +10,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from mnemo.gateway.config import load_settings
 from mnemo.gateway.emulator import Emulator, Reply, ToolUse
 from mnemo.gateway.errors import ConfigError, StartupError
 from mnemo.gateway.storage import open_backend
 from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
 from mnemo.memory.pg.sessions import PgSessionStore
-
 from tests.gateway.conftest import AppFactory
 from tests.gateway.test_cli_errors import mnemo, one_clear_line
 from tests.support.loopback import LoopbackAdapter
@@ -86,11 +86,14 @@ def test_database_url_comes_from_the_environment_and_must_be_postgresql(home: Pa
         load_settings(home, environ={"MNEMO_DATABASE_URL": "mysql://x/y"})
 
 
-async def test_start_up_errors_are_one_clear_line(home: Path, pg_cluster: Cluster, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_start_up_errors_are_one_clear_line(
+    home: Path, pg_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The server is unreachable: no server listens on this socket folder.
     nowhere = f"postgresql://mnemo@/mnemo?host={tmp_path}"
-    settings = load_settings(home, environ={}, overrides={"database.url": nowhere, "database.connect_timeout_s": 1})
+    settings = load_settings(
+        home, environ={}, overrides={"database.url": nowhere, "database.connect_timeout_s": 1}
+    )
     with pytest.raises(StartupError, match="cannot connect to PostgreSQL") as err:
         await open_backend(settings)
     assert "\n" not in str(err.value)
@@ -106,7 +109,10 @@ async def test_start_up_errors_are_one_clear_line(home: Path, pg_cluster: Cluste
     backend = await open_backend(settings)
     await backend.close()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO schema_migrations(version, name) VALUES (%s, '0099_future')", (len(PG_MIGRATIONS) + 1,))
+        conn.execute(
+            "INSERT INTO schema_migrations(version, name) VALUES (%s, '0099_future')",
+            (len(PG_MIGRATIONS) + 1,),
+        )
     with pytest.raises(StartupError, match="newer mnemo"):
         await open_backend(settings)
 
@@ -117,7 +123,9 @@ async def test_start_up_errors_are_one_clear_line(home: Path, pg_cluster: Cluste
 
 
 def test_mnemo_run_on_an_unreachable_server_exits_2_with_one_line(home: Path, tmp_path: Path) -> None:
-    out = mnemo(home, "run", MNEMO_DATABASE_URL=f"postgresql://mnemo@/mnemo?host={tmp_path}&connect_timeout=1")
+    out = mnemo(
+        home, "run", MNEMO_DATABASE_URL=f"postgresql://mnemo@/mnemo?host={tmp_path}&connect_timeout=1"
+    )
     one_clear_line(out, 2, "cannot connect to PostgreSQL")
 
 

@@ -77,22 +77,38 @@ async def test_a_chat_whose_images_do_not_fit_is_trimmed_before_it_is_sent(
         telegram.push_text(CHAT, USER, "hello")
         await telegram.wait_for_sent(1)
         usage = emulator.requests[-1].usage or {}
-        used = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+        used = sum(
+            int(usage.get(k) or 0)
+            for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        )
         # Text that leaves 5,000 tokens of the budget free: two 1568 px images (3,278
         # tokens each) do not fit in what is left, one does.
         filler = budget - used - 5000
         assert filler > 1000, f"the fixed part of a request is too large for this test: {used}"
-        telegram.push_document(CHAT, USER, ("word " * (filler * 4 // 5)).encode(), file_name="notes.txt", mime_type="text/plain")
+        telegram.push_document(
+            CHAT, USER, ("word " * (filler * 4 // 5)).encode(), file_name="notes.txt", mime_type="text/plain"
+        )
         await telegram.wait_for_sent(2)
         for n in range(2):
-            telegram.push_image(CHAT, USER, jpeg(1568, 1568, (n * 90, 40, 40)), width=1568, height=1568, caption=f"photo {n}")
+            telegram.push_image(
+                CHAT, USER, jpeg(1568, 1568, (n * 90, 40, 40)), width=1568, height=1568, caption=f"photo {n}"
+            )
             await telegram.wait_for_sent(3 + n)
         await asyncio.sleep(0)
     assert trimmed == [False, False, False, True], "the second image no longer fits: trimmed before sending"
     last = emulator.requests[-1]
-    images = [b for m in last.messages if isinstance(m["content"], list) for b in m["content"] if b.get("type") == "image"]
+    images = [
+        b
+        for m in last.messages
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "image"
+    ]
     assert images and "photo 1" in str(last.messages[-1]["content"]), "the newest image is sent"
     assert "earlier messages are left out of this request" in str(last.messages)
     usage = last.usage or {}
-    sent = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    sent = sum(
+        int(usage.get(k) or 0)
+        for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
     assert sent <= window - answer, "what was sent fits the window as the emulator counts it"

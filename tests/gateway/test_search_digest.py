@@ -37,7 +37,9 @@ async def test_digest_failure_falls_back_to_plain_hits(app_factory, emulator):
     emulator.script(
         Reply(text="ok"),
         Reply(tool_uses=[ToolUse("session_search", {"query": "zebra"})]),
-        Fault(status=400, body={"type": "error", "error": {"type": "invalid_request_error", "message": "nope"}}),
+        Fault(
+            status=400, body={"type": "error", "error": {"type": "invalid_request_error", "message": "nope"}}
+        ),
         Reply(text="found it"),
     )
     adapter = LoopbackAdapter()

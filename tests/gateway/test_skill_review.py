@@ -93,10 +93,16 @@ async def turn(app: Any, adapter: LoopbackAdapter, text: str, n: int, user: str 
 
 
 def create(name: str, body: str = "1. Do the thing.\n") -> Reply:
-    return Reply(tool_uses=[ToolUse("skill_manage", {"action": "create", "name": name, "content": skill_md(name, body)})])
+    return Reply(
+        tool_uses=[
+            ToolUse("skill_manage", {"action": "create", "name": name, "content": skill_md(name, body)})
+        ]
+    )
 
 
-async def test_a_turn_with_five_tool_calls_enqueues_one_review_that_saves_a_user_skill(app_factory, emulator) -> None:
+async def test_a_turn_with_five_tool_calls_enqueues_one_review_that_saves_a_user_skill(
+    app_factory, emulator
+) -> None:
     world = World(lambda _r: create("list-things", "1. Call skills_list per query.\n"))
     emulator.default = world
     adapter = LoopbackAdapter()
@@ -138,20 +144,37 @@ async def test_a_turn_with_fewer_tool_calls_or_none_enqueues_no_review(app_facto
         assert job.payload["tool_calls"] == 2, "the threshold is the setting"
 
 
-async def test_the_review_patches_the_users_skill_and_is_refused_every_shared_change(app_factory, emulator, home) -> None:
+async def test_the_review_patches_the_users_skill_and_is_refused_every_shared_change(
+    app_factory, emulator, home
+) -> None:
     store = SkillStore(home / "skills")
     store.create(skill_md("team-deploy", "1. Ask ops.\n"), None)
     store.create(skill_md("my-flow", "1. Old step.\n"), U1, written_by="user")
     store.create(skill_md("given", "1. As installed.\n"), U1)  # `mnemo skills install --user`
     review = Reply(
         tool_uses=[
-            ToolUse("skill_manage", {"action": "patch", "name": "my-flow", "old_string": "Old step", "new_string": "New step"}),
-            ToolUse("skill_manage", {"action": "patch", "name": "team-deploy", "old_string": "Ask ops", "new_string": "x"}),
-            ToolUse("skill_manage", {"action": "edit", "name": "team-deploy", "content": skill_md("team-deploy", "x\n")}),
+            ToolUse(
+                "skill_manage",
+                {"action": "patch", "name": "my-flow", "old_string": "Old step", "new_string": "New step"},
+            ),
+            ToolUse(
+                "skill_manage",
+                {"action": "patch", "name": "team-deploy", "old_string": "Ask ops", "new_string": "x"},
+            ),
+            ToolUse(
+                "skill_manage",
+                {"action": "edit", "name": "team-deploy", "content": skill_md("team-deploy", "x\n")},
+            ),
             ToolUse("skill_manage", {"action": "delete", "name": "team-deploy"}),
             ToolUse("skill_manage", {"action": "delete", "name": "my-flow"}),
-            ToolUse("skill_manage", {"action": "create", "name": "team-deploy", "content": skill_md("team-deploy", "y\n")}),
-            ToolUse("skill_manage", {"action": "patch", "name": "given", "old_string": "As installed", "new_string": "x"}),
+            ToolUse(
+                "skill_manage",
+                {"action": "create", "name": "team-deploy", "content": skill_md("team-deploy", "y\n")},
+            ),
+            ToolUse(
+                "skill_manage",
+                {"action": "patch", "name": "given", "old_string": "As installed", "new_string": "x"},
+            ),
             ToolUse("memory", {"action": "add", "target": "user", "content": "not offered"}),
         ]
     )
@@ -193,7 +216,9 @@ def inbox_unfinished(home: Path) -> None:
         db.execute("UPDATE inbox SET state = 'processing'")
 
 
-async def test_a_review_runs_once_across_a_second_job_a_restart_and_a_replayed_turn(app_factory, emulator, home) -> None:
+async def test_a_review_runs_once_across_a_second_job_a_restart_and_a_replayed_turn(
+    app_factory, emulator, home
+) -> None:
     world = World(lambda _r: create("once"))
     emulator.default = world
     adapter = LoopbackAdapter()
@@ -205,8 +230,12 @@ async def test_a_review_runs_once_across_a_second_job_a_restart_and_a_replayed_t
         await settle(app)
         jobs = await app.jobs.jobs(kind=SKILL_REVIEW)
         assert [j.state for j in jobs] == ["done", "done"]
-        assert jobs[1].checkpoint == {"reviewed": True, "reviewed_from": first.payload["turn"],
-                                      "reviewed_upto": first.payload["turn"], "writes": 0}
+        assert jobs[1].checkpoint == {
+            "reviewed": True,
+            "reviewed_from": first.payload["turn"],
+            "reviewed_upto": first.payload["turn"],
+            "writes": 0,
+        }
     assert len(world.reviews) == 1
     inbox_unfinished(home)
     async with app_factory(adapter, **NO_LIMIT) as app:
@@ -217,7 +246,9 @@ async def test_a_review_runs_once_across_a_second_job_a_restart_and_a_replayed_t
     assert [s.name for s in SkillStore(home / "skills").own(U1)] == ["once"]
 
 
-async def test_a_turn_replayed_after_a_crash_before_its_review_was_queued_gets_one(app_factory, emulator, home) -> None:
+async def test_a_turn_replayed_after_a_crash_before_its_review_was_queued_gets_one(
+    app_factory, emulator, home
+) -> None:
     world = World(lambda _r: create("late"))
     emulator.default = world
     adapter = LoopbackAdapter()

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse
 
+from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse
 from tests.adapters.telegram_harness import FlakyTelegram, TelegramRig, last_user_text
 
 BOT = "mnemo_test_bot"

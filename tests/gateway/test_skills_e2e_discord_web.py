@@ -49,13 +49,15 @@ def last_user_text(request: RecordedRequest) -> str:
 
 
 def responder(request: RecordedRequest) -> Reply:
-    """"save skill X" → skill_manage create; "peek X" → skill_view X and skills_list."""
+    """ "save skill X" → skill_manage create; "peek X" → skill_view X and skills_list."""
     results = tool_results(request)
     if results:
         return Reply(text="RESULT " + " | ".join(results))
     text = last_user_text(request)
     if m := re.search(r"save skill ([a-z-]+)", text):
-        return Reply(tool_uses=[ToolUse("skill_manage", {"action": "create", "name": m[1], "content": skill_md(m[1])})])
+        return Reply(
+            tool_uses=[ToolUse("skill_manage", {"action": "create", "name": m[1], "content": skill_md(m[1])})]
+        )
     if m := re.search(r"peek ([a-z-]+)", text):
         return Reply(tool_uses=[ToolUse("skill_view", {"name": m[1]}), ToolUse("skills_list", {})])
     return Reply(text="ok")
@@ -110,7 +112,9 @@ async def test_two_discord_users_in_a_server_channel_and_in_dms_never_see_each_o
         assert [s["name"] for s in seen["list"]["skills"]] == [own]
 
 
-async def test_two_web_chat_users_never_see_each_others_own_skills(home: Path, emulator: Emulator, http) -> None:
+async def test_two_web_chat_users_never_see_each_others_own_skills(
+    home: Path, emulator: Emulator, http
+) -> None:
     """Every web chat user is the operator (web is a loopback platform), so what they
     write with ``skill_manage`` is shared; skills installed for one of them
     (``mnemo skills install --user web:ID``) stay theirs."""

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from mnemo.gateway.turns.prompt import PromptParts, render_system_prompt
 from mnemo.gateway.turns.skill_tools import skill_tools
 from mnemo.gateway.turns.tools import ToolRegistry, TurnContext
@@ -20,10 +21,19 @@ def skill_md(name: str, body: str = "steps\n") -> str:
     return f"---\nname: {name}\ndescription: About {name}.\n---\n\n{body}"
 
 
-def ctx(agent: AgentContext = AgentContext.PRIMARY, *, admin: bool = False, speaker: UserRef | None = ALICE) -> TurnContext:
+def ctx(
+    agent: AgentContext = AgentContext.PRIMARY, *, admin: bool = False, speaker: UserRef | None = ALICE
+) -> TurnContext:
     return TurnContext(
-        session_id="s", chat_key="k", platform="telegram", chat_id="1", speaker=speaker, speaker_name="A",
-        agent_context=agent, is_admin=admin, is_dm=True,
+        session_id="s",
+        chat_key="k",
+        platform="telegram",
+        chat_id="1",
+        speaker=speaker,
+        speaker_name="A",
+        agent_context=agent,
+        is_admin=admin,
+        is_dm=True,
     )
 
 
@@ -42,7 +52,9 @@ async def call(registry: ToolRegistry, c: TurnContext, **args: str) -> dict:
 
 async def test_admin_writes_shared_user_writes_own(setup: tuple[ToolRegistry, SkillStore]) -> None:
     registry, store = setup
-    assert (await call(registry, ctx(admin=True), action="create", name="team", content=skill_md("team")))["success"]
+    assert (await call(registry, ctx(admin=True), action="create", name="team", content=skill_md("team")))[
+        "success"
+    ]
     assert (await call(registry, ctx(), action="create", name="mine", content=skill_md("mine")))["success"]
     assert [s.name for s in store.shared()] == ["team"]
     assert [s.name for s in store.own(ALICE)] == ["mine"]
@@ -63,7 +75,9 @@ async def test_every_action_through_the_tool(setup: tuple[ToolRegistry, SkillSto
         {"action": "write_file", "name": "s", "file_path": "templates/t.md", "file_content": "T"},
     ):
         assert (await call(registry, c, **args))["success"], args
-    view = json.loads((await registry.call("skill_view", {"name": "s", "file_path": "templates/t.md"}, c)).content)
+    view = json.loads(
+        (await registry.call("skill_view", {"name": "s", "file_path": "templates/t.md"}, c)).content
+    )
     assert view["content"] == "T"
     assert (await call(registry, c, action="remove_file", name="s", file_path="templates/t.md"))["success"]
     assert (await call(registry, c, action="delete", name="s"))["success"]
@@ -76,7 +90,10 @@ async def test_a_cron_run_reads_but_cannot_write(setup: tuple[ToolRegistry, Skil
     registry, store = setup
     store.create(skill_md("mine"), ALICE)
     cron = ctx(AgentContext.CRON, admin=True)
-    for args in ({"action": "create", "name": "x", "content": skill_md("x")}, {"action": "delete", "name": "mine"}):
+    for args in (
+        {"action": "create", "name": "x", "content": skill_md("x")},
+        {"action": "delete", "name": "mine"},
+    ):
         out = await call(registry, cron, **args)
         assert out["success"] is False and "read_only" in out["error"]
     view = json.loads((await registry.call("skill_view", {"name": "mine"}, cron)).content)
@@ -88,9 +105,14 @@ async def test_a_background_pass_is_add_only_and_user_scoped(setup: tuple[ToolRe
     registry, store = setup
     store.create(skill_md("team"), None)
     review = ctx(AgentContext.REVIEW, admin=True)  # even an admin's review never reaches shared skills
-    assert (await call(registry, review, action="create", name="learned", content=skill_md("learned")))["success"]
+    assert (await call(registry, review, action="create", name="learned", content=skill_md("learned")))[
+        "success"
+    ]
     assert [s.name for s in store.own(ALICE)] == ["learned"]
-    for args in ({"action": "delete", "name": "learned"}, {"action": "edit", "name": "team", "content": skill_md("team", "x")}):
+    for args in (
+        {"action": "delete", "name": "learned"},
+        {"action": "edit", "name": "team", "content": skill_md("team", "x")},
+    ):
         out = await call(registry, review, **args)
         assert out["success"] is False and "add_only" in out["error"]
     out = await call(registry, review, action="patch", name="team", old_string="steps", new_string="x")
@@ -102,8 +124,13 @@ def test_the_index_is_in_the_system_prompt_and_the_body_is_not(tmp_path: Path) -
     store = SkillStore(tmp_path / "skills")
     store.create(skill_md("deploy", "BODY-TEXT\n"), None, category="ops")
     prompt = render_system_prompt(
-        PromptParts(persona=None, memory_block="", user_block=None, platform="telegram",
-                    skills_index=render_index(store.visible(None, "telegram")))
+        PromptParts(
+            persona=None,
+            memory_block="",
+            user_block=None,
+            platform="telegram",
+            skills_index=render_index(store.visible(None, "telegram")),
+        )
     )
     assert "- deploy [ops]: About deploy." in prompt
     assert "BODY-TEXT" not in prompt

@@ -49,7 +49,9 @@ async def test_search_without_hits_and_without_words(app_factory, emulator) -> N
     adapter = LoopbackAdapter()
     async with app_factory(adapter):
         await converse(adapter, emulator, "I love green tea")
-        nothing, usage, odd = await converse(adapter, emulator, "/search coffee", "/search", '/search "( AND *')
+        nothing, usage, odd = await converse(
+            adapter, emulator, "/search coffee", "/search", '/search "( AND *'
+        )
     assert nothing == "Nothing found for “coffee” in this chat."
     assert usage == "Usage: /search WORDS"
     assert "failed" not in odd
@@ -148,7 +150,9 @@ async def test_stop_without_and_with_a_running_turn(app_factory, emulator) -> No
 
 async def test_memory_and_forget_on_a_real_profile(app_factory, emulator) -> None:
     emulator.script(
-        Reply(tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": "Likes green tea"})]),
+        Reply(
+            tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": "Likes green tea"})]
+        ),
         Reply(text="Saved."),
     )
     adapter = LoopbackAdapter()
@@ -164,7 +168,9 @@ async def test_memory_and_forget_on_a_real_profile(app_factory, emulator) -> Non
         [cleared] = await converse(adapter, emulator, "/forget all")
         left = app.files.user(UserRef("loop", "u1")).load().entries
     assert "USER PROFILE" in shown and "Likes green tea" in shown
-    assert "MEMORY (your personal notes)" not in shown and "shared notes" not in shown, "only admins see MEMORY.md"
+    assert "MEMORY (your personal notes)" not in shown and "shared notes" not in shown, (
+        "only admins see MEMORY.md"
+    )
     assert group.startswith("Your profile is private")
     assert usage.startswith("Usage: /forget TEXT")
     assert "coffee" in missing or "No entry" in missing or "no entry" in missing.lower()
@@ -198,7 +204,8 @@ async def test_pair_list_approve_deny_revoke_for_admins_only(app_factory, emulat
         pending = await app.access.pairings.pending()
         codes = {str(p.user): p.code for p in pending}
         listed, approved, denied, bad, revoked, unknown = await converse(
-            adapter, emulator,
+            adapter,
+            emulator,
             "/pair list",
             f"/pair approve {codes['loop:stranger']}",
             f"/pair deny {codes['loop:other']}",
@@ -229,8 +236,13 @@ async def test_cron_add_list_pause_resume_remove_in_a_chat(app_factory, emulator
         [added] = await converse(adapter, emulator, "/cron add every 2h water the plants")
         job_id = added.split()[1].rstrip(":")
         listed, paused, resumed, removed, after = await converse(
-            adapter, emulator, "/cron list", f"/cron pause {job_id}", f"/cron resume {job_id}",
-            f"/cron remove {job_id}", "/cron list",
+            adapter,
+            emulator,
+            "/cron list",
+            f"/cron pause {job_id}",
+            f"/cron resume {job_id}",
+            f"/cron remove {job_id}",
+            "/cron list",
         )
         [other_chat] = await converse(adapter, emulator, f"/cron remove {job_id}", user="u2")
     assert empty.startswith("No scheduled jobs here.")
@@ -246,12 +258,12 @@ async def test_cron_add_list_pause_resume_remove_in_a_chat(app_factory, emulator
 @pytest.mark.parametrize(
     "line",
     [
-        "/cron add cron * * * * * * x",        # six fields: not a 5-field crontab
-        "/cron add cron 61 * * * * x",         # minute out of range
-        "/cron add every 0s x",                # no interval
-        "/cron add every 2h",                  # no prompt
-        "/cron add at yesterday x",            # not a time
-        "/cron add cron @sometimes x",         # unknown alias
+        "/cron add cron * * * * * * x",  # six fields: not a 5-field crontab
+        "/cron add cron 61 * * * * x",  # minute out of range
+        "/cron add every 0s x",  # no interval
+        "/cron add every 2h",  # no prompt
+        "/cron add at yesterday x",  # not a time
+        "/cron add cron @sometimes x",  # unknown alias
     ],
 )
 async def test_cron_add_refuses_bad_schedules_with_a_clear_message(app_factory, emulator, line: str) -> None:
@@ -269,12 +281,15 @@ def test_piped_mnemo_chat_search_finds_what_was_said(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "mnemo", "chat"],
         input="I love green tea\n/search tea\n/nosuchthing\n",
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "failed unexpectedly" not in out.stdout
     # The search answer quotes the first line back, with who said it, and no tool output.
-    answer = out.stdout[out.stdout.index("• "):]
+    answer = out.stdout[out.stdout.index("• ") :]
     assert ": I love green tea" in answer, out.stdout
     assert "tool:" not in answer and '{"success"' not in answer
     assert "Unknown command /nosuchthing" in out.stdout
@@ -283,10 +298,14 @@ def test_piped_mnemo_chat_search_finds_what_was_said(tmp_path: Path) -> None:
 def test_trial_mode_status_shows_no_dollar_cost_for_scripted_replies(tmp_path: Path) -> None:
     env = {"MNEMO_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     out = subprocess.run(
-        [sys.executable, "-m", "mnemo", "chat"], input="hello\n/status\n",
-        capture_output=True, text=True, env=env, timeout=120,
+        [sys.executable, "-m", "mnemo", "chat"],
+        input="hello\n/status\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    status = out.stdout[out.stdout.index("Session "):]
+    status = out.stdout[out.stdout.index("Session ") :]
     assert "$" not in status
     assert "scripted replies cost nothing" in status

@@ -55,9 +55,7 @@ def _fence(draw: st.DrawFn) -> str:
     return "\n".join(lines)
 
 
-_markdown = st.lists(st.one_of(_paragraph, _paragraph, _fence()), min_size=1, max_size=12).map(
-    "\n\n".join
-)
+_markdown = st.lists(st.one_of(_paragraph, _paragraph, _fence()), min_size=1, max_size=12).map("\n\n".join)
 _noise = st.text(alphabet="ab `~\n\t.😀", max_size=600)
 
 

@@ -38,7 +38,11 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 
 def _env(home: Path, fake: FakeTelegram, emulator: Emulator) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_"))
+    }
     env.update(
         MNEMO_HOME=str(home),
         TELEGRAM_BOT_TOKEN=fake.token,
@@ -64,7 +68,9 @@ async def _end(proc: asyncio.subprocess.Process, sig: int) -> None:
 
 
 def bot_messages(fake: FakeTelegram) -> list[dict[str, Any]]:
-    found = [m for (cid, _), m in fake.world.messages.items() if cid == CHAT and m["from"]["id"] == fake.bot_id]
+    found = [
+        m for (cid, _), m in fake.world.messages.items() if cid == CHAT and m["from"]["id"] == fake.bot_id
+    ]
     return sorted(found, key=lambda m: m["message_id"])
 
 
@@ -120,9 +126,10 @@ async def test_kill_9_mid_stream_then_restart_completes_the_answer_once(
 
         def settled() -> bool:
             with sqlite3.connect(home / "state.db") as db:
-                return db.execute("SELECT state FROM outbox").fetchall() == [("sent",)] and not db.execute(
-                    "SELECT 1 FROM streams"
-                ).fetchall()
+                return (
+                    db.execute("SELECT state FROM outbox").fetchall() == [("sent",)]
+                    and not db.execute("SELECT 1 FROM streams").fetchall()
+                )
 
         await wait_until(settled, timeout=30)
         await asyncio.sleep(0.5)  # anything else it would send, it sends now

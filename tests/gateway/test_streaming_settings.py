@@ -36,7 +36,9 @@ def test_per_platform_overrides_win_both_ways(home: Path) -> None:
     assert not s.applies("discord", dm=True) and s.applies("telegram", dm=False) and s.min_interval_s == 2.5
 
 
-@pytest.mark.parametrize("bad", [{"min_interval_s": 0}, {"min_interval_s": 120}, {"enable": True}, "yes please"])
+@pytest.mark.parametrize(
+    "bad", [{"min_interval_s": 0}, {"min_interval_s": 120}, {"enable": True}, "yes please"]
+)
 def test_bad_values_are_one_clear_error(home: Path, bad: object) -> None:
     with pytest.raises(ConfigError) as e:
         settings_from(home, bad)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from mnemo.gateway.config import WorkerSettings
-from mnemo.gateway.metrics import Metrics
-from mnemo.gateway.jobs.store import JobStore
 from mnemo.gateway.jobs.queue import Job, JobQueue, JobRun, JobState
-from mnemo.memory.db import Database
+from mnemo.gateway.jobs.store import JobStore
+from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.storage import state_database
+from mnemo.memory.db import Database
 
 
 class Clock:
@@ -33,7 +33,9 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
     await database.close()
 
 
-def make_queue(db: Database, clock: Clock | None = None, metrics: Metrics | None = None, **settings) -> JobQueue:
+def make_queue(
+    db: Database, clock: Clock | None = None, metrics: Metrics | None = None, **settings
+) -> JobQueue:
     cfg = WorkerSettings(**{"concurrency": 2, "max_attempts": 3, "drain_timeout_s": 1.0, **settings})
     return JobQueue(JobStore(db), cfg, clock=clock or Clock(), poll_s=0.05, metrics=metrics)
 
@@ -102,7 +104,11 @@ async def test_failures_retry_on_the_backoff_schedule_then_fail_with_the_error(d
     async with queue:
         await until(lambda: _attempts(queue, job.id, 1))
         row = await queue.get(job.id)
-        assert row.state is JobState.QUEUED and row.not_before == clock.now + 60 and row.error == "ValueError: boom 1"
+        assert (
+            row.state is JobState.QUEUED
+            and row.not_before == clock.now + 60
+            and row.error == "ValueError: boom 1"
+        )
         await asyncio.sleep(0.2)
         assert len(attempts) == 1, "not retried before its time"
         clock.now += 60
@@ -155,9 +161,13 @@ async def test_restart_requeues_running_jobs_resumes_queued_and_never_reruns_don
     finished = await before.enqueue("review", "was-done")
     hopeless = await before.enqueue("review", "kept-crashing")
     # What a process killed mid-job leaves behind (the real kill -9 is in the e2e test).
-    await db.write(lambda c: c.execute("UPDATE jobs SET state='running', attempts=1 WHERE id=?", (crashed.id,)))
+    await db.write(
+        lambda c: c.execute("UPDATE jobs SET state='running', attempts=1 WHERE id=?", (crashed.id,))
+    )
     await db.write(lambda c: c.execute("UPDATE jobs SET state='done', attempts=1 WHERE id=?", (finished.id,)))
-    await db.write(lambda c: c.execute("UPDATE jobs SET state='running', attempts=3 WHERE id=?", (hopeless.id,)))
+    await db.write(
+        lambda c: c.execute("UPDATE jobs SET state='running', attempts=3 WHERE id=?", (hopeless.id,))
+    )
 
     after = make_queue(db)
     after.register("review", handler)

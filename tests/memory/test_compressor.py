@@ -146,7 +146,9 @@ def test_update_request_carries_the_previous_summary():
     req = c.summary_request(plan)
     assert "PREVIOUS SUMMARY:\n## Goal\nShip the parser." in req.prompt
     assert "PRESERVE all existing information" in req.prompt and "NEW TURNS TO INCORPORATE" in req.prompt
-    assert "[CONTEXT SUMMARY" not in req.prompt.split("NEW TURNS TO INCORPORATE")[1], "the old summary is not a turn"
+    assert "[CONTEXT SUMMARY" not in req.prompt.split("NEW TURNS TO INCORPORATE")[1], (
+        "the old summary is not a turn"
+    )
 
 
 def test_summary_message_is_user_role_marked_and_ends_with_the_marker():
@@ -255,7 +257,9 @@ def test_memory_pass_prompt_has_instruction_current_memory_and_turns_but_no_summ
 
 
 def test_memory_pass_prompt_without_a_profile_and_with_a_long_transcript():
-    prompt = memory_pass_prompt(MemoryPass.REVIEW, chat(200), memory_block="", user_block=None, max_chars=2_000)
+    prompt = memory_pass_prompt(
+        MemoryPass.REVIEW, chat(200), memory_block="", user_block=None, max_chars=2_000
+    )
     assert "no user profile can be written" in prompt and "MEMORY.md, are empty" in prompt
     assert "older turns left out" in prompt and "question 199" in prompt and "question 0 " not in prompt
 

@@ -26,13 +26,26 @@ from mnemo.memory.sessions import MessageRow, NewMessage, ToolCall
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def row(i: int, role: str, content: str = "", *, calls=(), call_id=None, tool_name=None, meta=None) -> MessageRow:
+def row(
+    i: int, role: str, content: str = "", *, calls=(), call_id=None, tool_name=None, meta=None
+) -> MessageRow:
     tokens = (len(content) + 3) // 4 + (10 * len(calls))
     return MessageRow(
-        id=i, session_id="s", role=role, content=content, tool_calls=tuple(calls), tool_call_id=call_id,
-        tool_name=tool_name, is_error=False, author_id="u" if role == "user" else None,
-        author_name="Ada" if role == "user" else None, platform_message_id=f"m{i}" if role == "user" else None,
-        created_at=T0 + timedelta(seconds=i), token_count=tokens, finish_reason=None, meta=meta or {},
+        id=i,
+        session_id="s",
+        role=role,
+        content=content,
+        tool_calls=tuple(calls),
+        tool_call_id=call_id,
+        tool_name=tool_name,
+        is_error=False,
+        author_id="u" if role == "user" else None,
+        author_name="Ada" if role == "user" else None,
+        platform_message_id=f"m{i}" if role == "user" else None,
+        created_at=T0 + timedelta(seconds=i),
+        token_count=tokens,
+        finish_reason=None,
+        meta=meta or {},
     )
 
 
@@ -40,11 +53,21 @@ def to_rows(messages: list[NewMessage], start: int) -> list[MessageRow]:
     """NewMessages as stored rows (fresh ids), like append_messages + load_messages."""
     return [
         MessageRow(
-            id=start + k, session_id="s2", role=m.role, content=m.content, tool_calls=m.tool_calls,
-            tool_call_id=m.tool_call_id, tool_name=m.tool_name, is_error=m.is_error, author_id=m.author_id,
-            author_name=m.author_name, platform_message_id=m.platform_message_id,
-            created_at=m.created_at or T0, token_count=m.token_count if m.token_count is not None else (len(m.content) + 3) // 4,
-            finish_reason=m.finish_reason, meta=m.meta,
+            id=start + k,
+            session_id="s2",
+            role=m.role,
+            content=m.content,
+            tool_calls=m.tool_calls,
+            tool_call_id=m.tool_call_id,
+            tool_name=m.tool_name,
+            is_error=m.is_error,
+            author_id=m.author_id,
+            author_name=m.author_name,
+            platform_message_id=m.platform_message_id,
+            created_at=m.created_at or T0,
+            token_count=m.token_count if m.token_count is not None else (len(m.content) + 3) // 4,
+            finish_reason=m.finish_reason,
+            meta=m.meta,
         )
         for k, m in enumerate(messages)
     ]
@@ -63,7 +86,9 @@ turns_strategy = st.lists(
     st.builds(
         Turn,
         user_len=st.integers(1, 400),
-        rounds=st.lists(st.lists(st.integers(1, 1600), min_size=1, max_size=2).map(tuple), max_size=2).map(tuple),
+        rounds=st.lists(st.lists(st.integers(1, 1600), min_size=1, max_size=2).map(tuple), max_size=2).map(
+            tuple
+        ),
         reply_len=st.one_of(st.none(), st.integers(1, 400)),
     ),
     min_size=1,
@@ -92,7 +117,12 @@ def build(turns: list[Turn], start: int = 1) -> list[MessageRow]:
 
 
 def same(a, b) -> bool:
-    return (a.role, a.content, tuple(a.tool_calls), a.tool_call_id) == (b.role, b.content, tuple(b.tool_calls), b.tool_call_id)
+    return (a.role, a.content, tuple(a.tool_calls), a.tool_call_id) == (
+        b.role,
+        b.content,
+        tuple(b.tool_calls),
+        b.tool_call_id,
+    )
 
 
 def tool_pairs_intact(rows) -> bool:

@@ -1,4 +1,3 @@
-import os
 import stat
 import threading
 from pathlib import Path
@@ -67,7 +66,9 @@ def test_a_symlinked_user_folder_cannot_lead_outside(files: MemoryFiles, tmp_pat
     assert list(outside.iterdir()) == []
 
 
-def test_a_symlink_planted_after_the_file_was_resolved_is_refused_at_write(files: MemoryFiles, tmp_path: Path) -> None:
+def test_a_symlink_planted_after_the_file_was_resolved_is_refused_at_write(
+    files: MemoryFiles, tmp_path: Path
+) -> None:
     f = files.user(UserRef("telegram", "1"))
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -127,7 +128,9 @@ def test_blocked_entry_is_hidden_in_the_block_but_kept_on_disk(shared: CuratedFi
     block = snap.render_block()
     assert "[BLOCKED: prompt_injection]" in block and evil not in block
     assert "User likes tea" in block
-    assert f"— {len('User likes tea' + ENTRY_DELIMITER + evil):,}/2,200 chars" in block  # usage counts the raw text
+    assert (
+        f"— {len('User likes tea' + ENTRY_DELIMITER + evil):,}/2,200 chars" in block
+    )  # usage counts the raw text
     assert any("blocked" in w for w in snap.warnings)
     assert evil in raw(shared)
     # The model never sees the raw entry in a tool result either.
@@ -169,7 +172,9 @@ def test_over_limit_file_loads_with_a_warning_and_refuses_adds(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe not utf-8", b"ok\n\xc3"])
-def test_undecodable_file_refuses_every_write_and_is_never_overwritten(shared: CuratedFile, content: bytes) -> None:
+def test_undecodable_file_refuses_every_write_and_is_never_overwritten(
+    shared: CuratedFile, content: bytes
+) -> None:
     shared.path.parent.mkdir(parents=True)
     shared.path.write_bytes(content)
     snap = shared.load()

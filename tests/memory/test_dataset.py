@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mnemo.gateway.storage import state_database
 from mnemo.memory.dataset import (
     QuestionOutcome,
     ask_questions,
@@ -22,7 +23,6 @@ from mnemo.memory.dataset import (
     parse_started_at,
     summarize,
 )
-from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import InvalidDataset
 from mnemo.memory.search import SessionSearch
 from mnemo.memory.sessions import SessionStore
@@ -32,17 +32,31 @@ DATA = REPO / "bench" / "data"
 
 SMALL = {
     "sessions": [
-        {"id": "s1", "started_at": "1:56 pm on 8 May, 2023", "extra": 1, "messages": [
-            {"id": "a", "speaker": "Caroline", "content": "I went to a support group yesterday"},
-            {"id": "b", "speaker": "Melanie", "content": "That sounds brave"},
-            {"id": "c", "speaker": "assistant", "content": "Noted."},
-        ]},
-        {"id": "s2", "started_at": "sometime later", "messages": [
-            {"id": "d", "speaker": "Caroline", "content": "The adoption agency called back"},
-        ]},
+        {
+            "id": "s1",
+            "started_at": "1:56 pm on 8 May, 2023",
+            "extra": 1,
+            "messages": [
+                {"id": "a", "speaker": "Caroline", "content": "I went to a support group yesterday"},
+                {"id": "b", "speaker": "Melanie", "content": "That sounds brave"},
+                {"id": "c", "speaker": "assistant", "content": "Noted."},
+            ],
+        },
+        {
+            "id": "s2",
+            "started_at": "sometime later",
+            "messages": [
+                {"id": "d", "speaker": "Caroline", "content": "The adoption agency called back"},
+            ],
+        },
     ],
     "questions": [
-        {"id": "q1", "question": "When did Caroline go to the support group?", "evidence": ["a"], "category": "temporal"},
+        {
+            "id": "q1",
+            "question": "When did Caroline go to the support group?",
+            "evidence": ["a"],
+            "category": "temporal",
+        },
         {"id": "q2", "question": "no evidence here", "evidence": []},
         {"id": "q3", "question": "What did the agency do?", "evidence": ["d", "a"], "unknown": True},
     ],
@@ -56,14 +70,20 @@ def test_parse_ignores_unknown_keys_and_keeps_optional_fields() -> None:
     assert ds.questions[2].evidence == ("d", "a")
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ([], "top level"),
-    ({}, "missing 'sessions'"),
-    ({"sessions": [{"messages": [{"id": "x"}]}]}, "missing 'content'"),
-    ({"sessions": [{"messages": [{"id": "x", "content": 5}]}]}, "must be a string"),
-    ({"sessions": [], "questions": [{"id": "q", "question": "?", "evidence": "a"}]}, "list of message ids"),
-    ({"sessions": [], "questions": [{"id": "q"}]}, "missing 'question'"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "top level"),
+        ({}, "missing 'sessions'"),
+        ({"sessions": [{"messages": [{"id": "x"}]}]}, "missing 'content'"),
+        ({"sessions": [{"messages": [{"id": "x", "content": 5}]}]}, "must be a string"),
+        (
+            {"sessions": [], "questions": [{"id": "q", "question": "?", "evidence": "a"}]},
+            "list of message ids",
+        ),
+        ({"sessions": [], "questions": [{"id": "q"}]}, "missing 'question'"),
+    ],
+)
 def test_malformed_files_are_refused_with_the_place_named(data: object, message: str) -> None:
     with pytest.raises(InvalidDataset, match=message):
         parse_dataset(data, "bad")
@@ -103,8 +123,11 @@ async def test_import_goes_through_the_store_and_questions_are_asked_in_scope(tm
     assert first.started_at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     assert sessions[0].title == "sometime later" and sessions[0].started_at > first.started_at
     msgs = await store.load_messages(first.id)
-    assert [(m.role, m.author_name) for m in msgs] == [("user", "Caroline"), ("user", "Melanie"),
-                                                       ("assistant", "assistant")]
+    assert [(m.role, m.author_name) for m in msgs] == [
+        ("user", "Caroline"),
+        ("user", "Melanie"),
+        ("assistant", "assistant"),
+    ]
     assert msgs[0].meta == {"dataset_id": "a"} and report.id_map["a"] == msgs[0].id
     outcomes = await ask_questions(SessionSearch(db), ds, report, 10)
     await db.close()
@@ -118,8 +141,14 @@ def test_recall_and_any_hit_are_averaged_over_questions() -> None:
         QuestionOutcome("2", None, frozenset({"c"}), ("x", "y")),
     ]
     s = summarize(outcomes, (1, 2, 4))
-    assert s == {"recall@1": 0.0, "any_hit@1": 0.0, "recall@2": 0.25, "any_hit@2": 0.5,
-                 "recall@4": 0.5, "any_hit@4": 0.5}
+    assert s == {
+        "recall@1": 0.0,
+        "any_hit@1": 0.0,
+        "recall@2": 0.25,
+        "any_hit@2": 0.5,
+        "recall@4": 0.5,
+        "any_hit@4": 0.5,
+    }
     assert summarize([], (5,)) == {"recall@5": 0.0, "any_hit@5": 0.0}
 
 
@@ -142,7 +171,10 @@ def test_the_development_dataset_is_valid_and_large_enough() -> None:
 
 
 def test_the_development_dataset_is_reproducible_from_its_seed(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(REPO / "bench" / "make_dataset.py"), "--out", str(tmp_path)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(REPO / "bench" / "make_dataset.py"), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
     for path in dataset_files([DATA]):
         assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mnemo.memory.db import Database, is_busy
 from mnemo.gateway.storage import state_database
+from mnemo.memory.db import Database, is_busy
 from mnemo.memory.errors import StoreBusy, StoreError
 
 
@@ -66,7 +66,9 @@ async def test_busy_from_another_process_is_retried_until_the_lock_is_released(t
     holder.start()
     try:
         assert locked.wait(5)
-        pending = asyncio.ensure_future(db.write(lambda c: c.execute("INSERT INTO chats(chat_key) VALUES ('x')")))
+        pending = asyncio.ensure_future(
+            db.write(lambda c: c.execute("INSERT INTO chats(chat_key) VALUES ('x')"))
+        )
         await asyncio.sleep(0.3)
         assert not pending.done()  # still waiting behind the other connection's lock
         release.set()
@@ -138,10 +140,16 @@ async def test_concurrent_writes_share_a_commit_but_fail_alone(db: Database) -> 
         raise ValueError("only me")
 
     async def ok(i: int) -> int:
-        return await db.write(lambda c: c.execute("INSERT INTO chats(chat_key) VALUES (?)", (f"k{i}",)).lastrowid)
+        return await db.write(
+            lambda c: c.execute("INSERT INTO chats(chat_key) VALUES (?)", (f"k{i}",)).lastrowid
+        )
 
-    results = await asyncio.gather(*(ok(i) for i in range(20)), db.write(failing), *(ok(i) for i in range(20, 40)),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(ok(i) for i in range(20)),
+        db.write(failing),
+        *(ok(i) for i in range(20, 40)),
+        return_exceptions=True,
+    )
     errors = [r for r in results if isinstance(r, BaseException)]
     assert len(errors) == 1 and str(errors[0]) == "only me"
     keys = await db.read(lambda c: {r[0] for r in c.execute("SELECT chat_key FROM chats")})
@@ -152,7 +160,9 @@ async def test_a_cancelled_write_that_has_not_started_is_not_run(db: Database) -
     gate = threading.Event()
     blocker = asyncio.ensure_future(db.write(lambda c: gate.wait(5)))
     await asyncio.sleep(0.05)  # the writer thread is now inside the blocker
-    victim = asyncio.ensure_future(db.write(lambda c: c.execute("INSERT INTO chats(chat_key) VALUES ('never')")))
+    victim = asyncio.ensure_future(
+        db.write(lambda c: c.execute("INSERT INTO chats(chat_key) VALUES ('never')"))
+    )
     await asyncio.sleep(0.01)
     victim.cancel()
     gate.set()

@@ -71,12 +71,16 @@ async def test_a_version_1_database_is_upgraded_in_place_with_its_data_kept(tmp_
     await db.open()
     assert db.schema_version == len(MIGRATIONS)
     rows = await db.read(lambda c: [r[0] for r in c.execute("SELECT content FROM messages ORDER BY id")])
-    count = await db.read(lambda c: c.execute("SELECT message_count FROM sessions WHERE id = 's1'").fetchone()[0])
+    count = await db.read(
+        lambda c: c.execute("SELECT message_count FROM sessions WHERE id = 's1'").fetchone()[0]
+    )
     stemmed = await db.read(
         lambda c: c.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'adopting'").fetchall()
     )
     # The CJK view was created later: the migration back-filled the old row.
-    cjk = await db.read(lambda c: c.execute("SELECT rowid FROM messages_cjk WHERE messages_cjk MATCH '小狗'").fetchall())
+    cjk = await db.read(
+        lambda c: c.execute("SELECT rowid FROM messages_cjk WHERE messages_cjk MATCH '小狗'").fetchall()
+    )
     for table in ("messages_fts", "messages_cjk"):
         await db.write(lambda c, t=table: c.execute(f"INSERT INTO {t}({t}) VALUES ('integrity-check')"))
     await db.close()
@@ -193,7 +197,9 @@ async def test_a_database_of_the_single_list_code_is_at_version_7_and_nothing_re
     conn = _connect(path)
     conn.execute("PRAGMA journal_mode=WAL")
     assert legacy.migrate(conn) == 7
-    conn.execute("INSERT INTO outbox(platform, chat_id, text, created_at) VALUES ('telegram', '7', 'hi', 1.0)")
+    conn.execute(
+        "INSERT INTO outbox(platform, chat_id, text, created_at) VALUES ('telegram', '7', 'hi', 1.0)"
+    )
     # Mark the recorded history: a re-run step would insert a new row and fail on the
     # version key, or leave these untouched values changed.
     conn.execute("UPDATE schema_migrations SET applied_at = 'legacy'")
@@ -204,7 +210,9 @@ async def test_a_database_of_the_single_list_code_is_at_version_7_and_nothing_re
     await db.open()
     assert db.schema_version == 7
     history = await db.read(
-        lambda c: c.execute("SELECT version, name, applied_at FROM schema_migrations ORDER BY version").fetchall()
+        lambda c: c.execute(
+            "SELECT version, name, applied_at FROM schema_migrations ORDER BY version"
+        ).fetchall()
     )
     outbox = await db.read(lambda c: c.execute("SELECT text FROM outbox").fetchall())
     schema_after = await db.read(_schema)

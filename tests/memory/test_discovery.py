@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from mnemo.memory.discovery import ProviderInfo, discover, load_provider
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import (
@@ -30,9 +31,9 @@ from mnemo.memory.scope import AgentContext, UserRef
 
 # The providers this distribution registers through its entry points (pyproject.toml).
 SHIPPED = set(
-    tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]["entry-points"][
-        "mnemo.memory_providers"
-    ]
+    tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"][
+        "entry-points"
+    ]["mnemo.memory_providers"]
 )
 
 PLUGIN_IMPL = """
@@ -79,7 +80,14 @@ def test_the_holographic_provider_comes_from_its_entry_point(home: Path) -> None
 
 
 def test_a_package_folder_with_relative_imports_is_a_provider(home: Path) -> None:
-    write_plugin(home, "echo", {"impl.py": PLUGIN_IMPL.format(name="echo"), "__init__.py": "from .impl import EchoProvider as PROVIDER\n"})
+    write_plugin(
+        home,
+        "echo",
+        {
+            "impl.py": PLUGIN_IMPL.format(name="echo"),
+            "__init__.py": "from .impl import EchoProvider as PROVIDER\n",
+        },
+    )
     info = by_name(home)["echo"]
     assert info.available and info.description == "echoes the query back"
     provider = load_provider("echo", home)
@@ -88,7 +96,9 @@ def test_a_package_folder_with_relative_imports_is_a_provider(home: Path) -> Non
 
 
 def test_a_single_provider_module_is_a_provider(home: Path) -> None:
-    write_plugin(home, "solo", {"provider.py": PLUGIN_IMPL.format(name="solo") + "\nPROVIDER = EchoProvider\n"})
+    write_plugin(
+        home, "solo", {"provider.py": PLUGIN_IMPL.format(name="solo") + "\nPROVIDER = EchoProvider\n"}
+    )
     assert by_name(home)["solo"].available
 
 
@@ -105,11 +115,16 @@ def test_data_only_folders_are_not_providers(home: Path) -> None:
         ({"__init__.py": "this is not python ("}, "SyntaxError"),
         ({"__init__.py": "X = 1\n"}, "defines no PROVIDER"),
         ({"__init__.py": "PROVIDER = dict\n"}, "expected a MemoryProvider subclass"),
-        ({"__init__.py": PLUGIN_IMPL.format(name="other") + "\nPROVIDER = EchoProvider\n"}, "its name is 'other'"),
+        (
+            {"__init__.py": PLUGIN_IMPL.format(name="other") + "\nPROVIDER = EchoProvider\n"},
+            "its name is 'other'",
+        ),
         ({"__init__.py": "import no_such_module_anywhere\n"}, "ModuleNotFoundError"),
     ],
 )
-def test_a_broken_folder_plugin_is_listed_with_the_reason(home: Path, files: dict[str, str], reason: str) -> None:
+def test_a_broken_folder_plugin_is_listed_with_the_reason(
+    home: Path, files: dict[str, str], reason: str
+) -> None:
     write_plugin(home, "broken", files)
     info = by_name(home)["broken"]
     assert not info.available and reason in info.reason and info.factory is None
@@ -118,7 +133,11 @@ def test_a_broken_folder_plugin_is_listed_with_the_reason(home: Path, files: dic
 
 
 def test_an_installed_provider_shadows_a_folder_of_the_same_name(home: Path) -> None:
-    write_plugin(home, "holographic", {"__init__.py": PLUGIN_IMPL.format(name="holographic") + "\nPROVIDER = EchoProvider\n"})
+    write_plugin(
+        home,
+        "holographic",
+        {"__init__.py": PLUGIN_IMPL.format(name="holographic") + "\nPROVIDER = EchoProvider\n"},
+    )
     assert by_name(home)["holographic"].source.startswith("entry point")
     assert type(load_provider("holographic", home)).__name__ == "HolographicProvider"
 
@@ -160,7 +179,9 @@ SCHEMA = (
 
 
 def test_settings_round_trip_with_secrets_kept_apart(home: Path) -> None:
-    path = write_provider_config(home, "demo", SCHEMA, {"url": "http://x", "depth": "5", "fast": "yes", "token": "t0k"})
+    path = write_provider_config(
+        home, "demo", SCHEMA, {"url": "http://x", "depth": "5", "fast": "yes", "token": "t0k"}
+    )
     assert json.loads(path.read_text()) == {"url": "http://x", "depth": 5, "fast": True}
     secrets = path.with_name("secrets.json")
     assert json.loads(secrets.read_text()) == {"token": "t0k"}
@@ -227,7 +248,9 @@ def test_provider_contract(name: str, home: Path) -> None:
         assert provider.system_prompt_block() == provider.system_prompt_block()
         for path in provider.backup_paths(home):
             assert Path(path).resolve().is_relative_to(home.resolve())
-        saved = provider.save_config({f.key: f.default for f in provider.get_config_schema() if f.default is not None}, home)
+        saved = provider.save_config(
+            {f.key: f.default for f in provider.get_config_schema() if f.default is not None}, home
+        )
         assert saved.is_relative_to(home)
     finally:
         provider.shutdown()

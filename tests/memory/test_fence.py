@@ -68,7 +68,23 @@ def test_invisible_characters_are_dropped_from_recall() -> None:
 
 
 fragments = st.sampled_from(
-    ["<", ">", "/", "memory", "-", "context", "memory-context", "＜", "＞", "&lt;", "&gt;", "\u200b", " ", "\n", "x"]
+    [
+        "<",
+        ">",
+        "/",
+        "memory",
+        "-",
+        "context",
+        "memory-context",
+        "＜",
+        "＞",
+        "&lt;",
+        "&gt;",
+        "\u200b",
+        " ",
+        "\n",
+        "x",
+    ]
 )
 
 

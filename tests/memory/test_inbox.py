@@ -13,7 +13,6 @@ from pathlib import Path
 from mnemo.gateway.delivery.inbox import Inbox, InboxState
 from mnemo.gateway.storage import state_database
 
-
 CRASHER = textwrap.dedent(
     """
     import asyncio, sys, time

@@ -30,10 +30,14 @@ def ctx(
     is_admin: bool = False,
     shared_write: Literal["admins", "all"] = "admins",
 ) -> MemoryCallContext:
-    return MemoryCallContext(speaker=speaker, agent_context=context, is_admin=is_admin, shared_write=shared_write)
+    return MemoryCallContext(
+        speaker=speaker, agent_context=context, is_admin=is_admin, shared_write=shared_write
+    )
 
 
-async def call(files: MemoryFiles, args: Any, c: MemoryCallContext | None = None, **kw: Any) -> dict[str, Any]:
+async def call(
+    files: MemoryFiles, args: Any, c: MemoryCallContext | None = None, **kw: Any
+) -> dict[str, Any]:
     return await run_memory_tool(files, args, c or ctx(), kw.pop("attempts", WriteAttempts()), **kw)
 
 
@@ -49,8 +53,19 @@ def test_schema_is_an_anthropic_tool_with_the_guidance() -> None:
     assert set(props) == {"action", "target", "content", "old_text"}
     assert s["input_schema"]["required"] == ["action", "target"]
     d = s["description"].lower()
-    for phrase in ("remember this", "correct", "preference", "environment", "priority", "task progress", "todo",
-                   "raw dumps", "'user'", "'memory'", "declarative"):
+    for phrase in (
+        "remember this",
+        "correct",
+        "preference",
+        "environment",
+        "priority",
+        "task progress",
+        "todo",
+        "raw dumps",
+        "'user'",
+        "'memory'",
+        "declarative",
+    ):
         assert phrase in d, phrase
     json.dumps(s)  # stable and serialisable: it is part of the cached prompt prefix
 
@@ -97,7 +112,13 @@ async def test_store_refusals_pass_through_as_error_results(files: MemoryFiles) 
 
 async def test_user_target_is_always_the_speakers_own_file(files: MemoryFiles) -> None:
     # Arguments naming someone else are ignored: the speaker comes from the turn context.
-    args = {"action": "add", "target": "user", "content": "Likes tea", "user": "telegram:200", "user_id": "200"}
+    args = {
+        "action": "add",
+        "target": "user",
+        "content": "Likes tea",
+        "user": "telegram:200",
+        "user_id": "200",
+    }
     out = await call(files, args, ctx(speaker=ANA))
     assert out["success"]
     assert files.user(ANA).load().entries == ("Likes tea",)
@@ -149,7 +170,9 @@ POLICY = [
 
 
 @pytest.mark.parametrize(("context", "target", "action", "allowed"), POLICY)
-async def test_policy_table(files: MemoryFiles, context: AgentContext, target: str, action: str, allowed: bool) -> None:
+async def test_policy_table(
+    files: MemoryFiles, context: AgentContext, target: str, action: str, allowed: bool
+) -> None:
     f = files.shared() if target == "memory" else files.user(ANA)
     f.add("seed entry")
     before = f.path.read_bytes()
@@ -163,10 +186,14 @@ async def test_policy_table(files: MemoryFiles, context: AgentContext, target: s
 
 
 async def test_shared_memory_is_admin_only_by_default(files: MemoryFiles) -> None:
-    out = await call(files, {"action": "add", "target": "memory", "content": "Host is Debian"}, ctx(is_admin=False))
+    out = await call(
+        files, {"action": "add", "target": "memory", "content": "Host is Debian"}, ctx(is_admin=False)
+    )
     assert out["success"] is False and "Only admins" in out["message"]
     assert not files.shared().path.exists()
-    out = await call(files, {"action": "add", "target": "memory", "content": "Host is Debian"}, ctx(is_admin=True))
+    out = await call(
+        files, {"action": "add", "target": "memory", "content": "Host is Debian"}, ctx(is_admin=True)
+    )
     assert out["success"] is True
 
 
@@ -189,7 +216,10 @@ async def test_after_three_failures_the_tool_says_stop(files: MemoryFiles) -> No
     assert third["stop"] is True and "Stop retrying" in third["message"]
     # Even a valid write is refused for the rest of the turn.
     out = await call(files, {"action": "add", "target": "user", "content": "fine"}, attempts=attempts)
-    assert out == {"success": False, "stop": True, "message": out["message"]} and "Stop retrying" in out["message"]
+    assert (
+        out == {"success": False, "stop": True, "message": out["message"]}
+        and "Stop retrying" in out["message"]
+    )
     assert files.user(ANA).load().entries == ()
     # A new turn starts a new counter.
     assert (await call(files, {"action": "add", "target": "user", "content": "fine"}))["success"]
@@ -213,13 +243,24 @@ async def test_on_write_gets_each_change_with_the_whole_old_entry(files: MemoryF
         seen.append(w)
 
     await call(files, {"action": "add", "target": "user", "content": "Likes green tea"}, on_write=mirror)
-    await call(files, {"action": "add", "target": "user", "content": "Likes green tea"}, on_write=mirror)  # no-op
-    await call(files, {"action": "replace", "target": "user", "old_text": "green", "content": "Likes black tea"},
-               on_write=mirror)
+    await call(
+        files, {"action": "add", "target": "user", "content": "Likes green tea"}, on_write=mirror
+    )  # no-op
+    await call(
+        files,
+        {"action": "replace", "target": "user", "old_text": "green", "content": "Likes black tea"},
+        on_write=mirror,
+    )
     await call(files, {"action": "remove", "target": "user", "old_text": "black"}, on_write=mirror)
-    await call(files, {"action": "add", "target": "memory", "content": "Host is Debian"}, ctx(is_admin=True),
-               on_write=seen.append)  # a plain function works too
-    await call(files, {"action": "remove", "target": "user", "old_text": "nothing"}, on_write=mirror)  # refused
+    await call(
+        files,
+        {"action": "add", "target": "memory", "content": "Host is Debian"},
+        ctx(is_admin=True),
+        on_write=seen.append,
+    )  # a plain function works too
+    await call(
+        files, {"action": "remove", "target": "user", "old_text": "nothing"}, on_write=mirror
+    )  # refused
     assert seen == [
         MemoryWrite(Action.ADD, Target.USER, ANA, "Likes green tea", None),
         MemoryWrite(Action.REPLACE, Target.USER, ANA, "Likes black tea", "Likes green tea"),

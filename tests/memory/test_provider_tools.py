@@ -5,12 +5,22 @@ from __future__ import annotations
 import pytest
 
 from mnemo.memory.durable import ProviderHealth
-from mnemo.memory.provider_tools import ProviderState, conclude_tool, profile_tool, remember_tool, search_tool, setting
+from mnemo.memory.provider_tools import (
+    ProviderState,
+    conclude_tool,
+    profile_tool,
+    remember_tool,
+    search_tool,
+    setting,
+)
 
 
 def test_setting_prefers_config_then_environment_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MNEMO_TEST_URL", "http://env")
-    assert setting({"base_url": "http://config"}, "base_url", "MNEMO_TEST_URL", "http://default") == "http://config"
+    assert (
+        setting({"base_url": "http://config"}, "base_url", "MNEMO_TEST_URL", "http://default")
+        == "http://config"
+    )
     assert setting({"base_url": ""}, "base_url", "MNEMO_TEST_URL", "http://default") == "http://env"
     monkeypatch.setenv("MNEMO_TEST_URL", "")
     assert setting({}, "base_url", "MNEMO_TEST_URL", "http://default") == "http://default"
@@ -25,16 +35,30 @@ def test_search_tool_bounds_the_limit_and_requires_a_query() -> None:
     assert tool.input_schema["required"] == ["query"]
     assert tool.input_schema["properties"]["limit"] == {"type": "integer", "minimum": 1, "maximum": 20}
     assert tool.durable_args == ()
-    assert search_tool("acme", "Acme", description="Search the messages.").description == "Search the messages."
+    assert (
+        search_tool("acme", "Acme", description="Search the messages.").description == "Search the messages."
+    )
 
 
 def test_write_tools_mark_their_one_argument_durable() -> None:
     remember, conclude = remember_tool("acme", "Acme"), conclude_tool("acme", "Acme")
-    assert (remember.name, remember.durable_args, remember.input_schema["required"]) == ("acme_remember", ("content",), ["content"])
-    assert (conclude.name, conclude.durable_args, conclude.input_schema["required"]) == ("acme_conclude", ("conclusion",), ["conclusion"])
+    assert (remember.name, remember.durable_args, remember.input_schema["required"]) == (
+        "acme_remember",
+        ("content",),
+        ["content"],
+    )
+    assert (conclude.name, conclude.durable_args, conclude.input_schema["required"]) == (
+        "acme_conclude",
+        ("conclusion",),
+        ["conclusion"],
+    )
     assert "in Acme" in remember.description and "in Acme" in conclude.description
     profile = profile_tool("acme", "What Acme holds.")
-    assert profile.to_api() == {"name": "acme_profile", "description": "What Acme holds.", "input_schema": {"type": "object", "properties": {}}}
+    assert profile.to_api() == {
+        "name": "acme_profile",
+        "description": "What Acme holds.",
+        "input_schema": {"type": "object", "properties": {}},
+    }
 
 
 def test_provider_state_starts_empty_and_per_instance() -> None:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mnemo.memory.db import Database
 from mnemo.gateway.storage import state_database
+from mnemo.memory.db import Database
 from mnemo.memory.errors import InvalidSearchQuery
+from mnemo.memory.fts_query import parse
 from mnemo.memory.search import (
     SESSION_SEARCH_TOOL_SCHEMA,
     SearchResult,
@@ -18,7 +19,6 @@ from mnemo.memory.search import (
     make_snippet,
     run_session_search_tool,
 )
-from mnemo.memory.fts_query import parse
 from mnemo.memory.sessions import NewMessage, SessionStore
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -42,18 +42,37 @@ def search(db: Database) -> SessionSearch:
     return SessionSearch(db)
 
 
-async def session(store: SessionStore, chat: str, texts: list[str], *, source: str = "chat",
-                  day: int = 0, authors: tuple[str, str] = ("Ann", "assistant")) -> tuple[str, list[int]]:
+async def session(
+    store: SessionStore,
+    chat: str,
+    texts: list[str],
+    *,
+    source: str = "chat",
+    day: int = 0,
+    authors: tuple[str, str] = ("Ann", "assistant"),
+) -> tuple[str, list[int]]:
     s = await store.create_session(
-        chat_key=chat, platform=chat.split(":")[0], chat_id=chat, thread_id=None, user_id="u",
-        agent_context="cron" if source == "cron" else "primary", source=source, model="m", system_prompt="p",
+        chat_key=chat,
+        platform=chat.split(":")[0],
+        chat_id=chat,
+        thread_id=None,
+        user_id="u",
+        agent_context="cron" if source == "cron" else "primary",
+        source=source,
+        model="m",
+        system_prompt="p",
         started_at=T0 + timedelta(days=day),
     )
-    msgs = [NewMessage("user" if i % 2 == 0 else "assistant", t, author_name=authors[i % 2]) for i, t in enumerate(texts)]
+    msgs = [
+        NewMessage("user" if i % 2 == 0 else "assistant", t, author_name=authors[i % 2])
+        for i, t in enumerate(texts)
+    ]
     return s.id, await store.append_messages(s.id, msgs)
 
 
-async def test_a_query_never_returns_another_chats_messages(store: SessionStore, search: SessionSearch) -> None:
+async def test_a_query_never_returns_another_chats_messages(
+    store: SessionStore, search: SessionSearch
+) -> None:
     _, a_ids = await session(store, "telegram:dm:1", ["my secret password is hunter2", "noted"])
     _, b_ids = await session(store, "telegram:dm:2", ["my secret password is swordfish", "noted"])
     for query in ("secret password", "hunter2", "swordfish", "noted", '"secret password" OR x'):
@@ -71,7 +90,9 @@ async def test_a_query_never_returns_another_chats_messages(store: SessionStore,
 async def test_hits_are_grouped_by_session_with_dates_authors_and_snippets(
     store: SessionStore, search: SessionSearch
 ) -> None:
-    s1, ids1 = await session(store, "web:dm:1", ["we talked about the lighthouse trip", "the lighthouse was lovely"])
+    s1, ids1 = await session(
+        store, "web:dm:1", ["we talked about the lighthouse trip", "the lighthouse was lovely"]
+    )
     s2, ids2 = await session(store, "web:dm:1", ["another lighthouse story"], day=3)
     result = await search.search("lighthouse", chat_keys=["web:dm:1"], limit=10)
     assert {s.session_id for s in result.sessions} == {s1, s2}
@@ -111,12 +132,16 @@ async def test_a_repeated_text_is_returned_once_and_from_outside_the_excluded_se
     _, old = await session(store, "web:dm:1", ["Any news about the zeppelin?"])
     _, older = await session(store, "web:dm:1", ["any news about   the Zeppelin?"], day=1)
     current, _ = await session(store, "web:dm:1", ["Any news about the zeppelin?"], day=2)
-    result = await search.search("zeppelin news", chat_keys=["web:dm:1"], limit=5, exclude_session_ids={current})
+    result = await search.search(
+        "zeppelin news", chat_keys=["web:dm:1"], limit=5, exclude_session_ids={current}
+    )
     assert len(result.hits) == 1 and result.message_ids[0] in (old[0], older[0])
 
 
 async def test_inflections_and_irregular_forms_match(store: SessionStore, search: SessionSearch) -> None:
-    _, ids = await session(store, "web:dm:1", ["We adopted a beagle last spring", "ok", "I bought a bicycle", "ok"])
+    _, ids = await session(
+        store, "web:dm:1", ["We adopted a beagle last spring", "ok", "I bought a bicycle", "ok"]
+    )
     assert (await search.search("adopting beagles", chat_keys=["web:dm:1"], limit=1)).message_ids == (ids[0],)
     assert (await search.search("buy bicycles", chat_keys=["web:dm:1"], limit=1)).message_ids == (ids[2],)
 
@@ -124,17 +149,23 @@ async def test_inflections_and_irregular_forms_match(store: SessionStore, search
 async def test_a_turn_is_found_through_the_reply_that_restates_it(
     store: SessionStore, search: SessionSearch
 ) -> None:
-    _, ids = await session(store, "web:dm:1", [
-        "We brought home a tiny puppy today",
-        "Congratulations on the new dog!",
-        "what should I cook tonight",
-        "pasta",
-    ])
+    _, ids = await session(
+        store,
+        "web:dm:1",
+        [
+            "We brought home a tiny puppy today",
+            "Congratulations on the new dog!",
+            "what should I cook tonight",
+            "pasta",
+        ],
+    )
     hits = (await search.search("my dog", chat_keys=["web:dm:1"], limit=3)).message_ids
     assert ids[0] in hits  # the user's turn, which never says "dog"
 
 
-async def test_names_in_the_best_hits_lead_to_related_turns(store: SessionStore, search: SessionSearch) -> None:
+async def test_names_in_the_best_hits_lead_to_related_turns(
+    store: SessionStore, search: SessionSearch
+) -> None:
     _, ids = await session(store, "web:dm:1", ["I called my sister Clara yesterday", "nice"])
     _, later = await session(store, "web:dm:1", ["Clara just qualified as a lawyer", "great news"], day=5)
     await session(store, "web:dm:1", ["lawyers are expensive", "true"], day=6)
@@ -142,15 +173,27 @@ async def test_names_in_the_best_hits_lead_to_related_turns(store: SessionStore,
     assert ids[0] in hits and later[0] in hits
 
 
-async def test_cjk_text_is_found_by_one_two_and_more_characters(store: SessionStore, search: SessionSearch) -> None:
-    _, ids = await session(store, "web:dm:1", ["我昨天在东京买了一只小狗", "好的", "今日は京都で抹茶を飲みました", "いいね"])
-    for q, want in (("狗", ids[0]), ("东京", ids[0]), ("买了一只", ids[0]), ("京都", ids[2]), ("抹茶を飲み", ids[2])):
+async def test_cjk_text_is_found_by_one_two_and_more_characters(
+    store: SessionStore, search: SessionSearch
+) -> None:
+    _, ids = await session(
+        store, "web:dm:1", ["我昨天在东京买了一只小狗", "好的", "今日は京都で抹茶を飲みました", "いいね"]
+    )
+    for q, want in (
+        ("狗", ids[0]),
+        ("东京", ids[0]),
+        ("买了一只", ids[0]),
+        ("京都", ids[2]),
+        ("抹茶を飲み", ids[2]),
+    ):
         assert want in (await search.search(q, chat_keys=["web:dm:1"], limit=3)).message_ids, q
     assert (await search.search("大阪", chat_keys=["web:dm:1"], limit=3)).hits == ()
 
 
 async def test_quoted_phrases_rank_the_exact_phrase_first(store: SessionStore, search: SessionSearch) -> None:
-    _, ids = await session(store, "web:dm:1", ["the red car and the blue house", "x", "the blue car and the red house"])
+    _, ids = await session(
+        store, "web:dm:1", ["the red car and the blue house", "x", "the blue car and the red house"]
+    )
     result = await search.search('"blue car"', chat_keys=["web:dm:1"], limit=3)
     assert result.message_ids[0] == ids[2]
 
@@ -254,7 +297,9 @@ async def test_leaving_out_the_scope_filter_for_the_whole_store_changes_no_ranki
     from mnemo.memory.fts_query import Scope
     from mnemo.memory.ranking import ContextRetriever
 
-    await session(store, "web:dm:1", ["We adopted a beagle named Biscuit", "lovely dog", "Biscuit hates rain", "ha"])
+    await session(
+        store, "web:dm:1", ["We adopted a beagle named Biscuit", "lovely dog", "Biscuit hates rain", "ha"]
+    )
     chat_no = await db.read(lambda c: c.execute("SELECT id FROM chats").fetchone()[0])
     retriever = ContextRetriever()
     q = parse("what is my dog called")

@@ -19,10 +19,66 @@ from mnemo.memory.sessions import NewMessage, SessionStore
 
 CHAT = "web:dm:fuzz"
 FTS_BITS = [
-    '"', "'", "(", ")", "*", ":", "^", "-", "+", "AND", "OR", "NOT", "NEAR", "NEAR(", "NEAR/3", "content:",
-    "scope:", "{content scope}:", "c1", "rank", "messages_fts", "\\", ";", "--", "/*", "\x00", "🐶", "狗", "東京",
-    "ไทย", "é", "İ", "ß", "_", "%", "@", "#", "~", "[", "]", "{", "}", ",", ".", "?", "!", "$", "=", "<", ">",
-    "|", "&", "dog", "adopted", " ", "\n", "\t", "\u200b", "\ufeff", "\ue000",
+    '"',
+    "'",
+    "(",
+    ")",
+    "*",
+    ":",
+    "^",
+    "-",
+    "+",
+    "AND",
+    "OR",
+    "NOT",
+    "NEAR",
+    "NEAR(",
+    "NEAR/3",
+    "content:",
+    "scope:",
+    "{content scope}:",
+    "c1",
+    "rank",
+    "messages_fts",
+    "\\",
+    ";",
+    "--",
+    "/*",
+    "\x00",
+    "🐶",
+    "狗",
+    "東京",
+    "ไทย",
+    "é",
+    "İ",
+    "ß",
+    "_",
+    "%",
+    "@",
+    "#",
+    "~",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ".",
+    "?",
+    "!",
+    "$",
+    "=",
+    "<",
+    ">",
+    "|",
+    "&",
+    "dog",
+    "adopted",
+    " ",
+    "\n",
+    "\t",
+    "\u200b",
+    "\ufeff",
+    "\ue000",
 ]
 queries = st.one_of(
     st.text(max_size=300),
@@ -30,14 +86,36 @@ queries = st.one_of(
     st.lists(st.sampled_from(FTS_BITS), max_size=25).map(" ".join),
 )
 SPECIMENS = [
-    '"unbalanced', 'a "b c" d', "(((", ")))", "NEAR(a b, 3)", "a NOT b", "NOT", "OR OR AND", "*", "dog*", "**x",
-    "^start", "-minus", "content: dog", "scope: c1", "{content}: x", "col:umn", "🐶🐱", "我的狗", "x" * 10_000,
-    "我" * 5000, "I'm \"quoted\" (and) NEAR/2 {braces} [brackets] ^caret -dash *star :colon", "\x00\x01",
+    '"unbalanced',
+    'a "b c" d',
+    "(((",
+    ")))",
+    "NEAR(a b, 3)",
+    "a NOT b",
+    "NOT",
+    "OR OR AND",
+    "*",
+    "dog*",
+    "**x",
+    "^start",
+    "-minus",
+    "content: dog",
+    "scope: c1",
+    "{content}: x",
+    "col:umn",
+    "🐶🐱",
+    "我的狗",
+    "x" * 10_000,
+    "我" * 5000,
+    'I\'m "quoted" (and) NEAR/2 {braces} [brackets] ^caret -dash *star :colon',
+    "\x00\x01",
 ]
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[asyncio.AbstractEventLoop, SessionSearch, SessionSearch]]:
+def env(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[asyncio.AbstractEventLoop, SessionSearch, SessionSearch]]:
     loop = asyncio.new_event_loop()
     db = state_database(Path(tmp_path_factory.mktemp("fuzz")) / "state.db")
 
@@ -45,12 +123,29 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[asyncio.Abst
         await db.open()
         store = SessionStore(db)
         s = await store.create_session(
-            chat_key=CHAT, platform="web", chat_id="fuzz", thread_id=None, user_id="u", agent_context="primary",
-            source="chat", model="m", system_prompt="p",
+            chat_key=CHAT,
+            platform="web",
+            chat_id="fuzz",
+            thread_id=None,
+            user_id="u",
+            agent_context="primary",
+            source="chat",
+            model="m",
+            system_prompt="p",
         )
-        await store.append_messages(s.id, [NewMessage("user", t) for t in (
-            "we adopted a dog", "NEAR the content: scope", "我的狗叫小白", "\"quoted\" (parens) *stars*", "c1 c2",
-        )])
+        await store.append_messages(
+            s.id,
+            [
+                NewMessage("user", t)
+                for t in (
+                    "we adopted a dog",
+                    "NEAR the content: scope",
+                    "我的狗叫小白",
+                    '"quoted" (parens) *stars*',
+                    "c1 c2",
+                )
+            ],
+        )
         await db.write(create_baseline_index)
 
     loop.run_until_complete(setup())
@@ -68,18 +163,21 @@ def check(env: tuple[asyncio.AbstractEventLoop, SessionSearch, SessionSearch], q
             assert not query.strip()
         else:
             assert len(result.hits) <= 5
-    out = loop.run_until_complete(run_session_search_tool(
-        shipped, {"query": query}, chat_key=CHAT, current_session_id=None, default_limit=5, max_limit=10))
+    out = loop.run_until_complete(
+        run_session_search_tool(
+            shipped, {"query": query}, chat_key=CHAT, current_session_id=None, default_limit=5, max_limit=10
+        )
+    )
     json.dumps(out)
     assert ("error" in out) == (not query.strip())
 
 
 @pytest.mark.parametrize("query", SPECIMENS)
-def test_hostile_specimens_are_plain_searches(env, query: str) -> None:  # noqa: ANN001
+def test_hostile_specimens_are_plain_searches(env, query: str) -> None:
     check(env, query)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=queries)
-def test_any_text_searches_or_fails_clearly(env, query: str) -> None:  # noqa: ANN001
+def test_any_text_searches_or_fails_clearly(env, query: str) -> None:
     check(env, query)

@@ -60,8 +60,16 @@ TEXTS = [
 
 async def fill(store: SessionStore, chat: str, speakers: tuple[str, str], *, day: int = 0) -> list[int]:
     s = await store.create_session(
-        chat_key=chat, platform="web", chat_id=chat, thread_id=None, user_id="u", agent_context="primary",
-        source="chat", model="m", system_prompt="p", started_at=T0 + timedelta(days=day),
+        chat_key=chat,
+        platform="web",
+        chat_id=chat,
+        thread_id=None,
+        user_id="u",
+        agent_context="primary",
+        source="chat",
+        model="m",
+        system_prompt="p",
+        started_at=T0 + timedelta(days=day),
     )
     msgs = [
         NewMessage("user", t, author_name=speakers[i % 2], created_at=T0 + timedelta(days=day, seconds=i))
@@ -114,7 +122,9 @@ async def test_the_semantic_ranking_itself_only_sees_the_scope(db: Database) -> 
     chat_a = await db.read(lambda c: c.execute("SELECT id FROM chats WHERE chat_key = ?", (A,)).fetchone()[0])
     from mnemo.memory.fts_query import Scope
 
-    ranked = await db.read(lambda c: retriever.semantic_ranking(c, parse("pottery bowl clay"), Scope((chat_a,)), 50))
+    ranked = await db.read(
+        lambda c: retriever.semantic_ranking(c, parse("pottery bowl clay"), Scope((chat_a,)), 50)
+    )
     assert ranked and {i for i, _ in ranked} <= set(ids_a)
     vectors = await db.read(lambda c: c.execute("SELECT count(*) FROM message_vectors").fetchone()[0])
     assert vectors == len(ids_a) + len(ids_b)  # stored in state.db
@@ -128,7 +138,9 @@ queries = st.text(alphabet=st.characters(codec="utf-8"), max_size=60) | st.sampl
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[asyncio.AbstractEventLoop, list[SessionSearch]]]:
+def env(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[asyncio.AbstractEventLoop, list[SessionSearch]]]:
     loop = asyncio.new_event_loop()
     fresh = state_database(Path(tmp_path_factory.mktemp("any")) / "state.db")
     old_path = Path(tmp_path_factory.mktemp("old")) / "state.db"
@@ -156,7 +168,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[asyncio.Abst
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=queries)
-def test_any_string_is_a_valid_query_for_every_retriever(env, query: str) -> None:  # noqa: ANN001
+def test_any_string_is_a_valid_query_for_every_retriever(env, query: str) -> None:
     loop, searches = env
     for search in searches:
         try:
@@ -169,7 +181,10 @@ def test_any_string_is_a_valid_query_for_every_retriever(env, query: str) -> Non
 
 # --- a database from before 0008 --------------------------------------------------------------
 
-async def test_a_database_from_before_the_migration_upgrades_and_answers_while_reindexing(tmp_path: Path) -> None:
+
+async def test_a_database_from_before_the_migration_upgrades_and_answers_while_reindexing(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "state.db"
     old = Database(path, migrations=PRE_0008)
     await old.open()
@@ -241,12 +256,20 @@ async def test_the_app_maintenance_task_reindexes_in_the_background(tmp_path: Pa
 
 # --- what the contextual index and the query cleaning do ---------------------------------------
 
+
 async def test_each_message_is_indexed_with_speaker_date_and_previous_turn(db: Database) -> None:
     ids_a, _ = await prepared(db)
 
     def match(expr: str) -> list[int]:
-        return db.read(lambda c: [r[0] for r in c.execute(
-            "SELECT rowid FROM messages_ctx WHERE messages_ctx MATCH ? ORDER BY rowid", (f"scope : c1 AND ({expr})",))])
+        return db.read(
+            lambda c: [
+                r[0]
+                for r in c.execute(
+                    "SELECT rowid FROM messages_ctx WHERE messages_ctx MATCH ? ORDER BY rowid",
+                    (f"scope : c1 AND ({expr})",),
+                )
+            ]
+        )
 
     # The reply about clay carries the pottery turn before it, under its own id.
     assert await match('context : "pottery"') == [ids_a[1]]
@@ -268,14 +291,29 @@ async def test_the_chats_participants_are_left_out_of_the_query(db: Database) ->
     assert without_names(only_names, names) == only_names  # nothing else left: keep it
 
 
-async def test_a_question_naming_a_speaker_ranks_that_speakers_turn_first(store_db: tuple[SessionStore, Database]) -> None:
+async def test_a_question_naming_a_speaker_ranks_that_speakers_turn_first(
+    store_db: tuple[SessionStore, Database],
+) -> None:
     store, db = store_db
-    s = await store.create_session(chat_key=A, platform="web", chat_id="x", thread_id=None, user_id="u",
-                                   agent_context="primary", source="chat", model="m", system_prompt="p", started_at=T0)
-    ids = await store.append_messages(s.id, [
-        NewMessage("user", "Carol, I went to a pottery class at the studio", author_name="Alice"),
-        NewMessage("user", "A pottery class? My cousin does pottery.", author_name="Carol"),
-    ])
+    s = await store.create_session(
+        chat_key=A,
+        platform="web",
+        chat_id="x",
+        thread_id=None,
+        user_id="u",
+        agent_context="primary",
+        source="chat",
+        model="m",
+        system_prompt="p",
+        started_at=T0,
+    )
+    ids = await store.append_messages(
+        s.id,
+        [
+            NewMessage("user", "Carol, I went to a pottery class at the studio", author_name="Alice"),
+            NewMessage("user", "A pottery class? My cousin does pottery.", author_name="Carol"),
+        ],
+    )
     got = await SessionSearch(db).search("When did Alice go to a pottery class?", chat_keys=[A], limit=5)
     assert got.message_ids[0] == ids[0]
     got = await SessionSearch(db).search("Did Carol's cousin do pottery?", chat_keys=[A], limit=5)
@@ -289,32 +327,60 @@ async def store_db(db: Database) -> tuple[SessionStore, Database]:
 
 async def test_the_tool_result_keeps_the_turns_around_each_hit_with_dates_and_speakers(db: Database) -> None:
     ids_a, _ = await prepared(db)
-    out = await run_session_search_tool(SessionSearch(db), {"query": "adopted puppy"}, chat_key=A,
-                                        current_session_id=None, default_limit=1, max_limit=5)
+    out = await run_session_search_tool(
+        SessionSearch(db),
+        {"query": "adopted puppy"},
+        chat_key=A,
+        current_session_id=None,
+        default_limit=1,
+        max_limit=5,
+    )
     match = out["results"][0]["matches"][0]
     assert match["message_id"] == ids_a[2]
-    assert match["before"] == {"who": "Carol", "date": (T0 + timedelta(seconds=1)).isoformat(timespec="seconds"),
-                               "text": TEXTS[1]}
+    assert match["before"] == {
+        "who": "Carol",
+        "date": (T0 + timedelta(seconds=1)).isoformat(timespec="seconds"),
+        "text": TEXTS[1],
+    }
     assert match["after"]["who"] == "Carol" and match["after"]["text"] == TEXTS[3]
-    first = await run_session_search_tool(SessionSearch(db), {"query": "pottery class bowl"}, chat_key=A,
-                                          current_session_id=None, default_limit=1, max_limit=5)
+    first = await run_session_search_tool(
+        SessionSearch(db),
+        {"query": "pottery class bowl"},
+        chat_key=A,
+        current_session_id=None,
+        default_limit=1,
+        max_limit=5,
+    )
     top = first["results"][0]["matches"][0]
     assert top["message_id"] == ids_a[0] and "before" not in top and top["after"]["text"] == TEXTS[1]
 
 
 # --- the semantic extra ---------------------------------------------------------------------
 
+
 async def test_semantic_fusion_finds_what_the_lexical_ranking_misses(db: Database) -> None:
     store = SessionStore(db)
-    s = await store.create_session(chat_key=A, platform="web", chat_id="x", thread_id=None, user_id="u",
-                                   agent_context="primary", source="chat", model="m", system_prompt="p", started_at=T0)
+    s = await store.create_session(
+        chat_key=A,
+        platform="web",
+        chat_id="x",
+        thread_id=None,
+        user_id="u",
+        agent_context="primary",
+        source="chat",
+        model="m",
+        system_prompt="p",
+        started_at=T0,
+    )
     # "potter" shares a 5-letter prefix feature with "pottery" (HashEmbedder) but no stem.
-    ids = await store.append_messages(s.id, [NewMessage("user", "my neighbour is a potter"),
-                                             NewMessage("user", "the weather was grey")])
+    ids = await store.append_messages(
+        s.id, [NewMessage("user", "my neighbour is a potter"), NewMessage("user", "the weather was grey")]
+    )
     await embed_pending(db, HashEmbedder())
     lexical = await SessionSearch(db).search("pottery", chat_keys=[A], limit=5)
     fused = await SessionSearch(db, retriever=SemanticRetriever(HashEmbedder())).search(
-        "pottery", chat_keys=[A], limit=5)
+        "pottery", chat_keys=[A], limit=5
+    )
     assert ids[0] not in lexical.message_ids
     assert fused.message_ids[0] == ids[0]
     # New messages get vectors on the next pass, and only those.
@@ -344,61 +410,125 @@ def test_contextual_index_sql_is_valid_on_an_empty_message(tmp_path: Path) -> No
 
     migrate(conn, STATE_MIGRATIONS)
     conn.execute("INSERT INTO chats(id, chat_key) VALUES (1, 'k')")
-    conn.execute("INSERT INTO sessions(id, chat_no, chat_key, platform, chat_id, agent_context, source, model,"
-                 " system_prompt, started_at) VALUES ('s', 1, 'k', 'b', 'b', 'primary', 'chat', 'm', 'p', 'x')")
-    conn.execute("INSERT INTO messages(session_id, chat_no, role, content, created_at) VALUES ('s', 1, 'tool', '',"
-                 " '2024-12-01T00:00:00.000000+00:00')")
-    assert conn.execute("SELECT rowid FROM messages_ctx WHERE messages_ctx MATCH 'december'").fetchall() == [(1,)]
+    conn.execute(
+        "INSERT INTO sessions(id, chat_no, chat_key, platform, chat_id, agent_context, source, model,"
+        " system_prompt, started_at) VALUES ('s', 1, 'k', 'b', 'b', 'primary', 'chat', 'm', 'p', 'x')"
+    )
+    conn.execute(
+        "INSERT INTO messages(session_id, chat_no, role, content, created_at) VALUES ('s', 1, 'tool', '',"
+        " '2024-12-01T00:00:00.000000+00:00')"
+    )
+    assert conn.execute("SELECT rowid FROM messages_ctx WHERE messages_ctx MATCH 'december'").fetchall() == [
+        (1,)
+    ]
     conn.close()
 
 
-def test_bench_recall_measures_extra_retrievers_per_category(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_recall_measures_extra_retrievers_per_category(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import json
 
     from mnemo.cli.main import main
 
     chat = {
         "sessions": [
-            {"id": "s1", "started_at": "2:00 pm on 8 May, 2023", "messages": [
-                {"id": "m1", "speaker": "Caroline", "content": "I took a pottery class yesterday, made a bowl"},
-                {"id": "m2", "speaker": "Melanie", "content": "Working with clay must be relaxing!"},
-            ]},
-            {"id": "s2", "started_at": "2:00 pm on 20 May, 2023", "messages": [
-                {"id": "m3", "speaker": "Melanie", "content": "We adopted a puppy called Oscar"},
-            ]},
+            {
+                "id": "s1",
+                "started_at": "2:00 pm on 8 May, 2023",
+                "messages": [
+                    {
+                        "id": "m1",
+                        "speaker": "Caroline",
+                        "content": "I took a pottery class yesterday, made a bowl",
+                    },
+                    {"id": "m2", "speaker": "Melanie", "content": "Working with clay must be relaxing!"},
+                ],
+            },
+            {
+                "id": "s2",
+                "started_at": "2:00 pm on 20 May, 2023",
+                "messages": [
+                    {"id": "m3", "speaker": "Melanie", "content": "We adopted a puppy called Oscar"},
+                ],
+            },
         ],
         "questions": [
-            {"id": "q1", "question": "When did Caroline take a pottery class?", "evidence": ["m1"], "category": "temporal"},
-            {"id": "q2", "question": "What is Melanie's puppy called?", "evidence": ["m3"], "category": "single-hop"},
+            {
+                "id": "q1",
+                "question": "When did Caroline take a pottery class?",
+                "evidence": ["m1"],
+                "category": "temporal",
+            },
+            {
+                "id": "q2",
+                "question": "What is Melanie's puppy called?",
+                "evidence": ["m3"],
+                "category": "single-hop",
+            },
         ],
     }
     path = tmp_path / "dlg.json"
     path.write_text(json.dumps(chat))
-    argv = ["--home", str(tmp_path / "home"), "bench", "recall", "--dataset", str(path), "--k", "1,5", "--json",
-            "--retriever", "fusion", "--retriever", "semantic-hash"]
+    argv = [
+        "--home",
+        str(tmp_path / "home"),
+        "bench",
+        "recall",
+        "--dataset",
+        str(path),
+        "--k",
+        "1,5",
+        "--json",
+        "--retriever",
+        "fusion",
+        "--retriever",
+        "semantic-hash",
+    ]
     assert main(argv) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
     assert list(result) == ["baseline", "shipped", "fusion", "semantic-hash"]
     assert set(result["shipped"]) == {"recall@1", "any_hit@1", "recall@5", "any_hit@5"}
     assert result["shipped"]["recall@1"] == 1.0  # the names are not what is searched
-    assert any(line.startswith("[temporal]") for line in lines) and any(line.startswith("[single-hop]") for line in lines)
+    assert any(line.startswith("[temporal]") for line in lines) and any(
+        line.startswith("[single-hop]") for line in lines
+    )
     with pytest.raises(SystemExit) as exited:
         main([*argv[:-4], "--retriever", "nonsense"])
     assert exited.value.code == 2
 
 
-async def test_a_month_named_in_the_question_prefers_turns_of_that_month(store_db: tuple[SessionStore, Database]) -> None:
+async def test_a_month_named_in_the_question_prefers_turns_of_that_month(
+    store_db: tuple[SessionStore, Database],
+) -> None:
     from mnemo.memory.ranking import named_months
 
     store, db = store_db
     ids = []
-    for day, text in ((0, "I'm reading a great book, Dune"), (60, "I'm reading a great book, Emma")):  # March, May
-        s = await store.create_session(chat_key=A, platform="web", chat_id="x", thread_id=None, user_id="u",
-                                       agent_context="primary", source="chat", model="m", system_prompt="p",
-                                       started_at=T0 + timedelta(days=day))
-        ids += await store.append_messages(s.id, [NewMessage("user", text, created_at=T0 + timedelta(days=day))])
-    for question, want in (("Which book was I reading in March?", ids[0]), ("Which book was I reading in May?", ids[1])):
+    for day, text in (
+        (0, "I'm reading a great book, Dune"),
+        (60, "I'm reading a great book, Emma"),
+    ):  # March, May
+        s = await store.create_session(
+            chat_key=A,
+            platform="web",
+            chat_id="x",
+            thread_id=None,
+            user_id="u",
+            agent_context="primary",
+            source="chat",
+            model="m",
+            system_prompt="p",
+            started_at=T0 + timedelta(days=day),
+        )
+        ids += await store.append_messages(
+            s.id, [NewMessage("user", text, created_at=T0 + timedelta(days=day))]
+        )
+    for question, want in (
+        ("Which book was I reading in March?", ids[0]),
+        ("Which book was I reading in May?", ids[1]),
+    ):
         got = await SessionSearch(db).search(question, chat_keys=[A], limit=5)
         assert got.message_ids[0] == want, question
     assert named_months("which book in january".split()) == {1}

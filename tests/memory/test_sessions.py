@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mnemo.memory.db import Database
 from mnemo.gateway.storage import state_database
+from mnemo.memory.db import Database
 from mnemo.memory.errors import StoreError
 from mnemo.memory.sessions import NewMessage, SessionStore, ToolCall, Usage, insert_messages
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
@@ -40,8 +40,15 @@ def store(db: Database) -> SessionStore:
 
 async def new(store: SessionStore, chat_key: str = "telegram:dm:1", **kw):
     args = dict(
-        chat_key=chat_key, platform="telegram", chat_id="1", thread_id=None, user_id="1",
-        agent_context="primary", source="chat", model="claude-x", system_prompt="You are mnemo.",
+        chat_key=chat_key,
+        platform="telegram",
+        chat_id="1",
+        thread_id=None,
+        user_id="1",
+        agent_context="primary",
+        source="chat",
+        model="claude-x",
+        system_prompt="You are mnemo.",
     )
     args.update(kw)
     return await store.create_session(**args)
@@ -52,7 +59,12 @@ async def test_create_and_get_session_round_trips_every_field(store: SessionStor
     got = await store.get_session(s.id)
     assert got == s
     assert (got.chat_key, got.thread_id, got.model, got.system_prompt, got.title) == (
-        "telegram:dm:1", "t9", "claude-x", "You are mnemo.", "hello")
+        "telegram:dm:1",
+        "t9",
+        "claude-x",
+        "You are mnemo.",
+        "hello",
+    )
     assert got.started_at.tzinfo is not None and got.ended_at is None and got.message_count == 0
     assert await store.get_session("nope") is None
 
@@ -60,12 +72,17 @@ async def test_create_and_get_session_round_trips_every_field(store: SessionStor
 async def test_messages_are_appended_atomically_and_loaded_in_order(store: SessionStore) -> None:
     s = await new(store)
     call = ToolCall("tu_1", "memory", {"action": "add", "content": "likes tea"})
-    ids = await store.append_messages(s.id, [
-        NewMessage("user", "remember I like tea", author_id="42", author_name="Ann", platform_message_id="m1"),
-        NewMessage("assistant", "Saving that.", tool_calls=(call,), finish_reason="tool_use"),
-        NewMessage("tool", '{"ok": true}', tool_call_id="tu_1", tool_name="memory", is_error=False),
-        NewMessage("assistant", "Done.", finish_reason="end_turn", meta={"flushed": True}),
-    ])
+    ids = await store.append_messages(
+        s.id,
+        [
+            NewMessage(
+                "user", "remember I like tea", author_id="42", author_name="Ann", platform_message_id="m1"
+            ),
+            NewMessage("assistant", "Saving that.", tool_calls=(call,), finish_reason="tool_use"),
+            NewMessage("tool", '{"ok": true}', tool_call_id="tu_1", tool_name="memory", is_error=False),
+            NewMessage("assistant", "Done.", finish_reason="end_turn", meta={"flushed": True}),
+        ],
+    )
     assert ids == sorted(ids) and len(ids) == 4
     msgs = await store.load_messages(s.id)
     assert [m.id for m in msgs] == ids
@@ -81,12 +98,15 @@ async def test_messages_are_appended_atomically_and_loaded_in_order(store: Sessi
 async def test_token_count_is_estimated_when_not_given(store: SessionStore) -> None:
     s = await new(store)
     call = ToolCall("a", "search", {"q": "x"})
-    await store.append_messages(s.id, [
-        NewMessage("user", "héllo wörld, 你好"),
-        NewMessage("user", "plain ascii text"),
-        NewMessage("assistant", "ok", tool_calls=(call,)),
-        NewMessage("user", "given", token_count=99),
-    ])
+    await store.append_messages(
+        s.id,
+        [
+            NewMessage("user", "héllo wörld, 你好"),
+            NewMessage("user", "plain ascii text"),
+            NewMessage("assistant", "ok", tool_calls=(call,)),
+            NewMessage("user", "given", token_count=99),
+        ],
+    )
     msgs = await store.load_messages(s.id)
     assert msgs[0].token_count == estimate_tokens("héllo wörld, 你好")
     assert msgs[1].token_count == estimate_tokens("plain ascii text")
@@ -152,7 +172,12 @@ async def test_usage_accumulates_per_session(store: SessionStore) -> None:
     await store.add_usage(s.id, Usage(input_tokens=5, output_tokens=7, cost_usd=0.002))
     row = await store.get_session(s.id)
     assert row is not None
-    assert (row.input_tokens, row.output_tokens, row.cache_read_tokens, row.cache_write_tokens) == (105, 27, 1000, 50)
+    assert (row.input_tokens, row.output_tokens, row.cache_read_tokens, row.cache_write_tokens) == (
+        105,
+        27,
+        1000,
+        50,
+    )
     assert row.estimated_cost_usd == pytest.approx(0.012)
 
 

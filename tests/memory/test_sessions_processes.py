@@ -60,9 +60,13 @@ async def test_four_processes_writing_concurrently_lose_nothing(tmp_path: Path) 
 
     def check(c):
         total = c.execute("SELECT count(*) FROM messages").fetchone()[0]
-        per_session = c.execute("SELECT count(*), message_count FROM messages m JOIN sessions s ON s.id = m.session_id"
-                                " GROUP BY m.session_id").fetchall()
-        indexed = c.execute("SELECT count(*) FROM messages_ctx WHERE messages_ctx MATCH 'content : marker'").fetchone()[0]
+        per_session = c.execute(
+            "SELECT count(*), message_count FROM messages m JOIN sessions s ON s.id = m.session_id"
+            " GROUP BY m.session_id"
+        ).fetchall()
+        indexed = c.execute(
+            "SELECT count(*) FROM messages_ctx WHERE messages_ctx MATCH 'content : marker'"
+        ).fetchone()[0]
         distinct = c.execute("SELECT count(DISTINCT content) FROM messages").fetchone()[0]
         return total, [tuple(r) for r in per_session], indexed, distinct
 

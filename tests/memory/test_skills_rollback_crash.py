@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from mnemo.memory.scope import UserRef
 from mnemo.memory.skills import SkillStore
 

@@ -1,7 +1,6 @@
 import unicodedata
 
 import pytest
-
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -151,7 +150,12 @@ def test_benign_text_passes(text: str) -> None:
 def test_every_category_but_size_and_invisible_has_an_example() -> None:
     covered = {c for _, c in MALICIOUS}
     covered |= {C.FUTURE_INSTRUCTION}  # FUTURE below
-    assert covered == set(ThreatCategory) - {C.TOO_LONG, C.INVISIBLE_UNICODE, C.CONTROL_CHARACTER, C.INVALID_TEXT}
+    assert covered == set(ThreatCategory) - {
+        C.TOO_LONG,
+        C.INVISIBLE_UNICODE,
+        C.CONTROL_CHARACTER,
+        C.INVALID_TEXT,
+    }
 
 
 def test_filler_words_are_bounded_at_eight() -> None:
@@ -162,7 +166,18 @@ def test_filler_words_are_bounded_at_eight() -> None:
 
 @pytest.mark.parametrize(
     "cp",
-    [0x200B, 0x200C, 0x200D, 0x2060, 0x2062, 0x2063, 0x2064, 0xFEFF, *range(0x202A, 0x202F), *range(0x2066, 0x206A)],
+    [
+        0x200B,
+        0x200C,
+        0x200D,
+        0x2060,
+        0x2062,
+        0x2063,
+        0x2064,
+        0xFEFF,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    ],
 )
 def test_each_invisible_character_is_refused(cp: int) -> None:
     threat = scan(f"User likes{chr(cp)} tea")
@@ -171,7 +186,21 @@ def test_each_invisible_character_is_refused(cp: int) -> None:
 
 
 def test_every_format_character_but_the_visible_number_signs_is_invisible() -> None:
-    visible = {0x0600, 0x0601, 0x0602, 0x0603, 0x0604, 0x0605, 0x06DD, 0x070F, 0x0890, 0x0891, 0x08E2, 0x110BD, 0x110CD}
+    visible = {
+        0x0600,
+        0x0601,
+        0x0602,
+        0x0603,
+        0x0604,
+        0x0605,
+        0x06DD,
+        0x070F,
+        0x0890,
+        0x0891,
+        0x08E2,
+        0x110BD,
+        0x110CD,
+    }
     for cp in range(0x110000):
         ch = chr(cp)
         if unicodedata.category(ch) == "Cf":
@@ -195,7 +224,9 @@ def test_tag_characters_spelling_hidden_ascii_are_refused() -> None:
     assert threat is not None and threat.category is C.INVISIBLE_UNICODE
 
 
-@pytest.mark.parametrize("text", ["User likes ❤️ and ☕️", "Keycap 1️⃣ is fine", "葛\U000E0100 city name variant"])
+@pytest.mark.parametrize(
+    "text", ["User likes ❤️ and ☕️", "Keycap 1️⃣ is fine", "葛\U000e0100 city name variant"]
+)
 def test_one_variation_selector_after_a_visible_character_passes(text: str) -> None:
     assert scan(text) is None
 
@@ -210,7 +241,9 @@ def test_variation_selectors_that_select_nothing_are_refused(text: str) -> None:
     assert threat is not None and threat.category is C.INVISIBLE_UNICODE
 
 
-@pytest.mark.parametrize("cp", [*range(0x00, 0x09), 0x0B, 0x0C, 0x0D, *range(0x0E, 0x20), 0x7F, *range(0x80, 0xA0)])
+@pytest.mark.parametrize(
+    "cp", [*range(0x00, 0x09), 0x0B, 0x0C, 0x0D, *range(0x0E, 0x20), 0x7F, *range(0x80, 0xA0)]
+)
 def test_control_characters_are_refused_naming_the_category(cp: int) -> None:
     threat = scan(f"User likes{chr(cp)}[8m tea")
     assert threat is not None and threat.category is C.CONTROL_CHARACTER
@@ -311,7 +344,9 @@ def test_plain_preferences_and_guard_sentences_pass(text: str) -> None:
 _benign_text = st.text(st.characters(codec="utf-8", categories=("L", "N", "P", "Zs")), max_size=200)
 
 
-@given(_benign_text, _benign_text, st.sampled_from(["\x00", "\x1b", "\x7f", "\x9b", "\U000E0041", "\U000E0001"]))
+@given(
+    _benign_text, _benign_text, st.sampled_from(["\x00", "\x1b", "\x7f", "\x9b", "\U000e0041", "\U000e0001"])
+)
 def test_any_text_with_a_tag_character_nul_or_escape_is_refused(before: str, after: str, bad: str) -> None:
     threat = scan(before + bad + after)
     assert threat is not None

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from mnemo.memory.discovery import load_provider
-
 from tests.fakes.byterover_api import FakeByteRover
 from tests.fakes.hindsight_api import FakeHindsight
 from tests.fakes.honcho_api import FakeHoncho
@@ -48,7 +47,9 @@ EXTERNAL: tuple[External, ...] = (
     External("hindsight", FakeHindsight, FakeHindsight.retains),
     External("honcho", FakeHoncho, FakeHoncho.message_posts),
     External("retaindb", FakeRetainDB, FakeRetainDB.writes, {"project": "proj"}),
-    External("byterover", FakeByteRover, FakeByteRover.turn_commits, {"team_id": "team-1", "space_id": "space-1"}),
+    External(
+        "byterover", FakeByteRover, FakeByteRover.turn_commits, {"team_id": "team-1", "space_id": "space-1"}
+    ),
     External("openviking", FakeOpenViking, FakeOpenViking.message_posts, {"account": "acct"}),
     External("supermemory", FakeSupermemory, FakeSupermemory.writes),
 )

@@ -11,12 +11,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 from mnemo.memory.durable import RetryLater, forget_user
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.providers.byterover import ByteRoverProvider
-
 from tests.fakes.byterover_api import FakeByteRover
 from tests.support.loopback import LoopbackAdapter
 
@@ -32,7 +32,12 @@ async def fake() -> AsyncIterator[FakeByteRover]:
     await f.stop()
 
 
-def ctx(home: Path, user: str | None = "telegram:1", session: str = "s1", agent: AgentContext = AgentContext.PRIMARY) -> ProviderContext:
+def ctx(
+    home: Path,
+    user: str | None = "telegram:1",
+    session: str = "s1",
+    agent: AgentContext = AgentContext.PRIMARY,
+) -> ProviderContext:
     return ProviderContext(
         session_id=session,
         chat_key="telegram:group:9",
@@ -44,7 +49,13 @@ def ctx(home: Path, user: str | None = "telegram:1", session: str = "s1", agent:
 
 
 def settings(fake: FakeByteRover, **extra: object) -> dict[str, object]:
-    config: dict[str, object] = {"api_key": KEY, "base_url": fake.base_url, "team_id": "team-1", "space_id": "space-1", "timeout_s": 5.0}
+    config: dict[str, object] = {
+        "api_key": KEY,
+        "base_url": fake.base_url,
+        "team_id": "team-1",
+        "space_id": "space-1",
+        "timeout_s": 5.0,
+    }
     config.update(extra)
     return config
 
@@ -57,16 +68,25 @@ def provider(home: Path, fake: FakeByteRover, **extra: object) -> ByteRoverProvi
     return p
 
 
-def test_needs_a_key_and_a_space_and_reads_the_environment(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_needs_a_key_and_a_space_and_reads_the_environment(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("BYTEROVER_API_KEY", raising=False)
-    assert "BYTEROVER_API_KEY" in ByteRoverProvider().is_available(home, {"team_id": "t", "space_id": "s"}).reason
+    assert (
+        "BYTEROVER_API_KEY"
+        in ByteRoverProvider().is_available(home, {"team_id": "t", "space_id": "s"}).reason
+    )
     monkeypatch.setenv("BYTEROVER_API_KEY", "from-env")
     monkeypatch.setenv("BYTEROVER_BASE_URL", "http://127.0.0.1:9/api/v1/")
     p = ByteRoverProvider()
     assert "space_id" in p.is_available(home, {"team_id": "t"}).reason
     assert p.is_available(home, {"team_id": "t", "space_id": "s"}).ok
     p.initialize(home, {"team_id": "t", "space_id": "s"})
-    assert p._client is not None and p._client.api_key == "from-env" and p._client.base_url == "http://127.0.0.1:9/api/v1"
+    assert (
+        p._client is not None
+        and p._client.api_key == "from-env"
+        and p._client.base_url == "http://127.0.0.1:9/api/v1"
+    )
     assert {f.key for f in p.get_config_schema()} >= {"api_key", "base_url", "team_id", "space_id"}
 
 
@@ -81,7 +101,9 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     recall_b = await T(p.prefetch, "what do I keep?", ctx(home, "telegram:2"))
     assert "sailing" in recall_a.text and "bees" not in recall_a.text and recall_a.count == 1
     assert "bees" in recall_b.text and "sailing" not in recall_b.text
-    assert set(fake.user_files("telegram:1")) == {f"mnemo/users/telegram:1/turns/{payload_key(p, home, 'telegram:1', 'I love sailing')}.md"}
+    assert set(fake.user_files("telegram:1")) == {
+        f"mnemo/users/telegram:1/turns/{payload_key(p, home, 'telegram:1', 'I love sailing')}.md"
+    }
     commits = fake.writes()
     for r in commits:  # every change of a commit lies in its speaker's folder only
         owners = {m["path"].split("/")[2] for m in r.body["memories"]}
@@ -92,7 +114,10 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
         ("mnemo/users/telegram:1", "space-1"),
         ("mnemo/users/telegram:2", "space-1"),
     ]
-    assert all(r.headers["Authorization"] == f"Bearer {KEY}" and r.headers["x-byterover-session-id"] == "s1" for r in fake.requests)
+    assert all(
+        r.headers["Authorization"] == f"Bearer {KEY}" and r.headers["x-byterover-session-id"] == "s1"
+        for r in fake.requests
+    )
 
 
 def payload_key(p: ByteRoverProvider, home: Path, user: str, text: str) -> str:
@@ -101,7 +126,9 @@ def payload_key(p: ByteRoverProvider, home: Path, user: str, text: str) -> str:
     return str(payload["key"])
 
 
-async def test_a_write_sent_again_lands_on_the_same_file_and_a_stale_sha_is_retried(home: Path, fake: FakeByteRover) -> None:
+async def test_a_write_sent_again_lands_on_the_same_file_and_a_stale_sha_is_retried(
+    home: Path, fake: FakeByteRover
+) -> None:
     p = provider(home, fake)
     payload = p.prepare_write("turn", {"user": "hello there", "assistant": "hi"}, ctx(home))
     await T(p.apply_write, payload)
@@ -110,7 +137,10 @@ async def test_a_write_sent_again_lands_on_the_same_file_and_a_stale_sha_is_retr
     assert len(fake.user_files("telegram:1")) == 1
     shas = [r.body["current_sha"] for r in fake.requests if r.path.endswith("/commits")]
     assert shas == ["sha_placeholder", "sha0", "sha1", "moved-by-someone-else"]
-    assert [r.body["current_sha"] for r in fake.writes()] == ["sha0", "moved-by-someone-else"]  # the accepted ones
+    assert [r.body["current_sha"] for r in fake.writes()] == [
+        "sha0",
+        "moved-by-someone-else",
+    ]  # the accepted ones
 
 
 async def test_answers_from_another_folder_are_dropped(home: Path, fake: FakeByteRover) -> None:
@@ -120,7 +150,9 @@ async def test_answers_from_another_folder_are_dropped(home: Path, fake: FakeByt
     fake.leak = True
     recall = await T(p.prefetch, "sailing", ctx(home, "telegram:1"))
     assert "sailing" in recall.text and "4321" not in recall.text and "without a path" not in recall.text
-    out = json.loads(await T(p.handle_tool_call, "byterover_search", {"query": "pin"}, ctx(home, "telegram:1")))
+    out = json.loads(
+        await T(p.handle_tool_call, "byterover_search", {"query": "pin"}, ctx(home, "telegram:1"))
+    )
     assert all("4321" not in r for r in out["results"])
 
 
@@ -129,7 +161,12 @@ async def test_no_speaker_means_no_scope_no_request(home: Path, fake: FakeByteRo
     assert (await T(p.prefetch, "anything", ctx(home, None))).text == ""
     assert p.prepare_write("turn", {"user": "a", "assistant": "b"}, ctx(home, None)) is None
     for tool in ("byterover_profile", "byterover_search", "byterover_remember"):
-        assert json.loads(await T(p.handle_tool_call, tool, {"query": "x", "content": "y"}, ctx(home, None)))["ok"] is False
+        assert (
+            json.loads(await T(p.handle_tool_call, tool, {"query": "x", "content": "y"}, ctx(home, None)))[
+                "ok"
+            ]
+            is False
+        )
     assert fake.requests == []
 
 
@@ -162,15 +199,32 @@ async def test_memory_mirror_session_end_and_pre_compress(home: Path, fake: Fake
 
 async def test_tools_are_scoped_to_the_speaker(home: Path, fake: FakeByteRover) -> None:
     p = provider(home, fake)
-    assert {t.name for t in p.get_tool_schemas()} == {"byterover_profile", "byterover_search", "byterover_remember"}
-    assert json.loads(await T(p.handle_tool_call, "byterover_remember", {"content": "prefers tea"}, ctx(home, "telegram:1")))["ok"]
-    assert json.loads(await T(p.handle_tool_call, "byterover_search", {"query": "tea"}, ctx(home, "telegram:2"))) == {"ok": True, "results": []}
-    assert json.loads(await T(p.handle_tool_call, "byterover_search", {"query": "tea"}, ctx(home, "telegram:1")))["results"] == ["prefers tea"]
-    assert json.loads(await T(p.handle_tool_call, "byterover_profile", {}, ctx(home, "telegram:1")))["facts"] == ["prefers tea"]
-    assert json.loads(await T(p.handle_tool_call, "byterover_profile", {}, ctx(home, "telegram:2")))["facts"] == []
+    assert {t.name for t in p.get_tool_schemas()} == {
+        "byterover_profile",
+        "byterover_search",
+        "byterover_remember",
+    }
+    assert json.loads(
+        await T(p.handle_tool_call, "byterover_remember", {"content": "prefers tea"}, ctx(home, "telegram:1"))
+    )["ok"]
+    assert json.loads(
+        await T(p.handle_tool_call, "byterover_search", {"query": "tea"}, ctx(home, "telegram:2"))
+    ) == {"ok": True, "results": []}
+    assert json.loads(
+        await T(p.handle_tool_call, "byterover_search", {"query": "tea"}, ctx(home, "telegram:1"))
+    )["results"] == ["prefers tea"]
+    assert json.loads(await T(p.handle_tool_call, "byterover_profile", {}, ctx(home, "telegram:1")))[
+        "facts"
+    ] == ["prefers tea"]
+    assert (
+        json.loads(await T(p.handle_tool_call, "byterover_profile", {}, ctx(home, "telegram:2")))["facts"]
+        == []
+    )
     profiles = [r.query["node_keys"] for r in fake.requests if r.path.endswith("/retrieve")][-2:]
     assert profiles == ["mnemo/users/telegram:1/facts", "mnemo/users/telegram:2/facts"]
-    assert json.loads(await T(p.handle_tool_call, "byterover_search", {"query": " "}, ctx(home)))["ok"] is False
+    assert (
+        json.loads(await T(p.handle_tool_call, "byterover_search", {"query": " "}, ctx(home)))["ok"] is False
+    )
     sub = ctx(home, "telegram:1", agent=AgentContext.SUBAGENT)
     assert json.loads(await T(p.handle_tool_call, "byterover_remember", {"content": "x"}, sub))["ok"] is False
 
@@ -179,10 +233,16 @@ async def test_forget_user_deletes_that_users_files_only(home: Path, fake: FakeB
     p = provider(home, fake)
     for user in ("telegram:1", "telegram:2"):
         for text in ("likes tea", "lives in Oslo", "plays chess"):
-            await T(p.apply_write, p.prepare_write("turn", {"user": f"{user} {text}", "assistant": "ok"}, ctx(home, user)))
+            await T(
+                p.apply_write,
+                p.prepare_write("turn", {"user": f"{user} {text}", "assistant": "ok"}, ctx(home, user)),
+            )
     assert len(fake.user_files("telegram:1")) == 3
     # the erasure's payload: op forget_user and the scope's user_id (also through the queue's JSON)
-    await T(p.apply_write, json.loads(json.dumps({"op": "forget_user", "key": "forget-1", "scope": {"user_id": "telegram:1"}})))
+    await T(
+        p.apply_write,
+        json.loads(json.dumps({"op": "forget_user", "key": "forget-1", "scope": {"user_id": "telegram:1"}})),
+    )
     assert fake.user_files("telegram:1") == {}
     assert len(fake.user_files("telegram:2")) == 3
     deletes = [m for r in fake.writes() for m in r.body["memories"] if m["operation"] == "delete"]
@@ -238,14 +298,20 @@ async def _say_and_wait(adapter: LoopbackAdapter, texts: list[tuple[str, str]]) 
         await adapter.wait_sent(i)
 
 
-async def test_e2e_two_users_provider_down_writes_arrive_once_later(app_factory, home: Path, fake: FakeByteRover, monkeypatch) -> None:
+async def test_e2e_two_users_provider_down_writes_arrive_once_later(
+    app_factory, home: Path, fake: FakeByteRover, monkeypatch
+) -> None:
     import mnemo.app
 
     monkeypatch.setattr(mnemo.app, "PROVIDER_WRITE_BACKOFF", (3600.0,))  # no retry until we say so
     ByteRoverProvider().save_config(settings(fake, timeout_s=2.0), home)
     fake.down = True
     adapter = LoopbackAdapter()
-    turns = [("alice", "alice likes kayaking on rivers"), ("bob", "bob collects old maps"), ("alice", "alice asks about weekend plans")]
+    turns = [
+        ("alice", "alice likes kayaking on rivers"),
+        ("bob", "bob collects old maps"),
+        ("alice", "alice asks about weekend plans"),
+    ]
     async with app_factory(adapter, **{"memory.provider": "byterover"}) as app:
         await _say_and_wait(adapter, turns)
         assert len(adapter.texts()) == 3  # every message answered while ByteRover is down
@@ -256,7 +322,9 @@ async def test_e2e_two_users_provider_down_writes_arrive_once_later(app_factory,
         assert len(jobs) == 3 and all(j.state == "queued" and j.attempts == 1 for j in jobs)
         assert not fake.files  # nothing stored while down
         fake.down = False
-        await app.db.write(lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'"))
+        await app.db.write(
+            lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'")
+        )
         app.jobs.wake()
         await app.jobs.wait_idle()
         alice, bob = fake.user_files("loop:alice"), fake.user_files("loop:bob")

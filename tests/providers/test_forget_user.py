@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from mnemo.memory.curated import Action, Target
 from mnemo.memory.durable import forget_user
 from mnemo.memory.memory_tool import MemoryWrite
-from mnemo.memory.curated import Action, Target
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
 from tests.fakes.hindsight_api import FakeHindsight
@@ -42,7 +42,9 @@ def _mem0(fake: FakeMem0) -> Rig:
         from mnemo.providers.mem0 import Mem0Provider
 
         p = Mem0Provider()
-        p.initialize(home, {"api_key": "m0-test", "base_url": fake.base_url, "api": "platform", "timeout_s": 5.0})
+        p.initialize(
+            home, {"api_key": "m0-test", "base_url": fake.base_url, "api": "platform", "timeout_s": 5.0}
+        )
         return p
 
     return Rig(fake, make, lambda: fake.memories)
@@ -53,7 +55,9 @@ def _hindsight(fake: FakeHindsight) -> Rig:
         from mnemo.providers.hindsight import HindsightProvider
 
         p = HindsightProvider()
-        p.initialize(home, {"api_key": "hs-test", "base_url": fake.base_url, "bank_prefix": "mnemo", "timeout_s": 5.0})
+        p.initialize(
+            home, {"api_key": "hs-test", "base_url": fake.base_url, "bank_prefix": "mnemo", "timeout_s": 5.0}
+        )
         return p
 
     return Rig(fake, make, lambda: fake.banks)
@@ -64,12 +68,28 @@ def _honcho(fake: FakeHoncho) -> Rig:
         from mnemo.providers.honcho import HonchoProvider
 
         p = HonchoProvider()
-        p.initialize(home, {"api_key": "hc-test", "base_url": fake.base_url, "workspace_id": "ws1", "agent_id": "mnemo",
-                            "timeout_s": 5.0})
+        p.initialize(
+            home,
+            {
+                "api_key": "hc-test",
+                "base_url": fake.base_url,
+                "workspace_id": "ws1",
+                "agent_id": "mnemo",
+                "timeout_s": 5.0,
+            },
+        )
         return p
 
-    return Rig(fake, make, lambda: {"messages": fake.messages, "conclusions": fake.conclusions,
-                                    "sessions": [list(k) for k in fake.sessions], "cards": list(fake.cards.values())})
+    return Rig(
+        fake,
+        make,
+        lambda: {
+            "messages": fake.messages,
+            "conclusions": fake.conclusions,
+            "sessions": [list(k) for k in fake.sessions],
+            "cards": list(fake.cards.values()),
+        },
+    )
 
 
 def _retaindb(fake: FakeRetainDB) -> Rig:
@@ -77,7 +97,9 @@ def _retaindb(fake: FakeRetainDB) -> Rig:
         from mnemo.providers.retaindb import RetainDBProvider
 
         p = RetainDBProvider()
-        p.initialize(home, {"api_key": "rdb-test", "base_url": fake.base_url, "project": "proj", "timeout_s": 5.0})
+        p.initialize(
+            home, {"api_key": "rdb-test", "base_url": fake.base_url, "project": "proj", "timeout_s": 5.0}
+        )
         return p
 
     return Rig(fake, make, lambda: [[list(k), v] for k, v in fake.memories.items()])
@@ -103,7 +125,9 @@ async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
 
 
 def ctx(home: Path, user: str, session: str) -> ProviderContext:
-    return ProviderContext(session, f"telegram:dm:{user}", "telegram", UserRef.parse(user), AgentContext.PRIMARY, home)
+    return ProviderContext(
+        session, f"telegram:dm:{user}", "telegram", UserRef.parse(user), AgentContext.PRIMARY, home
+    )
 
 
 async def write(p: Any, op: str, data: dict[str, Any], c: ProviderContext) -> None:

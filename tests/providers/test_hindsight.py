@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
 from mnemo.memory.durable import RetryLater
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.providers.hindsight import HindsightProvider
-
 from tests.fakes.hindsight_api import FakeHindsight
 from tests.support.loopback import LoopbackAdapter
 
@@ -30,7 +30,14 @@ async def fake() -> AsyncIterator[FakeHindsight]:
 
 
 def ctx(home: Path, user: str | None = "telegram:1", session: str = "s1") -> ProviderContext:
-    return ProviderContext(session, "telegram:group:9", "telegram", UserRef.parse(user) if user else None, AgentContext.PRIMARY, home)
+    return ProviderContext(
+        session,
+        "telegram:group:9",
+        "telegram",
+        UserRef.parse(user) if user else None,
+        AgentContext.PRIMARY,
+        home,
+    )
 
 
 def provider(home: Path, fake: FakeHindsight) -> HindsightProvider:
@@ -52,12 +59,21 @@ async def test_one_bank_per_user_and_reflect(home: Path, fake: FakeHindsight) ->
         b = await T(p.prefetch, "hobbies?", ctx(home, "telegram:2"))
         assert a.count == 1 and "sailing" in a.text and "bees" not in a.text
         assert b.count == 1 and "bees" in b.text and "sailing" not in b.text
-        answer = json.loads(await T(p.handle_tool_call, "hindsight_reflect", {"query": "what does he like?"}, ctx(home, "telegram:2")))
+        answer = json.loads(
+            await T(
+                p.handle_tool_call,
+                "hindsight_reflect",
+                {"query": "what does he like?"},
+                ctx(home, "telegram:2"),
+            )
+        )
         assert "bees" in answer["answer"] and "sailing" not in answer["answer"]
         assert {r.bank for r in fake.requests} == {"mnemo-telegram-1", "mnemo-telegram-2"}
         assert all(r.headers["Authorization"] == f"Bearer {KEY}" for r in fake.requests)
         item = fake.retains()[0].body["items"][0]
-        first = p.prepare_write("turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1"))
+        first = p.prepare_write(
+            "turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1")
+        )
         assert item["document_id"] == first["key"] and len(fake.banks["mnemo-telegram-1"]) == 1
         assert item["metadata"]["session_id"] == "s1" and item["update_mode"] == "replace"
     finally:
@@ -86,7 +102,9 @@ async def test_rate_limit_and_errors(home: Path, fake: FakeHindsight) -> None:
         await T(p.shutdown)
 
 
-async def test_e2e_two_users_provider_down_then_back(app_factory, home: Path, fake: FakeHindsight, monkeypatch) -> None:
+async def test_e2e_two_users_provider_down_then_back(
+    app_factory, home: Path, fake: FakeHindsight, monkeypatch
+) -> None:
     import mnemo.app
 
     monkeypatch.setattr(mnemo.app, "PROVIDER_WRITE_BACKOFF", (3600.0,))
@@ -104,7 +122,9 @@ async def test_e2e_two_users_provider_down_then_back(app_factory, home: Path, fa
         assert [j.state for j in await app.jobs.jobs(kind="provider_write")] == ["queued", "queued"]
         fake.requests.clear()  # the attempts answered 503
         fake.down = False
-        await app.db.write(lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'"))
+        await app.db.write(
+            lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'")
+        )
         app.jobs.wake()
         await app.jobs.wait_idle()
         retains = fake.retains()

@@ -80,7 +80,8 @@ def test_a_fact_added_on_one_replica_is_recalled_on_the_other(replicas: tuple[Fa
     assert b.contents(probe["facts"]) == ["Carol manages the Falcon project at Acme with Alice."]
     reason = b.call(action="reason", entities=["Alice", "Acme"])
     assert sorted(b.contents(reason["facts"])) == [
-        "Alice works at Acme with Bob.", "Carol manages the Falcon project at Acme with Alice."
+        "Alice works at Acme with Bob.",
+        "Carol manages the Falcon project at Acme with Alice.",
     ]
     recall = b.provider.prefetch("Where does Alice live?", context(b.home))
     assert "Alice lives in Paris." in recall.text
@@ -107,8 +108,12 @@ def test_one_users_facts_never_reach_another_user_on_any_replica(replicas: tuple
     secret = a.add("Alice's locker code is 4711.", ALICE)
     b.add("Bob's locker is in the basement.", BOB)
     for replica in (a, b):
-        for action in ({"action": "search", "query": "locker code 4711"}, {"action": "probe", "entity": "Alice"},
-                       {"action": "contradict"}, {"action": "related", "entity": "Alice"}):
+        for action in (
+            {"action": "search", "query": "locker code 4711"},
+            {"action": "probe", "entity": "Alice"},
+            {"action": "contradict"},
+            {"action": "related", "entity": "Alice"},
+        ):
             out = json.dumps(replica.call(BOB, **action))
             assert "4711" not in out and "Alice" not in out.replace('"entity": "Alice"', "")
         assert replica.call(BOB, tool="fact_feedback", fact_id=secret, helpful=False)["ok"] is False
@@ -126,7 +131,7 @@ def test_concurrent_writes_from_two_replicas_lose_nothing(replicas: tuple[Facts,
             for text in texts:  # both replicas add the same facts, in the same order
                 out = replica.call(action="add", content=text, category="project")
                 assert out["ok"], out
-        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=writer, args=(r,)) for r in (a, b)]
@@ -144,7 +149,9 @@ def test_concurrent_writes_from_two_replicas_lose_nothing(replicas: tuple[Facts,
     assert hint.get("project") in (None, 30)
 
 
-def test_erasing_a_user_removes_their_facts_and_only_theirs(replicas: tuple[Facts, Facts], pg_url: str) -> None:
+def test_erasing_a_user_removes_their_facts_and_only_theirs(
+    replicas: tuple[Facts, Facts], pg_url: str
+) -> None:
     a, b = replicas
     a.add("Alice met Zoltan in Prague.", ALICE)
     a.add("Alice likes green tea.", ALICE)
@@ -247,11 +254,17 @@ def test_migrate_copies_facts_db_into_postgresql_once(home: Path, pg_url: str) -
     shared = Facts(home, {"database_url": pg_url})
     try:
         hit = shared.call(ALICE, action="probe", entity="Alice")["facts"]
-        assert [(h["fact_id"], h["content"], h["trust"]) for h in hit] == [(paris, "Alice lives in Paris.", 0.55)]
+        assert [(h["fact_id"], h["content"], h["trust"]) for h in hit] == [
+            (paris, "Alice lives in Paris.", 0.55)
+        ]
         assert shared.call(BOB, action="search", query="Paris")["results"] == []
-        assert shared.contents(shared.call(BOB, action="search", query="coffee")["results"]) == ["Bob drinks coffee."]
+        assert shared.contents(shared.call(BOB, action="search", query="coffee")["results"]) == [
+            "Bob drinks coffee."
+        ]
         # Banks came along: the category hint of the copied fact is found.
-        assert [c["category"] for c in shared.call(ALICE, action="probe", entity="Alice")["categories"]] == ["general"]
+        assert [c["category"] for c in shared.call(ALICE, action="probe", entity="Alice")["categories"]] == [
+            "general"
+        ]
         new = shared.add("Alice owns a bicycle.", ALICE)
         assert new > paris  # the id sequence continues after the copied ids
     finally:
@@ -288,7 +301,9 @@ async def test_mnemo_migrate_reports_the_copied_facts(home: Path, pg_url: str) -
     receipt = json.loads(out.stdout)
     assert receipt["facts"] == {"source": 1, "copied": 1, "present": 0, "verified": True}
     assert not any(n["what"] == "provider data providers/holographic" for n in receipt["not_migrated"])
-    assert _rows(pg_url, "SELECT owner, content FROM holographic.facts") == [("telegram:1", "Alice lives in Paris.")]
+    assert _rows(pg_url, "SELECT owner, content FROM holographic.facts") == [
+        ("telegram:1", "Alice lives in Paris.")
+    ]
 
     text = mnemo(home, "migrate", "--to", pg_url)
     assert "holographic facts: 1 in facts.db: 0 copied, 1 already there, verified" in text.stdout, text.stdout
@@ -298,14 +313,21 @@ async def test_open_providers_puts_the_bots_facts_in_its_postgresql_database(hom
     from mnemo.app import open_providers
     from mnemo.gateway.config import load_settings
 
-    settings = load_settings(home, environ={"MNEMO_DATABASE_URL": pg_url}, overrides={"memory.provider": "holographic"})
+    settings = load_settings(
+        home, environ={"MNEMO_DATABASE_URL": pg_url}, overrides={"memory.provider": "holographic"}
+    )
     manager = await open_providers(settings)
     try:
         assert "fact_store" in [s["name"] for s in manager.tool_schemas()]
-        out = json.loads(await manager.handle_tool_call(
-            "fact_store", {"action": "add", "content": "Alice lives in Paris."}, context(home)))
+        out = json.loads(
+            await manager.handle_tool_call(
+                "fact_store", {"action": "add", "content": "Alice lives in Paris."}, context(home)
+            )
+        )
         assert out["ok"], out
     finally:
         await manager.shutdown()
-    assert _rows(pg_url, "SELECT owner, content FROM holographic.facts") == [("telegram:1", "Alice lives in Paris.")]
+    assert _rows(pg_url, "SELECT owner, content FROM holographic.facts") == [
+        ("telegram:1", "Alice lives in Paris.")
+    ]
     assert not (home / "providers" / "holographic" / "facts.db").exists()

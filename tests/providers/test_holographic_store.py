@@ -65,7 +65,9 @@ async def test_a_healthy_store_registers_both_tools(home: Path) -> None:
     async with manager:
         assert [t["name"] for t in manager.tool_schemas()] == ["fact_store", "fact_feedback"]
         ctx = ProviderContext("s", "c", "telegram", UserRef("telegram", "1"), AgentContext.PRIMARY, home)
-        out = json.loads(await manager.handle_tool_call("fact_store", {"action": "add", "content": "Ivy uses Helix."}, ctx))
+        out = json.loads(
+            await manager.handle_tool_call("fact_store", {"action": "add", "content": "Ivy uses Helix."}, ctx)
+        )
         assert out["ok"] and out["entities"] == ["Helix", "Ivy"]
         recall = await manager.prefetch("Which editor does Ivy use?", ctx)
         assert recall is not None and "Ivy uses Helix." in recall.text
@@ -135,7 +137,9 @@ def bank_sums(store: FactStore) -> dict[tuple[str, str], tuple[int, np.ndarray]]
 
 def test_banks_are_updated_incrementally_and_match_a_full_rebuild(store: FactStore) -> None:
     ids = [
-        store.add(NewFact("telegram:1", f"Fact number {i} about Nora.", "person" if i % 2 else "general")).fact.id
+        store.add(
+            NewFact("telegram:1", f"Fact number {i} about Nora.", "person" if i % 2 else "general")
+        ).fact.id
         for i in range(12)
     ]
     for fid in ids[:5]:
@@ -182,7 +186,9 @@ def test_changing_dim_in_the_config_re_encodes_on_start(home: Path) -> None:
 
 
 @pytest.mark.parametrize(("config", "reason"), [({"dim": 10}, "dim"), ({"colour": "red"}, "unknown setting")])
-def test_bad_settings_make_the_provider_unavailable(home: Path, config: dict[str, object], reason: str) -> None:
+def test_bad_settings_make_the_provider_unavailable(
+    home: Path, config: dict[str, object], reason: str
+) -> None:
     availability = HolographicProvider().is_available(home, config)
     assert not availability.ok and reason in availability.reason
 
@@ -198,7 +204,7 @@ def test_several_threads_can_write_and_read_at_once(store: FactStore) -> None:
             for i in range(40):
                 store.add(NewFact(f"telegram:{n}", f"Worker {n} wrote note {i} about Quinn."))
                 retriever.search("note about Quinn", (f"telegram:{n}", SHARED), 5)
-        except BaseException as e:  # noqa: BLE001 - collected and asserted below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
 from mnemo.memory.durable import RetryLater
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.providers.honcho import HonchoProvider
-
 from tests.fakes.honcho_api import FakeHoncho
 from tests.support.loopback import LoopbackAdapter
 
@@ -43,7 +43,13 @@ def ctx(home: Path, user: str | None = "telegram:1", session: str = "s1") -> Pro
 
 def provider(home: Path, fake: FakeHoncho, **extra: object) -> HonchoProvider:
     p = HonchoProvider()
-    config = {"api_key": KEY, "base_url": fake.base_url, "workspace_id": "ws1", "agent_id": "mnemo", "timeout_s": 5.0}
+    config = {
+        "api_key": KEY,
+        "base_url": fake.base_url,
+        "workspace_id": "ws1",
+        "agent_id": "mnemo",
+        "timeout_s": 5.0,
+    }
     config.update(extra)
     assert p.is_available(home, config).ok
     p.initialize(home, config)
@@ -58,7 +64,9 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     p = provider(home, fake)
     assert fake.requests == []  # nothing at start-up: the client is built on first use
     for user, text in (("telegram:1", "I love sailing"), ("telegram:2", "I keep bees")):
-        payload = p.prepare_write("turn", {"user": text, "assistant": "noted"}, ctx(home, user, session=f"s-{user}"))
+        payload = p.prepare_write(
+            "turn", {"user": text, "assistant": "noted"}, ctx(home, user, session=f"s-{user}")
+        )
         assert payload is not None
         await T(p.apply_write, json.loads(json.dumps(payload)))  # what the job queue stores
     recall_a = await T(p.prefetch, "what do I like?", ctx(home, "telegram:1", session="s-telegram:1"))
@@ -66,16 +74,29 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     assert "sailing" in recall_a.text and "bees" not in recall_a.text
     assert "bees" in recall_b.text and "sailing" not in recall_b.text
     posts = fake.message_posts()
-    assert [r.path for r in posts] == ["/v3/workspaces/ws1/sessions/s-telegram:1/messages", "/v3/workspaces/ws1/sessions/s-telegram:2/messages"]
-    assert [[m["peer_id"] for m in r.body["messages"]] for r in posts] == [["telegram:1", "mnemo"], ["telegram:2", "mnemo"]]
+    assert [r.path for r in posts] == [
+        "/v3/workspaces/ws1/sessions/s-telegram:1/messages",
+        "/v3/workspaces/ws1/sessions/s-telegram:2/messages",
+    ]
+    assert [[m["peer_id"] for m in r.body["messages"]] for r in posts] == [
+        ["telegram:1", "mnemo"],
+        ["telegram:2", "mnemo"],
+    ]
     sessions = [r.body for r in fake.requests if r.path == "/v3/workspaces/ws1/sessions"]
     assert [sorted(s["peers"]) for s in sessions] == [["mnemo", "telegram:1"], ["mnemo", "telegram:2"]]
     contexts = [r for r in fake.requests if r.path.endswith("/context")]
-    assert [r.path for r in contexts] == ["/v3/workspaces/ws1/peers/telegram:1/context", "/v3/workspaces/ws1/peers/telegram:2/context"]
+    assert [r.path for r in contexts] == [
+        "/v3/workspaces/ws1/peers/telegram:1/context",
+        "/v3/workspaces/ws1/peers/telegram:2/context",
+    ]
     assert all(r.query["search_query"] == "what do I like?" for r in contexts)
     assert all(r.headers["Authorization"] == f"Bearer {KEY}" for r in fake.requests)
     assert all(r.path.startswith("/v3/workspaces") for r in fake.requests)
-    key = p.prepare_write("turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1", session="s-telegram:1"))["key"]
+    key = p.prepare_write(
+        "turn",
+        {"user": "I love sailing", "assistant": "noted"},
+        ctx(home, "telegram:1", session="s-telegram:1"),
+    )["key"]
     assert posts[0].body["messages"][0]["metadata"]["mnemo_key"] == key
 
 
@@ -126,7 +147,9 @@ async def test_self_hosted_without_auth(home: Path, monkeypatch) -> None:
         p = HonchoProvider()
         assert p.is_available(home, {}).ok
         p.initialize(home, {"workspace_id": "self"})
-        await T(p.apply_write, p.prepare_write("turn", {"user": "I run marathons", "assistant": "wow"}, ctx(home)))
+        await T(
+            p.apply_write, p.prepare_write("turn", {"user": "I run marathons", "assistant": "wow"}, ctx(home))
+        )
         assert "marathons" in (await T(p.prefetch, "sport?", ctx(home))).text
         assert all("Authorization" not in r.headers for r in fake.requests)
     finally:
@@ -144,21 +167,37 @@ async def test_tools_are_scoped_to_the_speaker(home: Path, fake: FakeHoncho) -> 
     p = provider(home, fake)
     names = [t.name for t in p.get_tool_schemas()]
     assert names == ["honcho_profile", "honcho_search", "honcho_context", "honcho_conclude"]
-    assert json.loads(await T(p.handle_tool_call, "honcho_conclude", {"conclusion": "prefers tea"}, ctx(home, "telegram:1")))["ok"]
-    await T(p.apply_write, p.prepare_write("turn", {"user": "tea in the morning", "assistant": "ok"}, ctx(home, "telegram:1")))
+    assert json.loads(
+        await T(p.handle_tool_call, "honcho_conclude", {"conclusion": "prefers tea"}, ctx(home, "telegram:1"))
+    )["ok"]
+    await T(
+        p.apply_write,
+        p.prepare_write("turn", {"user": "tea in the morning", "assistant": "ok"}, ctx(home, "telegram:1")),
+    )
     concl = [r.body["conclusions"][0] for r in fake.requests if r.path == "/v3/workspaces/ws1/conclusions"]
     assert [(c["observer_id"], c["observed_id"]) for c in concl] == [("mnemo", "telegram:1")]
     b = ctx(home, "telegram:2")
-    assert json.loads(await T(p.handle_tool_call, "honcho_search", {"query": "tea"}, b)) == {"ok": True, "results": []}
+    assert json.loads(await T(p.handle_tool_call, "honcho_search", {"query": "tea"}, b)) == {
+        "ok": True,
+        "results": [],
+    }
     assert json.loads(await T(p.handle_tool_call, "honcho_profile", {}, b)) == {"ok": True, "card": []}
-    assert json.loads(await T(p.handle_tool_call, "honcho_context", {"query": "tea"}, b)) == {"ok": True, "representation": "", "card": []}
+    assert json.loads(await T(p.handle_tool_call, "honcho_context", {"query": "tea"}, b)) == {
+        "ok": True,
+        "representation": "",
+        "card": [],
+    }
     a = ctx(home, "telegram:1")
     assert json.loads(await T(p.handle_tool_call, "honcho_profile", {}, a))["card"] == ["prefers tea"]
-    assert json.loads(await T(p.handle_tool_call, "honcho_search", {"query": "tea"}, a))["results"] == ["tea in the morning"]
+    assert json.loads(await T(p.handle_tool_call, "honcho_search", {"query": "tea"}, a))["results"] == [
+        "tea in the morning"
+    ]
     out = json.loads(await T(p.handle_tool_call, "honcho_context", {}, a))
     assert out["card"] == ["prefers tea"] and "tea in the morning" in out["representation"]
     reads = [r.path for r in fake.requests if r.method == "GET" or r.path.endswith("/search")]
-    assert all("/peers/telegram:2/" in x for x in reads[:3]) and all("/peers/telegram:1/" in x for x in reads[3:])
+    assert all("/peers/telegram:2/" in x for x in reads[:3]) and all(
+        "/peers/telegram:1/" in x for x in reads[3:]
+    )
 
 
 async def test_memory_mirror_session_end_and_pre_compress(home: Path, fake: FakeHoncho) -> None:
@@ -177,7 +216,9 @@ async def test_memory_mirror_session_end_and_pre_compress(home: Path, fake: Fake
     assert p.prepare_write("session_end", {"messages": []}, a) is None
     for op in ("session_end", "pre_compress"):
         await T(p.apply_write, p.prepare_write(op, {"messages": msgs}, a))
-    assert [(d["observer"], d["observed"], d["session_id"]) for d in fake.dreams] == [("telegram:1", "telegram:1", "s1")] * 2
+    assert [(d["observer"], d["observed"], d["session_id"]) for d in fake.dreams] == [
+        ("telegram:1", "telegram:1", "s1")
+    ] * 2
     assert p.backup_paths(home) == ()
     fields = {f.key for f in p.get_config_schema()}
     assert {"api_key", "base_url", "workspace_id", "agent_id"} <= fields
@@ -189,14 +230,20 @@ async def _say_and_wait(adapter: LoopbackAdapter, texts: list[tuple[str, str]]) 
         await adapter.wait_sent(i)
 
 
-async def test_e2e_two_users_provider_down_writes_arrive_once_later(app_factory, home: Path, fake: FakeHoncho, monkeypatch) -> None:
+async def test_e2e_two_users_provider_down_writes_arrive_once_later(
+    app_factory, home: Path, fake: FakeHoncho, monkeypatch
+) -> None:
     import mnemo.app
 
     monkeypatch.setattr(mnemo.app, "PROVIDER_WRITE_BACKOFF", (3600.0,))  # no retry until we say so
     HonchoProvider().save_config({"api_key": KEY, "base_url": fake.base_url, "timeout_s": 2.0}, home)
     fake.down = True
     adapter = LoopbackAdapter()
-    turns = [("alice", "alice likes kayaking on rivers"), ("bob", "bob collects old maps"), ("alice", "alice asks about weekend plans")]
+    turns = [
+        ("alice", "alice likes kayaking on rivers"),
+        ("bob", "bob collects old maps"),
+        ("alice", "alice asks about weekend plans"),
+    ]
     async with app_factory(adapter, **{"memory.provider": "honcho"}) as app:
         await _say_and_wait(adapter, turns)
         assert len(adapter.texts()) == 3  # every message answered while Honcho is down
@@ -207,7 +254,9 @@ async def test_e2e_two_users_provider_down_writes_arrive_once_later(app_factory,
         assert len(jobs) == 3 and all(j.state == "queued" and j.attempts == 1 for j in jobs)
         assert fake.messages == []  # nothing stored while down
         fake.down = False
-        await app.db.write(lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'"))
+        await app.db.write(
+            lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'")
+        )
         app.jobs.wake()
         await app.jobs.wait_idle()
         users = [m for m in fake.messages if m["peer_id"] != "mnemo"]

@@ -39,7 +39,9 @@ def test_atoms_are_identical_in_a_fresh_interpreter() -> None:
         "from providers.holographic import hrr; import hashlib; "
         "print(hashlib.sha256(hrr.to_blob(hrr.encode_atom('Project Falcon', 4096))).hexdigest())"
     )
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    other = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     here = hashlib.sha256(hrr.to_blob(hrr.encode_atom("Project Falcon", 4096))).hexdigest()
     assert other == here
 

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
 from mnemo.memory.durable import RetryLater
 from mnemo.memory.manager import MemoryManager
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.providers.mem0 import Mem0Provider
-
 from tests.fakes.mem0_api import FakeMem0
 from tests.support.loopback import LoopbackAdapter
 
@@ -43,7 +43,14 @@ def ctx(home: Path, user: str | None = "telegram:1", session: str = "s1") -> Pro
 
 def provider(home: Path, fake: FakeMem0, **extra: object) -> Mem0Provider:
     p = Mem0Provider()
-    config = {"api_key": KEY, "base_url": fake.base_url, "api": "platform", "agent_id": "mnemo", "top_k": 5, "timeout_s": 5.0}
+    config = {
+        "api_key": KEY,
+        "base_url": fake.base_url,
+        "api": "platform",
+        "agent_id": "mnemo",
+        "top_k": 5,
+        "timeout_s": 5.0,
+    }
     config.update(extra)
     assert p.is_available(home, config).ok
     p.initialize(home, config)
@@ -71,9 +78,12 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     searches = [r for r in fake.requests if r.path == "/v3/memories/search/"]
     assert [r.body["filters"] for r in searches] == [{"user_id": "telegram:1"}, {"user_id": "telegram:2"}]
     assert all("user_id" not in r.body for r in searches)
-    assert adds[0].body["metadata"]["mnemo_key"] == p.prepare_write(
-        "turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1")
-    )["key"]
+    assert (
+        adds[0].body["metadata"]["mnemo_key"]
+        == p.prepare_write("turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1"))[
+            "key"
+        ]
+    )
 
 
 async def test_no_speaker_means_no_scope_no_request(home: Path, fake: FakeMem0) -> None:
@@ -106,7 +116,9 @@ async def test_rate_limit_becomes_retry_later_with_the_servers_delay(home: Path,
 
 async def test_self_hosted_server_has_no_v1_prefix(home: Path, fake: FakeMem0) -> None:
     p = provider(home, fake, api="server")
-    await T(p.apply_write, p.prepare_write("turn", {"user": "I run marathons", "assistant": "wow"}, ctx(home)))
+    await T(
+        p.apply_write, p.prepare_write("turn", {"user": "I run marathons", "assistant": "wow"}, ctx(home))
+    )
     assert "marathons" in (await T(p.prefetch, "sport?", ctx(home))).text
     out = json.loads(await T(p.handle_tool_call, "mem0_profile", {}, ctx(home)))
     assert out == {"ok": True, "memories": ["I run marathons", "wow"]}
@@ -116,9 +128,15 @@ async def test_self_hosted_server_has_no_v1_prefix(home: Path, fake: FakeMem0) -
 
 async def test_tools_are_scoped_to_the_speaker(home: Path, fake: FakeMem0) -> None:
     p = provider(home, fake)
-    assert json.loads(await T(p.handle_tool_call, "mem0_conclude", {"conclusion": "prefers tea"}, ctx(home, "telegram:1")))["ok"]
-    assert json.loads(await T(p.handle_tool_call, "mem0_search", {"query": "tea"}, ctx(home, "telegram:2"))) == {"ok": True, "results": []}
-    assert json.loads(await T(p.handle_tool_call, "mem0_profile", {}, ctx(home, "telegram:1")))["memories"] == ["prefers tea"]
+    assert json.loads(
+        await T(p.handle_tool_call, "mem0_conclude", {"conclusion": "prefers tea"}, ctx(home, "telegram:1"))
+    )["ok"]
+    assert json.loads(
+        await T(p.handle_tool_call, "mem0_search", {"query": "tea"}, ctx(home, "telegram:2"))
+    ) == {"ok": True, "results": []}
+    assert json.loads(await T(p.handle_tool_call, "mem0_profile", {}, ctx(home, "telegram:1")))[
+        "memories"
+    ] == ["prefers tea"]
 
 
 async def test_manager_skips_a_failing_provider_and_reports_degraded(home: Path, fake: FakeMem0) -> None:
@@ -139,14 +157,20 @@ async def _say_and_wait(adapter: LoopbackAdapter, texts: list[tuple[str, str]]) 
         await adapter.wait_sent(i)
 
 
-async def test_e2e_two_users_provider_down_writes_arrive_once_later(app_factory, home: Path, fake: FakeMem0, monkeypatch) -> None:
+async def test_e2e_two_users_provider_down_writes_arrive_once_later(
+    app_factory, home: Path, fake: FakeMem0, monkeypatch
+) -> None:
     import mnemo.app
 
     monkeypatch.setattr(mnemo.app, "PROVIDER_WRITE_BACKOFF", (3600.0,))  # no retry until we say so
     Mem0Provider().save_config({"api_key": KEY, "base_url": fake.base_url, "timeout_s": 2.0}, home)
     fake.down = True
     adapter = LoopbackAdapter()
-    turns = [("alice", "alice likes kayaking on rivers"), ("bob", "bob collects old maps"), ("alice", "alice asks about weekend plans")]
+    turns = [
+        ("alice", "alice likes kayaking on rivers"),
+        ("bob", "bob collects old maps"),
+        ("alice", "alice asks about weekend plans"),
+    ]
     async with app_factory(adapter, **{"memory.provider": "mem0"}) as app:
         await _say_and_wait(adapter, turns)
         assert len(adapter.texts()) == 3  # every message answered while Mem0 is down
@@ -159,7 +183,9 @@ async def test_e2e_two_users_provider_down_writes_arrive_once_later(app_factory,
         assert "3 queued" in await app.jobs.status_line()
         assert not [r for r in fake.writes()]  # nothing stored while down
         fake.down = False
-        await app.db.write(lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'"))
+        await app.db.write(
+            lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'")
+        )
         app.jobs.wake()
         await app.jobs.wait_idle()
         writes = fake.writes()
@@ -185,22 +211,54 @@ def _cli(home: Path, *args: str) -> tuple[int, str]:
 
     env = {**os.environ, "MNEMO_HOME": str(home)}
     env.pop("MEM0_API_KEY", None)
-    p = subprocess.run([sys.executable, "-m", "mnemo", *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120, check=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "mnemo", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
     return p.returncode, p.stdout
 
 
 async def test_cli_setup_list_and_status(home: Path, fake: FakeMem0) -> None:
-    rc, _ = await T(_cli, home, "providers", "setup", "mem0", "--set", f"api_key={KEY}", "--set", f"base_url={fake.base_url}")
+    rc, _ = await T(
+        _cli,
+        home,
+        "providers",
+        "setup",
+        "mem0",
+        "--set",
+        f"api_key={KEY}",
+        "--set",
+        f"base_url={fake.base_url}",
+    )
     assert rc == 0
     secrets = home / "providers" / "mem0" / "secrets.json"
     assert secrets.stat().st_mode & 0o777 == 0o600 and KEY in secrets.read_text()
     assert KEY not in (home / "providers" / "mem0" / "config.json").read_text()
     rc, out = await T(_cli, home, "providers", "list", "--json")
     rows = {r["name"]: r for r in json.loads(out)["providers"]}
-    assert set(rows) >= {"holographic", "honcho", "mem0", "hindsight", "supermemory", "retaindb", "byterover", "openviking"}
+    assert set(rows) >= {
+        "holographic",
+        "honcho",
+        "mem0",
+        "hindsight",
+        "supermemory",
+        "retaindb",
+        "byterover",
+        "openviking",
+    }
     assert rows["mem0"]["installed"] and rows["mem0"]["configured"] and rows["mem0"]["available"]
-    assert all(rows[n]["installed"] for n in ("honcho", "mem0", "hindsight", "supermemory", "retaindb", "byterover", "openviking"))
-    assert not rows["byterover"]["configured"] and not rows["byterover"]["available"]  # installed, not set up here
+    assert all(
+        rows[n]["installed"]
+        for n in ("honcho", "mem0", "hindsight", "supermemory", "retaindb", "byterover", "openviking")
+    )
+    assert (
+        not rows["byterover"]["configured"] and not rows["byterover"]["available"]
+    )  # installed, not set up here
     (home / "config.yaml").write_text("memory:\n  provider: mem0\n")
     p = provider(home, fake)
     fake.down = True
@@ -212,7 +270,9 @@ async def test_cli_setup_list_and_status(home: Path, fake: FakeMem0) -> None:
     assert "unavailable" in body["last_error"] and body["queued_writes"] == 0 and body["failed_writes"] == 0
 
 
-async def test_e2e_a_hanging_provider_is_skipped_within_providers_timeout(app_factory, home: Path, fake: FakeMem0) -> None:
+async def test_e2e_a_hanging_provider_is_skipped_within_providers_timeout(
+    app_factory, home: Path, fake: FakeMem0
+) -> None:
     # The HTTP timeout (120 s) is far beyond the wait for the reply (10 s): only the
     # providers.timeout_s bound lets the reply through.
     Mem0Provider().save_config({"api_key": KEY, "base_url": fake.base_url, "timeout_s": 120.0}, home)

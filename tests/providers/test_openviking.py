@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from mnemo.memory.durable import RetryLater, forget_user
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import ProviderContext
@@ -21,7 +22,6 @@ from mnemo.memory.provider_scope import ProviderScope
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.providers.openviking import OpenVikingProvider
 from mnemo.providers.openviking.client import tenant_user
-
 from tests.fakes.openviking_api import FakeOpenViking
 from tests.support.loopback import LoopbackAdapter
 
@@ -38,7 +38,12 @@ async def fake() -> AsyncIterator[FakeOpenViking]:
     await f.stop()
 
 
-def ctx(home: Path, user: str | None = "telegram:1", session: str = "s1", agent: AgentContext = AgentContext.PRIMARY) -> ProviderContext:
+def ctx(
+    home: Path,
+    user: str | None = "telegram:1",
+    session: str = "s1",
+    agent: AgentContext = AgentContext.PRIMARY,
+) -> ProviderContext:
     return ProviderContext(
         session_id=session,
         chat_key="telegram:group:9",
@@ -50,7 +55,13 @@ def ctx(home: Path, user: str | None = "telegram:1", session: str = "s1", agent:
 
 
 def settings(fake: FakeOpenViking, **extra: object) -> dict[str, object]:
-    config: dict[str, object] = {"api_key": KEY, "base_url": fake.base_url, "account": "acct", "agent_id": "bot", "timeout_s": 5.0}
+    config: dict[str, object] = {
+        "api_key": KEY,
+        "base_url": fake.base_url,
+        "account": "acct",
+        "agent_id": "bot",
+        "timeout_s": 5.0,
+    }
     config.update(extra)
     return config
 
@@ -65,7 +76,11 @@ def provider(home: Path, fake: FakeOpenViking, **extra: object) -> OpenVikingPro
 
 def tenants(fake: FakeOpenViking, path_end: str = "") -> list[tuple[str, str, str]]:
     return [
-        (r.headers["X-OpenViking-Account"], r.headers["X-OpenViking-User"], r.headers["X-OpenViking-Actor-Peer"])
+        (
+            r.headers["X-OpenViking-Account"],
+            r.headers["X-OpenViking-User"],
+            r.headers["X-OpenViking-Actor-Peer"],
+        )
         for r in fake.requests
         if r.path.endswith(path_end)
     ]
@@ -83,7 +98,11 @@ def test_tenant_users_are_uri_safe_and_distinct() -> None:
 
 
 USER_IDS = st.one_of(
-    st.builds(lambda p, i: f"{p}:{i}", st.sampled_from(["telegram", "discord", "web", "loop", "x"]), st.text(min_size=1, max_size=20)),
+    st.builds(
+        lambda p, i: f"{p}:{i}",
+        st.sampled_from(["telegram", "discord", "web", "loop", "x"]),
+        st.text(min_size=1, max_size=20),
+    ),
     st.text(min_size=1, max_size=30),
     st.text(alphabet=":_-a", min_size=40, max_size=128),  # long once escaped
 )
@@ -105,7 +124,11 @@ def test_needs_a_key_and_reads_the_environment(home: Path, monkeypatch: pytest.M
     p = OpenVikingProvider()
     assert p.is_available(home, {}).ok
     p.initialize(home, {})
-    assert p._client.api_key == "from-env" and p._client.base_url == "http://127.0.0.1:9" and p._client.account == "mnemo"
+    assert (
+        p._client.api_key == "from-env"
+        and p._client.base_url == "http://127.0.0.1:9"
+        and p._client.account == "mnemo"
+    )
     assert {f.key for f in p.get_config_schema()} >= {"api_key", "base_url", "account", "agent_id"}
 
 
@@ -116,7 +139,9 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
         payload = p.prepare_write("turn", {"user": text, "assistant": "noted"}, ctx(home, user))
         assert payload is not None
         await T(p.apply_write, json.loads(json.dumps(payload)))  # what the job queue stores
-        end = p.prepare_write("session_end", {"messages": [{"role": "user", "content": text}]}, ctx(home, user))
+        end = p.prepare_write(
+            "session_end", {"messages": [{"role": "user", "content": text}]}, ctx(home, user)
+        )
         await T(p.apply_write, json.loads(json.dumps(end)))
     recall_a = await T(p.prefetch, "what do I love?", ctx(home, "telegram:1"))
     recall_b = await T(p.prefetch, "what do I keep?", ctx(home, "telegram:2"))
@@ -129,16 +154,25 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
         ("/api/v1/sessions/s1/messages/batch", U1),
         ("/api/v1/sessions/s1/messages/batch", U2),
     ]
-    assert batches[0].body["messages"][0] == {"role": "user", "content": "I love sailing", "turn_id": payload_key(p, home)}
+    assert batches[0].body["messages"][0] == {
+        "role": "user",
+        "content": "I love sailing",
+        "turn_id": payload_key(p, home),
+    }
     assert "bees" not in json.dumps(batches[0].body) and "sailing" not in json.dumps(batches[1].body)
     finds = [r for r in fake.requests if r.path == "/api/v1/search/find"]
-    assert [(r.headers["X-OpenViking-User"], r.body["target_uri"]) for r in finds] == [(U1, "viking://user/memories"), (U2, "viking://user/memories")]
+    assert [(r.headers["X-OpenViking-User"], r.body["target_uri"]) for r in finds] == [
+        (U1, "viking://user/memories"),
+        (U2, "viking://user/memories"),
+    ]
     assert {t[0] for t in tenants(fake)} == {"acct"} and {t[2] for t in tenants(fake)} == {"bot"}
     assert all(r.headers["X-API-Key"] == KEY for r in fake.requests)
 
 
 def payload_key(p: OpenVikingProvider, home: Path) -> str:
-    payload = p.prepare_write("turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1"))
+    payload = p.prepare_write(
+        "turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1")
+    )
     assert payload is not None
     return str(payload["key"])
 
@@ -146,11 +180,23 @@ def payload_key(p: OpenVikingProvider, home: Path) -> str:
 async def test_memories_outside_the_speakers_space_are_dropped(home: Path, fake: FakeOpenViking) -> None:
     p = provider(home, fake)
     await T(p.handle_tool_call, "openviking_remember", {"content": "I love sailing"}, ctx(home, "telegram:1"))
-    await T(p.handle_tool_call, "openviking_remember", {"content": "my secret pin is 4321"}, ctx(home, "telegram:2"))
+    await T(
+        p.handle_tool_call,
+        "openviking_remember",
+        {"content": "my secret pin is 4321"},
+        ctx(home, "telegram:2"),
+    )
     fake.leak = True
     recall = await T(p.prefetch, "sailing", ctx(home, "telegram:1"))
-    assert "sailing" in recall.text and "4321" not in recall.text and "resource" not in recall.text and "without" not in recall.text
-    out = json.loads(await T(p.handle_tool_call, "openviking_search", {"query": "pin"}, ctx(home, "telegram:1")))
+    assert (
+        "sailing" in recall.text
+        and "4321" not in recall.text
+        and "resource" not in recall.text
+        and "without" not in recall.text
+    )
+    out = json.loads(
+        await T(p.handle_tool_call, "openviking_search", {"query": "pin"}, ctx(home, "telegram:1"))
+    )
     assert out["results"] == ["I love sailing"]
 
 
@@ -159,7 +205,12 @@ async def test_no_speaker_means_no_scope_no_request(home: Path, fake: FakeOpenVi
     assert (await T(p.prefetch, "anything", ctx(home, None))).text == ""
     assert p.prepare_write("turn", {"user": "a", "assistant": "b"}, ctx(home, None)) is None
     for tool in ("openviking_profile", "openviking_search", "openviking_remember"):
-        assert json.loads(await T(p.handle_tool_call, tool, {"query": "x", "content": "y"}, ctx(home, None)))["ok"] is False
+        assert (
+            json.loads(await T(p.handle_tool_call, tool, {"query": "x", "content": "y"}, ctx(home, None)))[
+                "ok"
+            ]
+            is False
+        )
     assert fake.requests == []
 
 
@@ -173,50 +224,96 @@ async def test_memory_mirror_session_end_and_pre_compress(home: Path, fake: Fake
     mirror = p.prepare_write("memory", {"write": mine}, ctx(home))
     await T(p.apply_write, mirror)
     await T(p.apply_write, mirror)  # sent again (an answer lost): the same file, once
-    assert fake.memories("acct", U1) == {f"viking://user/memories/mnemo/{mirror['key']}.md": "prefers green tea"}
+    assert fake.memories("acct", U1) == {
+        f"viking://user/memories/mnemo/{mirror['key']}.md": "prefers green tea"
+    }
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "I moved to Oslo"}]},
         {"role": "assistant", "content": "nice"},
         {"role": "tool", "content": "ignored"},
     ]
-    await T(p.apply_write, p.prepare_write("turn", {"user": "I moved to Oslo", "assistant": "nice"}, ctx(home)))
+    await T(
+        p.apply_write, p.prepare_write("turn", {"user": "I moved to Oslo", "assistant": "nice"}, ctx(home))
+    )
     await T(p.apply_write, p.prepare_write("pre_compress", {"messages": messages}, ctx(home)))
-    assert "I moved to Oslo" in fake.memories("acct", U1).values()  # extracted by the commit before compression
-    await T(p.apply_write, p.prepare_write("turn", {"user": "I work as a nurse", "assistant": "ok"}, ctx(home)))
+    assert (
+        "I moved to Oslo" in fake.memories("acct", U1).values()
+    )  # extracted by the commit before compression
+    await T(
+        p.apply_write, p.prepare_write("turn", {"user": "I work as a nurse", "assistant": "ok"}, ctx(home))
+    )
     await T(p.apply_write, p.prepare_write("session_end", {"messages": messages}, ctx(home)))
     assert "I work as a nurse" in fake.memories("acct", U1).values()
     assert p.prepare_write("session_end", {"messages": [{"role": "user", "content": " "}]}, ctx(home)) is None
     commits = [r for r in fake.requests if r.path.endswith("/commit")]
-    assert [(r.path, r.headers["X-OpenViking-User"]) for r in commits] == [("/api/v1/sessions/s1/commit", U1)] * 2
+    assert [(r.path, r.headers["X-OpenViking-User"]) for r in commits] == [
+        ("/api/v1/sessions/s1/commit", U1)
+    ] * 2
     assert fake.memories("acct", U2) == {}
 
 
 async def test_tools_are_scoped_to_the_speaker(home: Path, fake: FakeOpenViking) -> None:
     p = provider(home, fake)
-    assert {t.name for t in p.get_tool_schemas()} == {"openviking_profile", "openviking_search", "openviking_remember"}
-    assert json.loads(await T(p.handle_tool_call, "openviking_remember", {"content": "prefers tea"}, ctx(home, "telegram:1")))["ok"]
-    assert json.loads(await T(p.handle_tool_call, "openviking_search", {"query": "tea"}, ctx(home, "telegram:2"))) == {"ok": True, "results": []}
-    assert json.loads(await T(p.handle_tool_call, "openviking_search", {"query": "tea"}, ctx(home, "telegram:1")))["results"] == ["prefers tea"]
+    assert {t.name for t in p.get_tool_schemas()} == {
+        "openviking_profile",
+        "openviking_search",
+        "openviking_remember",
+    }
+    assert json.loads(
+        await T(
+            p.handle_tool_call, "openviking_remember", {"content": "prefers tea"}, ctx(home, "telegram:1")
+        )
+    )["ok"]
+    assert json.loads(
+        await T(p.handle_tool_call, "openviking_search", {"query": "tea"}, ctx(home, "telegram:2"))
+    ) == {"ok": True, "results": []}
+    assert json.loads(
+        await T(p.handle_tool_call, "openviking_search", {"query": "tea"}, ctx(home, "telegram:1"))
+    )["results"] == ["prefers tea"]
     fake.files[("acct", U1)]["viking://user/memories/profile.md"] = "Sailor from Oslo."
-    assert json.loads(await T(p.handle_tool_call, "openviking_profile", {}, ctx(home, "telegram:1")))["profile"] == "Sailor from Oslo."
-    assert json.loads(await T(p.handle_tool_call, "openviking_profile", {}, ctx(home, "telegram:2")))["profile"] == ""
-    reads = [(r.query["uri"], r.headers["X-OpenViking-User"]) for r in fake.requests if r.path == "/api/v1/content/read"]
+    assert (
+        json.loads(await T(p.handle_tool_call, "openviking_profile", {}, ctx(home, "telegram:1")))["profile"]
+        == "Sailor from Oslo."
+    )
+    assert (
+        json.loads(await T(p.handle_tool_call, "openviking_profile", {}, ctx(home, "telegram:2")))["profile"]
+        == ""
+    )
+    reads = [
+        (r.query["uri"], r.headers["X-OpenViking-User"])
+        for r in fake.requests
+        if r.path == "/api/v1/content/read"
+    ]
     assert reads == [("viking://user/memories/profile.md", U1), ("viking://user/memories/profile.md", U2)]
-    assert json.loads(await T(p.handle_tool_call, "openviking_search", {"query": " "}, ctx(home)))["ok"] is False
+    assert (
+        json.loads(await T(p.handle_tool_call, "openviking_search", {"query": " "}, ctx(home)))["ok"] is False
+    )
     sub = ctx(home, "telegram:1", agent=AgentContext.SUBAGENT)
-    assert json.loads(await T(p.handle_tool_call, "openviking_remember", {"content": "x"}, sub))["ok"] is False
+    assert (
+        json.loads(await T(p.handle_tool_call, "openviking_remember", {"content": "x"}, sub))["ok"] is False
+    )
 
 
-async def test_forget_user_deletes_that_users_memories_and_sessions_only(home: Path, fake: FakeOpenViking) -> None:
+async def test_forget_user_deletes_that_users_memories_and_sessions_only(
+    home: Path, fake: FakeOpenViking
+) -> None:
     p = provider(home, fake)
     for user in ("telegram:1", "telegram:2"):
         await T(p.handle_tool_call, "openviking_remember", {"content": f"{user} likes tea"}, ctx(home, user))
-        await T(p.apply_write, p.prepare_write("turn", {"user": "hello", "assistant": "hi"}, ctx(home, user, session="s7")))
+        await T(
+            p.apply_write,
+            p.prepare_write("turn", {"user": "hello", "assistant": "hi"}, ctx(home, user, session="s7")),
+        )
     # the erasure's payload: op forget_user and the scope's user_id (also through the queue's JSON)
-    await T(p.apply_write, json.loads(json.dumps({"op": "forget_user", "key": "forget-1", "scope": {"user_id": "telegram:1"}})))
+    await T(
+        p.apply_write,
+        json.loads(json.dumps({"op": "forget_user", "key": "forget-1", "scope": {"user_id": "telegram:1"}})),
+    )
     assert fake.memories("acct", U1) == {} and fake.sessions[("acct", U1)] == {}
     assert len(fake.memories("acct", U2)) == 1 and "s7" in fake.sessions[("acct", U2)]
-    await T(p.apply_write, forget_user("telegram:1"))  # the payload erasure builds, again: nothing left, no error
+    await T(
+        p.apply_write, forget_user("telegram:1")
+    )  # the payload erasure builds, again: nothing left, no error
     with pytest.raises(ValueError, match="no user_id"):
         await T(p.apply_write, {"op": "forget_user", "key": "k", "scope": {}})
     forget_requests = [r for r in fake.requests if r.method == "DELETE"]
@@ -270,14 +367,20 @@ async def _say_and_wait(adapter: LoopbackAdapter, texts: list[tuple[str, str]]) 
         await adapter.wait_sent(i)
 
 
-async def test_e2e_two_users_provider_down_writes_arrive_once_later(app_factory, home: Path, fake: FakeOpenViking, monkeypatch) -> None:
+async def test_e2e_two_users_provider_down_writes_arrive_once_later(
+    app_factory, home: Path, fake: FakeOpenViking, monkeypatch
+) -> None:
     import mnemo.app
 
     monkeypatch.setattr(mnemo.app, "PROVIDER_WRITE_BACKOFF", (3600.0,))  # no retry until we say so
     OpenVikingProvider().save_config(settings(fake, timeout_s=2.0), home)
     fake.down = True
     adapter = LoopbackAdapter()
-    turns = [("alice", "alice likes kayaking on rivers"), ("bob", "bob collects old maps"), ("alice", "alice asks about weekend plans")]
+    turns = [
+        ("alice", "alice likes kayaking on rivers"),
+        ("bob", "bob collects old maps"),
+        ("alice", "alice asks about weekend plans"),
+    ]
     alice, bob = "loop_alice", "loop_bob"
     async with app_factory(adapter, **{"memory.provider": "openviking"}) as app:
         await _say_and_wait(adapter, turns)
@@ -289,12 +392,19 @@ async def test_e2e_two_users_provider_down_writes_arrive_once_later(app_factory,
         assert len(jobs) == 3 and all(j.state == "queued" and j.attempts == 1 for j in jobs)
         assert not fake.sessions  # nothing stored while down
         fake.down = False
-        await app.db.write(lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'"))
+        await app.db.write(
+            lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'")
+        )
         app.jobs.wake()
         await app.jobs.wait_idle()
 
         def said(user: str) -> list[str]:
-            return [m["content"] for s in fake.sessions.get(("acct", user), {}).values() for m in s["messages"] if m["role"] == "user"]
+            return [
+                m["content"]
+                for s in fake.sessions.get(("acct", user), {}).values()
+                for m in s["messages"]
+                if m["role"] == "user"
+            ]
 
         assert said(bob) == ["bob collects old maps"]
         assert sorted(said(alice)) == ["alice asks about weekend plans", "alice likes kayaking on rivers"]

@@ -57,7 +57,10 @@ async def kill(proc: asyncio.subprocess.Process) -> None:
 
 async def chat_while_down(url: str) -> None:
     async with aiohttp.ClientSession() as http:
-        clients = {name: await ChatClient.connect(http, url, user_id.split(":", 1)[1]) for name, user_id in USERS.items()}
+        clients = {
+            name: await ChatClient.connect(http, url, user_id.split(":", 1)[1])
+            for name, user_id in USERS.items()
+        }
         for name, text in TURNS:
             await clients[name].say(text)
             reply = await clients[name].next("reply", timeout=TIMEOUT)
@@ -67,7 +70,9 @@ async def chat_while_down(url: str) -> None:
 
 
 @pytest.mark.parametrize("external", EXTERNAL, ids=str)
-async def test_queued_writes_survive_kill_9_and_arrive_exactly_once(external: External, home: Path, tmp_path: Path) -> None:
+async def test_queued_writes_survive_kill_9_and_arrive_exactly_once(
+    external: External, home: Path, tmp_path: Path
+) -> None:
     fake = external.fake()
     await fake.start()
     try:
@@ -85,7 +90,9 @@ async def test_queued_writes_survive_kill_9_and_arrive_exactly_once(external: Ex
 
             def all_tried_and_waiting() -> bool:
                 turns = [j for j in provider_jobs(db_path) if j[2] == "turn"]
-                return len(turns) == len(TURNS) and all(state == "queued" and attempts >= 1 for state, attempts, _ in turns)
+                return len(turns) == len(TURNS) and all(
+                    state == "queued" and attempts >= 1 for state, attempts, _ in turns
+                )
 
             await wait_until(all_tried_and_waiting, TIMEOUT, "every turn's write tried once and queued")
             assert fake.requests, "the provider was called (and answered 503) before the kill"
@@ -98,7 +105,9 @@ async def test_queued_writes_survive_kill_9_and_arrive_exactly_once(external: Ex
         second = await start(home, env)
         try:
             await wait_until(
-                lambda: {s for s, _, _ in provider_jobs(db_path)} == {"done"}, TIMEOUT, "every queued write done"
+                lambda: {s for s, _, _ in provider_jobs(db_path)} == {"done"},
+                TIMEOUT,
+                "every queued write done",
             )
             # Every write that will be sent has been: the job table holds no more work.
             writes = {id(r) for r in external.writes(fake)}

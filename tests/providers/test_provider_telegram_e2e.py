@@ -103,7 +103,9 @@ async def test_two_users_in_dms_and_a_group_each_in_their_own_scope(
         named = [r for r in requests if scopes_in(r, USERS)]
         assert named, f"{name}'s {where} turn reached the provider"
         for r in named:
-            assert scopes_in(r, USERS) == {name}, f"{name}'s turn made a request for someone else: {request_text(r)}"
+            assert scopes_in(r, USERS) == {name}, (
+                f"{name}'s turn made a request for someone else: {request_text(r)}"
+            )
         recalls = [r for r in named if id(r) not in writes]
         assert recalls, f"{name}'s {where} turn recalled from {name}'s scope"
         for r in requests:

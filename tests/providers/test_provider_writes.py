@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mnemo.app import PROVIDER_WRITE, register_provider_writes
 from mnemo.memory.durable import DurableWrites, RetryLater
 from mnemo.memory.manager import MemoryManager
 from mnemo.memory.provider import Availability, MemoryProvider, ProviderContext, Recall
 from mnemo.memory.scope import AgentContext, UserRef
-
-from mnemo.app import PROVIDER_WRITE, register_provider_writes
 from tests.gateway.test_worker import Clock, make_queue, until
 
 

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
 from mnemo.memory.durable import RetryLater
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.providers.retaindb import RetainDBProvider
-
 from tests.fakes.retaindb_api import FakeRetainDB
 from tests.support.loopback import LoopbackAdapter
 
@@ -58,7 +58,11 @@ def test_needs_an_api_key_and_reads_the_environment(home: Path, monkeypatch: pyt
     p = RetainDBProvider()
     assert p.is_available(home, {}).ok
     p.initialize(home, {})
-    assert p._client is not None and p._client.api_key == "from-env" and p._client.base_url == "http://127.0.0.1:9"
+    assert (
+        p._client is not None
+        and p._client.api_key == "from-env"
+        and p._client.base_url == "http://127.0.0.1:9"
+    )
     assert {f.key for f in p.get_config_schema()} >= {"api_key", "base_url", "project"}
 
 
@@ -82,9 +86,12 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     searches = [r for r in fake.requests if r.path == "/v1/memory/search"]
     assert [r.body["user_id"] for r in searches] == ["telegram:1", "telegram:2"]
     assert all(r.headers["Authorization"] == f"Bearer {KEY}" for r in fake.requests)
-    assert writes[0].body["metadata"]["mnemo_key"] == p.prepare_write(
-        "turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1")
-    )["key"]
+    assert (
+        writes[0].body["metadata"]["mnemo_key"]
+        == p.prepare_write("turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1"))[
+            "key"
+        ]
+    )
 
 
 async def test_no_speaker_means_no_scope_no_request(home: Path, fake: FakeRetainDB) -> None:
@@ -114,25 +121,49 @@ async def test_memory_mirror_session_end_and_pre_compress(home: Path, fake: Fake
         await T(p.apply_write, p.prepare_write(op, {"messages": messages}, ctx(home)))
     assert p.prepare_write("session_end", {"messages": [{"role": "user", "content": " "}]}, ctx(home)) is None
     w = fake.writes()
-    assert w[0].path == "/v1/memory" and w[0].body["content"] == "prefers green tea" and w[0].body["user_id"] == "telegram:1"
+    assert (
+        w[0].path == "/v1/memory"
+        and w[0].body["content"] == "prefers green tea"
+        and w[0].body["user_id"] == "telegram:1"
+    )
     assert [r.body["metadata"]["mnemo_op"] for r in w[1:]] == ["session_end", "pre_compress"]
-    assert w[1].body["messages"] == [{"role": "user", "content": "I moved to Oslo"}, {"role": "assistant", "content": "nice"}]
+    assert w[1].body["messages"] == [
+        {"role": "user", "content": "I moved to Oslo"},
+        {"role": "assistant", "content": "nice"},
+    ]
 
 
 async def test_tools_are_scoped_to_the_speaker(home: Path, fake: FakeRetainDB) -> None:
     p = provider(home, fake)
-    assert {t.name for t in p.get_tool_schemas()} == {"retaindb_profile", "retaindb_search", "retaindb_remember"}
-    assert json.loads(await T(p.handle_tool_call, "retaindb_remember", {"content": "prefers tea"}, ctx(home, "telegram:1")))["ok"]
-    assert json.loads(await T(p.handle_tool_call, "retaindb_search", {"query": "tea"}, ctx(home, "telegram:2"))) == {"ok": True, "results": []}
-    assert json.loads(await T(p.handle_tool_call, "retaindb_search", {"query": "tea"}, ctx(home, "telegram:1")))["results"] == ["prefers tea"]
-    assert json.loads(await T(p.handle_tool_call, "retaindb_profile", {}, ctx(home, "telegram:1")))["memories"] == ["prefers tea"]
-    assert json.loads(await T(p.handle_tool_call, "retaindb_profile", {}, ctx(home, "telegram:2")))["memories"] == []
+    assert {t.name for t in p.get_tool_schemas()} == {
+        "retaindb_profile",
+        "retaindb_search",
+        "retaindb_remember",
+    }
+    assert json.loads(
+        await T(p.handle_tool_call, "retaindb_remember", {"content": "prefers tea"}, ctx(home, "telegram:1"))
+    )["ok"]
+    assert json.loads(
+        await T(p.handle_tool_call, "retaindb_search", {"query": "tea"}, ctx(home, "telegram:2"))
+    ) == {"ok": True, "results": []}
+    assert json.loads(
+        await T(p.handle_tool_call, "retaindb_search", {"query": "tea"}, ctx(home, "telegram:1"))
+    )["results"] == ["prefers tea"]
+    assert json.loads(await T(p.handle_tool_call, "retaindb_profile", {}, ctx(home, "telegram:1")))[
+        "memories"
+    ] == ["prefers tea"]
+    assert (
+        json.loads(await T(p.handle_tool_call, "retaindb_profile", {}, ctx(home, "telegram:2")))["memories"]
+        == []
+    )
     profiles = [r for r in fake.requests if r.path.startswith("/v1/memory/profile/")]
     assert [(r.path, r.query["project"]) for r in profiles] == [
         ("/v1/memory/profile/telegram:1", "proj"),
         ("/v1/memory/profile/telegram:2", "proj"),
     ]
-    assert json.loads(await T(p.handle_tool_call, "retaindb_search", {"query": " "}, ctx(home)))["ok"] is False
+    assert (
+        json.loads(await T(p.handle_tool_call, "retaindb_search", {"query": " "}, ctx(home)))["ok"] is False
+    )
 
 
 async def test_rate_limit_errors_and_malformed_answers(home: Path, fake: FakeRetainDB) -> None:
@@ -178,14 +209,22 @@ async def _say_and_wait(adapter: LoopbackAdapter, texts: list[tuple[str, str]]) 
         await adapter.wait_sent(i)
 
 
-async def test_e2e_two_users_provider_down_writes_arrive_once_later(app_factory, home: Path, fake: FakeRetainDB, monkeypatch) -> None:
+async def test_e2e_two_users_provider_down_writes_arrive_once_later(
+    app_factory, home: Path, fake: FakeRetainDB, monkeypatch
+) -> None:
     import mnemo.app
 
     monkeypatch.setattr(mnemo.app, "PROVIDER_WRITE_BACKOFF", (3600.0,))  # no retry until we say so
-    RetainDBProvider().save_config({"api_key": KEY, "base_url": fake.base_url, "project": "proj", "timeout_s": 2.0}, home)
+    RetainDBProvider().save_config(
+        {"api_key": KEY, "base_url": fake.base_url, "project": "proj", "timeout_s": 2.0}, home
+    )
     fake.down = True
     adapter = LoopbackAdapter()
-    turns = [("alice", "alice likes kayaking on rivers"), ("bob", "bob collects old maps"), ("alice", "alice asks about weekend plans")]
+    turns = [
+        ("alice", "alice likes kayaking on rivers"),
+        ("bob", "bob collects old maps"),
+        ("alice", "alice asks about weekend plans"),
+    ]
     async with app_factory(adapter, **{"memory.provider": "retaindb"}) as app:
         await _say_and_wait(adapter, turns)
         assert len(adapter.texts()) == 3  # every message answered while RetainDB is down
@@ -196,10 +235,16 @@ async def test_e2e_two_users_provider_down_writes_arrive_once_later(app_factory,
         assert len(jobs) == 3 and all(j.state == "queued" and j.attempts == 1 for j in jobs)
         assert not fake.memories  # nothing stored while down
         fake.down = False
-        await app.db.write(lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'"))
+        await app.db.write(
+            lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'")
+        )
         app.jobs.wake()
         await app.jobs.wait_idle()
-        delivered = [r for r in fake.writes() if r.body and "messages" in r.body and "unavailable" not in json.dumps(r.body)]
+        delivered = [
+            r
+            for r in fake.writes()
+            if r.body and "messages" in r.body and "unavailable" not in json.dumps(r.body)
+        ]
         assert sorted(len(v) for v in fake.memories.values()) == [1, 2]
         assert [m["content"] for m in fake.memories[("proj", "loop:bob")]] == ["bob collects old maps"]
         assert all("bob" not in m["content"] for m in fake.memories[("proj", "loop:alice")])

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from mnemo.gateway.events import ChatType
 from mnemo.memory.durable import RetryLater
 from mnemo.memory.errors import ProviderError
@@ -21,7 +22,6 @@ from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.providers.supermemory import SupermemoryProvider
 from mnemo.providers.supermemory.client import namespace_for
-
 from tests.fakes.supermemory_api import NAMESPACE_RE, FakeSupermemory
 from tests.support.loopback import LoopbackAdapter
 
@@ -38,7 +38,12 @@ async def fake() -> AsyncIterator[FakeSupermemory]:
     await f.stop()
 
 
-def ctx(home: Path, user: str | None = "telegram:1", session: str = "s1", agent: AgentContext = AgentContext.PRIMARY) -> ProviderContext:
+def ctx(
+    home: Path,
+    user: str | None = "telegram:1",
+    session: str = "s1",
+    agent: AgentContext = AgentContext.PRIMARY,
+) -> ProviderContext:
     return ProviderContext(
         session_id=session,
         chat_key="telegram:group:9",
@@ -67,7 +72,9 @@ async def turn(p: SupermemoryProvider, home: Path, user: str, text: str, reply: 
 
 
 # --- settings ------------------------------------------------------------------------
-def test_needs_an_api_key_reads_the_environment_and_checks_the_prefix(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_needs_an_api_key_reads_the_environment_and_checks_the_prefix(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("SUPERMEMORY_API_KEY", raising=False)
     monkeypatch.delenv("SUPERMEMORY_BASE_URL", raising=False)
     assert "SUPERMEMORY_API_KEY" in SupermemoryProvider().is_available(home, {}).reason
@@ -122,9 +129,17 @@ async def test_writes_and_recall_carry_the_speakers_namespace_only(home: Path, f
     assert "sailing" in recall_a.text and "bees" not in recall_a.text and recall_a.count == 1
     assert "bees" in recall_b.text and "sailing" not in recall_b.text
     writes = fake.writes()
-    assert [(r.path, r.body["id"]) for r in writes] == [(f"/ns/{NS1}/document", first["key"]), (f"/ns/{NS2}/document", writes[1].body["id"])]
+    assert [(r.path, r.body["id"]) for r in writes] == [
+        (f"/ns/{NS1}/document", first["key"]),
+        (f"/ns/{NS2}/document", writes[1].body["id"]),
+    ]
     assert writes[0].body["content"] == "user: I love sailing\nassistant: noted"
-    assert writes[0].body["metadata"] == {"mnemo_key": first["key"], "mnemo_op": "turn", "mnemo_session": "s1", "mnemo_agent": "mnemo"}
+    assert writes[0].body["metadata"] == {
+        "mnemo_key": first["key"],
+        "mnemo_op": "turn",
+        "mnemo_session": "s1",
+        "mnemo_agent": "mnemo",
+    }
     assert "bees" not in json.dumps(writes[0].body) and "sailing" not in json.dumps(writes[1].body)
     searches = [r for r in fake.requests if r.path.endswith("/search")]
     assert [r.namespace for r in searches] == [NS1, NS2]
@@ -146,7 +161,12 @@ async def test_no_speaker_means_no_namespace_no_request(home: Path, fake: FakeSu
     assert p.prepare_write("turn", {"user": "a", "assistant": "b"}, ctx(home, None)) is None
     assert p.prepare_write("forget_user", {}, ctx(home, None)) is None
     for tool in ("supermemory_profile", "supermemory_search", "supermemory_remember"):
-        assert json.loads(await T(p.handle_tool_call, tool, {"query": "x", "content": "y"}, ctx(home, None)))["ok"] is False
+        assert (
+            json.loads(await T(p.handle_tool_call, tool, {"query": "x", "content": "y"}, ctx(home, None)))[
+                "ok"
+            ]
+            is False
+        )
     assert fake.requests == []
 
 
@@ -178,13 +198,30 @@ async def test_memory_mirror_session_end_and_pre_compress(home: Path, fake: Fake
 
 async def test_tools_are_scoped_to_the_speaker(home: Path, fake: FakeSupermemory) -> None:
     p = provider(home, fake)
-    assert [t.name for t in p.get_tool_schemas()] == ["supermemory_profile", "supermemory_search", "supermemory_remember"]
-    assert json.loads(await T(p.handle_tool_call, "supermemory_remember", {"content": "prefers tea"}, ctx(home, "telegram:1"))) == {"ok": True}
-    assert json.loads(await T(p.handle_tool_call, "supermemory_search", {"query": "tea"}, ctx(home, "telegram:2"))) == {"ok": True, "results": []}
-    assert json.loads(await T(p.handle_tool_call, "supermemory_search", {"query": "tea", "limit": 3}, ctx(home, "telegram:1")))["results"] == ["prefers tea"]
+    assert [t.name for t in p.get_tool_schemas()] == [
+        "supermemory_profile",
+        "supermemory_search",
+        "supermemory_remember",
+    ]
+    assert json.loads(
+        await T(
+            p.handle_tool_call, "supermemory_remember", {"content": "prefers tea"}, ctx(home, "telegram:1")
+        )
+    ) == {"ok": True}
+    assert json.loads(
+        await T(p.handle_tool_call, "supermemory_search", {"query": "tea"}, ctx(home, "telegram:2"))
+    ) == {"ok": True, "results": []}
+    assert json.loads(
+        await T(
+            p.handle_tool_call, "supermemory_search", {"query": "tea", "limit": 3}, ctx(home, "telegram:1")
+        )
+    )["results"] == ["prefers tea"]
     mine = json.loads(await T(p.handle_tool_call, "supermemory_profile", {}, ctx(home, "telegram:1")))
     assert mine == {"ok": True, "static": ["prefers tea"], "dynamic": [], "buckets": {}}
-    assert json.loads(await T(p.handle_tool_call, "supermemory_profile", {}, ctx(home, "telegram:2")))["static"] == []
+    assert (
+        json.loads(await T(p.handle_tool_call, "supermemory_profile", {}, ctx(home, "telegram:2")))["static"]
+        == []
+    )
     assert [(r.method, r.path) for r in fake.requests] == [
         ("POST", f"/ns/{NS1}/document"),
         ("POST", f"/ns/{NS2}/search"),
@@ -193,10 +230,19 @@ async def test_tools_are_scoped_to_the_speaker(home: Path, fake: FakeSupermemory
         ("POST", f"/ns/{NS2}/profile"),
     ]
     assert fake.requests[2].body["limit"] == 3
-    assert json.loads(await T(p.handle_tool_call, "supermemory_search", {"query": " "}, ctx(home)))["ok"] is False
-    assert json.loads(await T(p.handle_tool_call, "supermemory_remember", {"content": ""}, ctx(home)))["ok"] is False
+    assert (
+        json.loads(await T(p.handle_tool_call, "supermemory_search", {"query": " "}, ctx(home)))["ok"]
+        is False
+    )
+    assert (
+        json.loads(await T(p.handle_tool_call, "supermemory_remember", {"content": ""}, ctx(home)))["ok"]
+        is False
+    )
     read_only = ctx(home, agent=AgentContext.SUBAGENT)
-    assert json.loads(await T(p.handle_tool_call, "supermemory_remember", {"content": "x"}, read_only))["ok"] is False
+    assert (
+        json.loads(await T(p.handle_tool_call, "supermemory_remember", {"content": "x"}, read_only))["ok"]
+        is False
+    )
     assert json.loads(await T(p.handle_tool_call, "nope", {}, ctx(home)))["ok"] is False
     assert len(fake.requests) == 5  # refused calls reach no server
 
@@ -213,7 +259,9 @@ async def test_forget_user_deletes_only_that_users_namespace(home: Path, fake: F
     deletes = [r for r in fake.requests if r.method == "DELETE"]
     assert [r.path for r in deletes] == [f"/ns/{NS1}"]
     assert NS1 not in fake.memories and fake.texts(NS2) == ["I keep bees"]
-    await T(p.apply_write, {"op": "forget_user", "key": "k", "scope": {"user_id": "telegram:1"}})  # already gone: fine
+    await T(
+        p.apply_write, {"op": "forget_user", "key": "k", "scope": {"user_id": "telegram:1"}}
+    )  # already gone: fine
     assert (await T(p.prefetch, "what do I love?", ctx(home, "telegram:1"))).text == ""
     fake.fail_with(503, retry_after="4")
     with pytest.raises(RetryLater) as e:
@@ -284,21 +332,43 @@ def _cli(home: Path, *args: str) -> tuple[int, str]:
     env = {**os.environ, "MNEMO_HOME": str(home)}
     env.pop("SUPERMEMORY_API_KEY", None)
     env.pop("SUPERMEMORY_BASE_URL", None)
-    p = subprocess.run([sys.executable, "-m", "mnemo", *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120, check=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "mnemo", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
     return p.returncode, p.stdout + p.stderr
 
 
 async def test_cli_setup_list_and_status(home: Path, fake: FakeSupermemory) -> None:
     rc, out = await T(_cli, home, "providers", "setup", "supermemory", "--set", "namespace_prefix=bad prefix")
     assert rc != 0 and "namespace_prefix" in out
-    rc, out = await T(_cli, home, "providers", "setup", "supermemory", "--set", f"api_key={KEY}", "--set", f"base_url={fake.base_url}")
+    rc, out = await T(
+        _cli,
+        home,
+        "providers",
+        "setup",
+        "supermemory",
+        "--set",
+        f"api_key={KEY}",
+        "--set",
+        f"base_url={fake.base_url}",
+    )
     assert rc == 0, out
     secrets = home / "providers" / "supermemory" / "secrets.json"
     assert secrets.stat().st_mode & 0o777 == 0o600 and KEY in secrets.read_text()
     assert KEY not in (home / "providers" / "supermemory" / "config.json").read_text()
     rc, out = await T(_cli, home, "providers", "list", "--json")
     rows = {r["name"]: r for r in json.loads(out)["providers"]}
-    assert rows["supermemory"]["installed"] and rows["supermemory"]["configured"] and rows["supermemory"]["available"]
+    assert (
+        rows["supermemory"]["installed"]
+        and rows["supermemory"]["configured"]
+        and rows["supermemory"]["available"]
+    )
     (home / "config.yaml").write_text("memory:\n  provider: supermemory\n")
     p = provider(home, fake)
     fake.down = True
@@ -308,7 +378,9 @@ async def test_cli_setup_list_and_status(home: Path, fake: FakeSupermemory) -> N
     body = json.loads(out)
     assert rc == 0 and body["provider"] == "supermemory" and body["reachable"] is False
     assert "503" in body["last_error"] and body["queued_writes"] == 0 and body["failed_writes"] == 0
-    assert fake.requests and all(r.path.endswith("/search") for r in fake.requests)  # the CLI itself sent nothing
+    assert fake.requests and all(
+        r.path.endswith("/search") for r in fake.requests
+    )  # the CLI itself sent nothing
 
 
 # --- end to end ----------------------------------------------------------------------
@@ -321,14 +393,20 @@ async def _say_and_wait(adapter: LoopbackAdapter, texts: list[tuple[str, str]], 
         await adapter.wait_sent(i)
 
 
-async def test_e2e_shared_room_provider_down_writes_arrive_once_later(app_factory, emulator, home: Path, fake: FakeSupermemory, monkeypatch) -> None:
+async def test_e2e_shared_room_provider_down_writes_arrive_once_later(
+    app_factory, emulator, home: Path, fake: FakeSupermemory, monkeypatch
+) -> None:
     import mnemo.app
 
     monkeypatch.setattr(mnemo.app, "PROVIDER_WRITE_BACKOFF", (3600.0,))  # no retry until we say so
     SupermemoryProvider().save_config({"api_key": KEY, "base_url": fake.base_url, "timeout_s": 2.0}, home)
     fake.down = True
     adapter = LoopbackAdapter()
-    turns = [("alice", "alice likes kayaking on rivers"), ("bob", "bob collects old maps"), ("alice", "alice asks about weekend plans")]
+    turns = [
+        ("alice", "alice likes kayaking on rivers"),
+        ("bob", "bob collects old maps"),
+        ("alice", "alice asks about weekend plans"),
+    ]
     alice, bob = "mnemo:loop:alice", "mnemo:loop:bob"
     async with app_factory(adapter, **{"memory.provider": "supermemory"}) as app:
         await _say_and_wait(adapter, turns)
@@ -341,11 +419,16 @@ async def test_e2e_shared_room_provider_down_writes_arrive_once_later(app_factor
         assert not fake.memories  # nothing stored while down
         sent_while_down = len(fake.writes())
         fake.down = False
-        await app.db.write(lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'"))
+        await app.db.write(
+            lambda c: c.execute("UPDATE jobs SET not_before = 0 WHERE kind = 'provider_write'")
+        )
         app.jobs.wake()
         await app.jobs.wait_idle()
         assert fake.texts(bob) == ["bob collects old maps"]
-        assert sorted(fake.texts(alice)) == ["alice asks about weekend plans", "alice likes kayaking on rivers"]
+        assert sorted(fake.texts(alice)) == [
+            "alice asks about weekend plans",
+            "alice likes kayaking on rivers",
+        ]
         assert all(j.state == "done" for j in await app.jobs.jobs(kind="provider_write"))
         await app.jobs.wait_idle()
         assert len(fake.writes()) - sent_while_down == 3  # each write sent once after recovery, none again
@@ -367,10 +450,18 @@ async def test_e2e_shared_room_provider_down_writes_arrive_once_later(app_factor
 def _env(home: Path, emulator_url: str, fake: FakeSupermemory) -> dict[str, str]:
     import os
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_", "SUPERMEMORY_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_", "SUPERMEMORY_"))
+    }
     env.update(
-        MNEMO_HOME=str(home), ANTHROPIC_BASE_URL=emulator_url, ANTHROPIC_API_KEY="test-key", MNEMO_LOG_LEVEL="warning",
-        SUPERMEMORY_API_KEY=KEY, SUPERMEMORY_BASE_URL=fake.base_url,
+        MNEMO_HOME=str(home),
+        ANTHROPIC_BASE_URL=emulator_url,
+        ANTHROPIC_API_KEY="test-key",
+        MNEMO_LOG_LEVEL="warning",
+        SUPERMEMORY_API_KEY=KEY,
+        SUPERMEMORY_BASE_URL=fake.base_url,
     )
     return env
 
@@ -392,7 +483,9 @@ async def _until(check, what: str, timeout: float = 60.0) -> None:
         raise AssertionError(f"gave up waiting for {what}") from None
 
 
-async def test_kill_9_while_a_write_is_in_flight_then_restart_stores_it_once(tmp_path: Path, fake: FakeSupermemory) -> None:
+async def test_kill_9_while_a_write_is_in_flight_then_restart_stores_it_once(
+    tmp_path: Path, fake: FakeSupermemory
+) -> None:
     import signal
     import subprocess
     import sys
@@ -406,7 +499,9 @@ async def test_kill_9_while_a_write_is_in_flight_then_restart_stores_it_once(tmp
     fake.hold("/document")  # the turn's write reaches Supermemory; its answer never comes back
     async with Emulator(responder=lambda request: Reply(text="kayaking sounds fun")) as emu:
         env = _env(home, emu.base_url, fake)
-        first = await asyncio.create_subprocess_exec(*chat, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        first = await asyncio.create_subprocess_exec(
+            *chat, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        )
         assert first.stdin is not None
         first.stdin.write(b"alice likes kayaking on rivers\n")
         await first.stdin.drain()
@@ -418,7 +513,9 @@ async def test_kill_9_while_a_write_is_in_flight_then_restart_stores_it_once(tmp
         await _until(lambda: bool(fake.memories), "the server storing it")
         assert _write_jobs(home) == [("running", 1)]
 
-        second = await asyncio.create_subprocess_exec(*chat, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        second = await asyncio.create_subprocess_exec(
+            *chat, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
 
         try:
             await _until(lambda: _write_jobs(home) == [("done", 2)], "the restarted write")

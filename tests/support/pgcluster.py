@@ -26,7 +26,9 @@ _numbers = itertools.count()
 
 
 def find_bindir() -> Path | None:
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True)
+    candidates = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True
+    )
     for d in candidates:
         if (Path(d) / "initdb").exists():
             return Path(d)
@@ -51,10 +53,21 @@ class Cluster:
             raise RuntimeError(f"{' '.join(args[:1])} failed: {done.stdout}\n{done.stderr}")
 
     def start(self) -> None:
-        self._run("initdb", "-D", str(self.data), "-U", "mnemo", "--auth=trust", "--encoding=UTF8",
-                  "--locale=C.UTF-8", "--no-sync")
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "mnemo",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        )
         options = f"-k {self.socket_dir} -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "server.log"), "-w", "start")
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "server.log"), "-w", "start"
+        )
 
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")

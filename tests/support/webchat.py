@@ -29,9 +29,7 @@ class ChatClient:
         self.buffer: list[dict[str, Any]] = []
 
     @classmethod
-    async def connect(
-        cls, http: aiohttp.ClientSession, base_url: str, user: str, **kw: Any
-    ) -> ChatClient:
+    async def connect(cls, http: aiohttp.ClientSession, base_url: str, user: str, **kw: Any) -> ChatClient:
         ws = await http.ws_connect(f"{base_url}/ws", params={"user": user, **kw.pop("params", {})}, **kw)
         client = cls(ws, user)
         hello = await client.next("hello")
