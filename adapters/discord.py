@@ -707,7 +707,7 @@ def strip_bot_mention(message: discord.Message, bot_id: int) -> tuple[str, bool]
     for user in message.mentions:
         if user.id != bot_id:
             shown = f"@{user.display_name}"
-            text = re.sub(rf"<@!?{user.id}>", lambda _: shown, text)
+            text = re.sub(rf"<@!?{user.id}>", lambda _, shown=shown: shown, text)
     return text.strip(), mentioned
 
 

@@ -98,7 +98,8 @@ def latency(n_facts: int, users: int, queries: int, dim: int) -> None:
             db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         size_mb = (home / "providers" / "holographic" / "facts.db").stat().st_size / 1e6
         print(
-            f"\n{n_facts:,} facts, dim {dim}: inserted in {elapsed:.1f} s ({n_facts / elapsed:,.0f} facts/s), db {size_mb:.0f} MB"
+            f"\n{n_facts:,} facts, dim {dim}: inserted in {elapsed:.1f} s ({n_facts / elapsed:,.0f}"
+            f" facts/s), db {size_mb:.0f} MB"
         )
 
         def ctx() -> ProviderContext:

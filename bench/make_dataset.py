@@ -237,8 +237,10 @@ def fam_pet(c: Chat, n: int) -> None:
         s,
         c.pick(
             [
-                f"Big news, we're adopting a little {breed} {young} from the shelter this weekend! We're naming her {pet}.",
-                f"We finally brought home a {breed} {young} today. Her name is {pet} and she already chewed my slippers.",
+                f"Big news, we're adopting a little {breed} {young} from the shelter this weekend!"
+                f" We're naming her {pet}.",
+                f"We finally brought home a {breed} {young} today. Her name is {pet} and she"
+                " already chewed my slippers.",
                 f"Guess what, I adopted a {young}! A tiny {breed} called {pet}.",
             ]
         ),

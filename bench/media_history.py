@@ -76,7 +76,8 @@ async def run(history_images: int, turns: int, images: int, side: int, model: st
                         colour = (turn * 23 % 255, 90, 160)
                         content = jpeg(side, side * 3 // 4, colour)
                         fake.push_image(CHAT, USER, content, width=side, height=side * 3 // 4,
-                                        caption=f"turn {turn}: what do you think of this photo of {TOPICS[turn % 5]}?")  # fmt: skip
+                                        caption=f"turn {turn}: what do you think of this photo of"
+                                                f" {TOPICS[turn % 5]}?")  # fmt: skip
                     else:
                         fake.push_text(
                             CHAT, USER, f"turn {turn}: tell me more about {TOPICS[turn % 5]}, briefly."
@@ -119,7 +120,8 @@ async def main() -> None:
         print(f"{name:11}{u.prompt_tokens:>12,}{u.cache_read_tokens:>12,}{u.cache_write_tokens:>12,}{u.input_tokens:>10,}"
               f"{r.image_blocks:>13,}{r.last_prompt:>13,}{r.cost:>9.3f}")  # fmt: skip
     print(f"prompt tokens bounded/unbounded: {bounded.usage.prompt_tokens / unbounded.usage.prompt_tokens:.2f}; "
-          f"cost: {bounded.cost / unbounded.cost:.2f}; largest request: {bounded.last_prompt / unbounded.last_prompt:.2f}")  # fmt: skip
+          f"cost: {bounded.cost / unbounded.cost:.2f}; largest request:"
+          f" {bounded.last_prompt / unbounded.last_prompt:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

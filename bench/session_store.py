@@ -165,7 +165,7 @@ async def ingest(total: int, lanes_list: list[int]) -> None:
             sessions = [await new_session(store, f"bench:dm:{i}") for i in range(lanes)]
             per_lane = total // lanes
 
-            async def lane(i: int) -> None:
+            async def lane(i: int, sessions: list = sessions, per_lane: int = per_lane, store=store) -> None:
                 sid = sessions[i]
                 for j in range(per_lane):
                     role = "user" if j % 2 == 0 else "assistant"
@@ -176,7 +176,8 @@ async def ingest(total: int, lanes_list: list[int]) -> None:
             dt = time.perf_counter() - t
             n = per_lane * lanes
             print(
-                f"ingest one transaction per message, {lanes} lane(s){' ' + label if label else ''}: {n} msgs in {dt:.1f} s = {n / dt:,.0f} msgs/s"
+                f"ingest one transaction per message, {lanes}"
+                f" lane(s){' ' + label if label else ''}: {n} msgs in {dt:.1f} s = {n / dt:,.0f} msgs/s"
                 f" (busy retries {db.busy_retries})"
             )
             await db.close()

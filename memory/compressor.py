@@ -382,7 +382,9 @@ class ContextCompressor:
         which must start with the planned rows (rows are append-only); whatever was
         appended since the plan is part of the tail."""
         rows = plan.rows if current is None else tuple(current)
-        if len(rows) < len(plan.rows) or any(_identity(a) != _identity(b) for a, b in zip(plan.rows, rows)):
+        if len(rows) < len(plan.rows) or any(
+            _identity(a) != _identity(b) for a, b in zip(plan.rows, rows, strict=False)
+        ):
             raise ValueError("the session's history changed under the compressor (rows are append-only)")
         summary = summary.strip()
         content = f"{_HEADER.format(n=len(plan.middle))}\n\n{summary}\n\n{SUMMARY_END}"

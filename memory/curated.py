@@ -121,7 +121,8 @@ class Snapshot:
     @property
     def shown_entries(self) -> tuple[str, ...]:
         return tuple(
-            e if t is None else f"[BLOCKED: {t.category}]" for e, t in zip(self.entries, self.threats)
+            e if t is None else f"[BLOCKED: {t.category}]"
+            for e, t in zip(self.entries, self.threats, strict=True)
         )
 
     def render_block(self) -> str:
@@ -246,7 +247,7 @@ class CuratedFile:
                 f"{self.path.name} is over its limit ({chars:,}/{self.limit:,} chars): "
                 "new entries are refused until entries are replaced or removed"
             )
-        for i, (entry, threat) in enumerate(zip(entries, threats), 1):
+        for i, (entry, threat) in enumerate(zip(entries, threats, strict=True), 1):
             if threat is not None:
                 warnings.append(
                     f"{self.path.name} entry {i} is blocked by the threat scan ({threat}); "

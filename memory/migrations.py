@@ -15,8 +15,8 @@ in ``gateway/storage.py`` (``STATE_MIGRATIONS``), the only place that may import
 sides. Adding a table — define its ``Migration("0008_…", sql)`` beside its owner and
 append it at the end of that list. Never edit, reorder or remove a migration that has
 shipped: existing databases have already run it (the runner checks that the names it
-finds in ``schema_migrations`` are the list's, in order). SQL is split into statements with ``sqlite3.complete_statement`` (so
-``CREATE TRIGGER … BEGIN …; END;`` works); a step that needs Python (a backfill)
+finds in ``schema_migrations`` are the list's, in order). SQL is split into statements
+with ``sqlite3.complete_statement`` (so ``CREATE TRIGGER … BEGIN …; END;`` works); a step that needs Python (a backfill)
 passes ``python=fn`` which runs after the SQL on the same connection, inside the same
 transaction. ``executescript`` is never used: it would commit the open transaction.
 """

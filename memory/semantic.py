@@ -143,7 +143,7 @@ async def embed_pending(db: Database, embedder: Embedder, *, batch: int = 256) -
                 "INSERT OR REPLACE INTO message_vectors(id, chat_no, model, vec) VALUES (?, ?, ?, ?)",
                 [
                     (i, chat, embedder.name, v.astype(np.float32).tobytes())
-                    for (i, chat, _), v in zip(rows, vecs)
+                    for (i, chat, _), v in zip(rows, vecs, strict=True)
                 ],
             )
 

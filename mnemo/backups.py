@@ -249,7 +249,7 @@ def scrub_backups(settings: Settings, accounts: Sequence[UserRef], *, delete: bo
                 continue
             inner = load_settings(home, environ={})
 
-            async def erase() -> None:
+            async def erase(inner: Settings) -> None:
                 db = state_database(inner.state_db)
                 await db.open()
                 try:
@@ -260,7 +260,7 @@ def scrub_backups(settings: Settings, accounts: Sequence[UserRef], *, delete: bo
                     await db.close()
 
             if inner.state_db.exists():
-                asyncio.run(erase())
+                asyncio.run(erase(inner))
             fresh = archive.with_name(f".{archive.name}.scrubbed")
             export_profile(home, fresh, force=True)
             os.chmod(fresh, 0o600)

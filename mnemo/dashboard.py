@@ -61,7 +61,10 @@ def token_notice(path: Path, token: str, *, terminal: bool) -> str:
     logs — else where to read it."""
     if terminal:
         return f"admin dashboard token (stored in {path}, shown only this once): {token}"
-    return f"admin dashboard token generated and stored in {path} (0600); not shown here because stderr is not a terminal"
+    return (
+        f"admin dashboard token generated and stored in {path} (0600); not shown here because"
+        " stderr is not a terminal"
+    )
 
 
 @dataclass

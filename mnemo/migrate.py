@@ -391,7 +391,7 @@ class Migration:
         for name in names:
             table = src_tables[name]
             after = cursors.get(name)
-            remaining = await source.run(lambda c: Source.count(c, table, after))
+            remaining = await source.run(lambda c, table=table, after=after: Source.count(c, table, after))
             done += copies[name].source_rows - remaining
         self.progress("", done, total)
         for name in names:
@@ -447,7 +447,9 @@ class Migration:
         )
         width = len(table.order)
         while True:
-            rows = await source.run(lambda c: Source.batch(c, table, columns, after, self.batch_size))
+            rows = await source.run(
+                lambda c, after=after: Source.batch(c, table, columns, after, self.batch_size)
+            )
             if not rows:
                 return done
             last = list(rows[-1][:width])
@@ -495,7 +497,9 @@ class Migration:
             async with conn.cursor() as cur:
                 async with cur.copy(f'COPY "{tmp}" ({cols}) FROM STDIN') as pipe:
                     while rows := await source.run(
-                        lambda c: Source.batch(c, table, table.key, after, max(self.batch_size, 10_000))
+                        lambda c, after=after: Source.batch(
+                            c, table, table.key, after, max(self.batch_size, 10_000)
+                        )
                     ):
                         for row in rows:
                             await pipe.write_row([_text(v) for v in row[width:]])

@@ -11,15 +11,15 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
+from mnemo.gateway.config import Settings, load_settings
+from mnemo.gateway.emulator import Emulator
+
 # Shared, noisy CI machines: a per-example deadline turns a slow moment into a failure
 # that says nothing about the code. Properties are checked; time is not.
 hypothesis_settings.register_profile(
     "mnemo", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
 )
 hypothesis_settings.load_profile("mnemo")
-
-from mnemo.gateway.config import Settings, load_settings
-from mnemo.gateway.emulator import Emulator
 
 # The throw-away PostgreSQL cluster (session fixture ``pg_cluster``), started only when
 # a test asks for it: the contract suite's "postgresql" backend and the PostgreSQL e2e tests.

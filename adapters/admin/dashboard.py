@@ -386,7 +386,7 @@ class AdminDashboard:
             f'<meter min="0" max="{snap.limit}" value="{min(snap.chars, snap.limit)}"></meter></p>'
         )
         items = []
-        for i, (entry, threat) in enumerate(zip(snap.entries, snap.threats)):
+        for i, (entry, threat) in enumerate(zip(snap.entries, snap.threats, strict=True)):
             flag = badge(f"blocked from prompts: {threat}", "bad") if threat is not None else ""
             edit = (
                 f'<details><summary>Edit</summary><form method="post" action="/admin/memory">'

@@ -270,7 +270,8 @@ class Outbox:
             await self.db.write(
                 lambda c: (
                     c.execute(
-                        "UPDATE outbox SET state = 'sending', attempts = attempts + 1 WHERE id = ? AND state = 'queued'",
+                        "UPDATE outbox SET state = 'sending', attempts = attempts + 1 WHERE id = ?"
+                        " AND state = 'queued'",
                         (row_id,),
                     ).rowcount
                 )

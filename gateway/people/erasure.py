@@ -282,7 +282,8 @@ class Erasure:
             names = [
                 r[0]
                 for r in conn.execute(
-                    f"SELECT DISTINCT author_name FROM messages WHERE id IN ({shared_msgs}) AND author_name IS NOT NULL",
+                    f"SELECT DISTINCT author_name FROM messages WHERE id IN ({shared_msgs}) AND"
+                    " author_name IS NOT NULL",
                     who,
                 )
             ]

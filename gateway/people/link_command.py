@@ -35,14 +35,18 @@ class LinkCommand:
             )
         result = await self.links.redeem(code, user)
         if result.status is Redeemed.WRONG or result.status is Redeemed.EXPIRED:
-            return "That code is wrong or has expired, so nothing was linked: send /link on your other account for a new one."
+            return (
+                "That code is wrong or has expired, so nothing was linked: send /link on your"
+                " other account for a new one."
+            )
         if result.status is Redeemed.OWN:
             return "That code is for this account: send /link CODE from your other account."
         others = ", ".join(str(m) for m in result.members if m != user)
         if result.status is Redeemed.ALREADY:
             return f"This account is already linked with {others}."
         note = (
-            f" {result.left_out} entr{'y' if result.left_out == 1 else 'ies'} of the profiles did not fit and were left out."
+            f" {result.left_out} entr{'y' if result.left_out == 1 else 'ies'} of the profiles did"
+            " not fit and were left out."
             if result.left_out
             else ""
         )

@@ -35,7 +35,8 @@ MEMORY_GUIDANCE = (
 
 PLATFORM_HINTS: dict[str, str] = {
     "telegram": "You are chatting on Telegram. Keep formatting simple: bold, italics, code, short lists; no tables.",
-    "discord": "You are chatting on Discord. Markdown works; keep replies under a few paragraphs; never mention @everyone or roles.",
+    "discord": "You are chatting on Discord. Markdown works; keep replies under a few paragraphs;"
+    " never mention @everyone or roles.",
     "web": "You are chatting in a local web page. Markdown is rendered.",
     "cli": "You are chatting in a terminal. Use plain text and short lines.",
 }

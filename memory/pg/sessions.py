@@ -222,7 +222,8 @@ class PgSessionStore:
                 await conn.execute(
                     "WITH RECURSIVE chain(id, depth) AS ("
                     " SELECT id, 0 FROM sessions WHERE id = %s"
-                    " UNION ALL SELECT s.parent_session_id, chain.depth + 1 FROM sessions s JOIN chain ON s.id = chain.id"
+                    " UNION ALL SELECT s.parent_session_id, chain.depth + 1 FROM sessions s JOIN"
+                    " chain ON s.id = chain.id"
                     "  WHERE s.parent_session_id IS NOT NULL AND chain.depth < 10000)"
                     f" SELECT {cols} FROM chain JOIN sessions s ON s.id = chain.id ORDER BY chain.depth DESC",
                     (session_id,),
@@ -276,7 +277,8 @@ class PgSessionStore:
                     conn,
                     "INSERT INTO messages (session_id, chat_no, role, content, tool_calls, tool_call_id, tool_name,"
                     " is_error, author_id, author_name, platform_message_id, created_at, token_count, finish_reason,"
-                    " meta, cjk) VALUES (%s, %s, %s, %s, %s, %s, %s, %s <> 0, %s, %s, %s, %s::timestamptz, %s, %s, %s, %s)"
+                    " meta, cjk) VALUES (%s, %s, %s, %s, %s, %s, %s, %s <> 0, %s, %s, %s,"
+                    " %s::timestamptz, %s, %s, %s, %s)"
                     " RETURNING id",
                     (session_id, session["chat_no"], *values),
                 )

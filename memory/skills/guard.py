@@ -25,7 +25,10 @@ from mnemo.memory import threats
 
 _I = re.IGNORECASE
 _FETCH = r"(?:curl|wget|fetch|iwr|invoke-webrequest|invoke-restmethod|irm)"
-_INTERP = r"(?:sudo\s+(?:-\S+\s+)*)?(?:(?:ba|z|k|da|fi)?sh|python[0-9.]*|perl|ruby|node|php|iex|invoke-expression|pwsh|powershell)"
+_INTERP = (
+    r"(?:sudo\s+(?:-\S+\s+)*)?"
+    r"(?:(?:ba|z|k|da|fi)?sh|python[0-9.]*|perl|ruby|node|php|iex|invoke-expression|pwsh|powershell)"
+)
 
 _RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
     (rule, what, re.compile(rx, flags))

@@ -384,9 +384,9 @@ async def _port_in_use(http: aiohttp.ClientSession, host: str, port: int) -> Che
 
     shown = f"[{host}]" if ":" in host else host
     try:
-        status, body = await _request(http, "GET", f"http://{shown}:{port}/healthz")
+        _, body = await _request(http, "GET", f"http://{shown}:{port}/healthz")
     except (aiohttp.ClientError, TimeoutError):
-        status, body = 0, None
+        body = None
     if isinstance(body, dict) and "adapters" in body:
         return Check(
             "web", Status.PASS, f"{host}:{port} is in use by a running mnemo (/healthz: {body.get('status')})"

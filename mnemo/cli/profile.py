@@ -418,7 +418,6 @@ def check_members(tar: tarfile.TarFile) -> list[Member]:
         names.add(path)
         if path.name in NEVER:
             raise UnsafeArchive(f"{raw!r} must never be imported (secrets stay on their machine)")
-        top = parts[0]
         if str(path) == MANIFEST:
             seen_manifest = True
             continue

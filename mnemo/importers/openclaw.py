@@ -67,7 +67,8 @@ def _workspace_of(path: Path) -> tuple[Path | None, Path | None]:
     elif ".openclaw" in names:
         hint = f" (did you mean {path / '.openclaw'}?)"
     raise SourceProblem(
-        f"{path}: not an OpenClaw folder: no agents/ or openclaw.json, and no workspace files (MEMORY.md, memory/){hint}",
+        f"{path}: not an OpenClaw folder: no agents/ or openclaw.json, and no workspace files"
+        f" (MEMORY.md, memory/){hint}",
         usage=True,
     )
 

@@ -199,7 +199,7 @@ class ByteRoverProvider(ProviderState, DurableWrites, MemoryProvider):
                 {"operation": "delete", "path": m.path, "title": m.title, "content": "", "tags": []}
                 for m in found
             ]
-            self._call(lambda c: c.commit(deletes, scope))
+            self._call(lambda c, deletes=deletes: c.commit(deletes, scope))
         raise ProviderError(f"byterover: {folder} still holds memories after {FORGET_ROUNDS} delete rounds")
 
     # --- tools ------------------------------------------------------------------------

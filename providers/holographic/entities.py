@@ -40,7 +40,8 @@ STOPWORDS = frozenset(
 )
 
 NEGATIONS = frozenset(
-    "not no never nobody nothing neither nor none cannot can't don't doesn't didn't isn't aren't wasn't weren't won't wouldn't shouldn't n't".split()
+    "not no never nobody nothing neither nor none cannot can't don't doesn't didn't isn't aren't"
+    " wasn't weren't won't wouldn't shouldn't n't".split()
 )
 
 _WORD = re.compile(r"[^\W_][\w'’\-.]*[^\W_]|[^\W_]", re.UNICODE)

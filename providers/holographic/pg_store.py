@@ -184,7 +184,10 @@ class PgFactStore(FactStore):
         " ON CONFLICT (owner, category) DO UPDATE SET fact_count = EXCLUDED.fact_count,"
         " phasor_sum = EXCLUDED.phasor_sum, updated_at = EXCLUDED.updated_at"
     )
-    _SQL_PUT_DIM = "INSERT INTO meta(key, value) VALUES ('dim', ?) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+    _SQL_PUT_DIM = (
+        "INSERT INTO meta(key, value) VALUES ('dim', ?) ON CONFLICT (key) DO UPDATE SET"
+        " value = EXCLUDED.value"
+    )
     _SQL_ID_LIST = "string_agg(f.id::text, ',')"
 
     def __init__(self, url: str, dim: int = hrr.DEFAULT_DIM, clock: Callable[[], float] = time.time) -> None:
@@ -360,7 +363,8 @@ def copy_facts(facts_db: Path, url: str, clock: Callable[[], float] = time.time)
             ).fetchall()
             links: dict[int, list[str]] = {}
             for fact_id, name in src.execute(
-                "SELECT fe.fact_id, e.name FROM fact_entities fe JOIN entities e ON e.id = fe.entity_id ORDER BY e.name_lc"
+                "SELECT fe.fact_id, e.name FROM fact_entities fe JOIN entities e ON e.id ="
+                " fe.entity_id ORDER BY e.name_lc"
             ):
                 links.setdefault(fact_id, []).append(name)
         except (sqlite3.Error, ValueError) as e:

@@ -298,7 +298,8 @@ class Retriever:
             return []
         sql = (
             "SELECT f.id FROM facts f WHERE f.id IN (SELECT fe.fact_id FROM fact_entities fe"
-            f" WHERE fe.entity_id IN ({','.join('?' * len(entity_ids))})) AND f.owner IN ({','.join('?' * len(owners))})"
+            f" WHERE fe.entity_id IN ({','.join('?' * len(entity_ids))})) AND f.owner IN"
+            f" ({','.join('?' * len(owners))})"
         )
         params: list[object] = [*entity_ids, *owners]
         if category is not None:

@@ -180,7 +180,10 @@ class FactStore:
     _SQL_LINK = "INSERT OR IGNORE INTO fact_entities(fact_id, entity_id) VALUES (?,?)"
     _SQL_CONTAINS = "instr(content, ?) > 0"
     _SQL_CLAMPED_TRUST = "min(1.0, max(0.0, trust + ?))"
-    _SQL_PUT_BANK = "INSERT OR REPLACE INTO memory_banks(owner, category, fact_count, phasor_sum, updated_at) VALUES (?,?,?,?,?)"
+    _SQL_PUT_BANK = (
+        "INSERT OR REPLACE INTO memory_banks(owner, category, fact_count, phasor_sum,"
+        " updated_at) VALUES (?,?,?,?,?)"
+    )
     _SQL_PUT_DIM = "INSERT OR REPLACE INTO meta(key, value) VALUES ('dim', ?)"
 
     def __init__(
@@ -524,7 +527,8 @@ class FactStore:
     def banks(self, db: Conn, owners: Sequence[str]) -> list[tuple[str, str, int, np.ndarray]]:
         """(owner, category, fact_count, bundle vector) of every visible bank."""
         rows = db.execute(
-            f"SELECT owner, category, fact_count, phasor_sum FROM memory_banks WHERE owner IN ({_placeholders(len(owners))})"
+            "SELECT owner, category, fact_count, phasor_sum FROM memory_banks WHERE owner IN"
+            f" ({_placeholders(len(owners))})"
             " AND fact_count > 0 ORDER BY owner, category",
             tuple(owners),
         ).fetchall()

@@ -135,7 +135,8 @@ class HonchoProvider(DurableWrites, MemoryProvider):
         ):
             return Availability(
                 False,
-                "set api_key (or HONCHO_API_KEY) for the hosted Honcho, or base_url (HONCHO_BASE_URL) for a self-hosted server",
+                "set api_key (or HONCHO_API_KEY) for the hosted Honcho, or base_url"
+                " (HONCHO_BASE_URL) for a self-hosted server",
             )
         return Availability(True)
 

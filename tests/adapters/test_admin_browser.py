@@ -16,7 +16,6 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from mnemo.gateway.emulator import Emulator
-from tests.adapters.test_web_browser import browser  # noqa: F401  (the chromium fixture)
 from tests.support.admin_seed import ADMIN_TOKEN, ALICE, ALICE_LAPTOP, seed
 from tests.support.webchat import open_web_app, web_settings
 
@@ -57,7 +56,7 @@ async def sign_in(page: Page, base: str) -> None:
     await expect(page).to_have_url(f"{base}/admin")
 
 
-async def test_sign_in_and_every_page_renders_with_the_seeded_data(dash, browser) -> None:  # noqa: F811
+async def test_sign_in_and_every_page_renders_with_the_seeded_data(dash, browser) -> None:
     app, ids = dash
     base = app.web.url
     page, errors = await new_page(browser)
@@ -125,7 +124,7 @@ async def test_sign_in_and_every_page_renders_with_the_seeded_data(dash, browser
 
 async def test_editing_user_md_through_the_page_changes_the_file_and_an_injection_is_refused(
     dash,
-    browser,  # noqa: F811
+    browser,
 ) -> None:
     app, _ = dash
     base = app.web.url
@@ -167,7 +166,7 @@ async def test_editing_user_md_through_the_page_changes_the_file_and_an_injectio
     assert errors == []
 
 
-async def test_no_page_works_without_signing_in(dash, browser) -> None:  # noqa: F811
+async def test_no_page_works_without_signing_in(dash, browser) -> None:
     app, ids = dash
     base = app.web.url
     page, _ = await new_page(browser)

@@ -6,6 +6,7 @@ do not stream by default; streaming off is today's behaviour."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 from mnemo.adapters.discord import neutralise_mass_mentions
@@ -44,7 +45,7 @@ async def test_a_long_dm_reply_is_edited_while_written_then_split_like_today(
         assert final.body["content"] == chunks[0]
         assert [m.content for m in rest] == chunks[1:]
         times = [streamed_first.at] + [e.at for e in edits]
-        gaps = [b - a for a, b in zip(times, times[1:])]
+        gaps = [b - a for a, b in pairwise(times)]
         assert all(g >= INTERVAL for g in gaps), f"edits closer than {INTERVAL}s: {gaps}"
         assert streamed_first.body["allowed_mentions"] == {"parse": []}, "the live message pings nobody"
         assert all(e.body["allowed_mentions"]["parse"] == [] for e in live)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ def live_calls(fake: FakeTelegram, chat_id: int) -> list[ApiCall]:
 
 
 def assert_paced(calls: list[ApiCall], interval: float) -> None:
-    gaps = [b.at - a.at for a, b in zip(calls, calls[1:])]
+    gaps = [b.at - a.at for a, b in pairwise(calls)]
     assert all(g >= interval for g in gaps), f"edits closer than {interval}s: {gaps}"
 
 

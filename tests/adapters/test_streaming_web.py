@@ -10,7 +10,7 @@ from typing import Any
 from playwright.async_api import expect
 
 from mnemo.gateway.emulator import Emulator, Reply
-from tests.adapters.test_web_browser import browser, send  # noqa: F401  (the fixture)
+from tests.adapters.test_web_browser import send
 from tests.support.webchat import ChatClient, open_web_app, web_settings
 
 ALICE = "alice-0123456789"
@@ -20,7 +20,7 @@ TEXT = "Here is a **long** answer, written one token at a time so the page can s
 async def frames_until_reply(chat: ChatClient) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     tokens: list[dict[str, Any]] = []
     while True:
-        for kind in ("token", "reply"):
+        for _ in range(2):
             for i, frame in enumerate(chat.buffer):
                 if frame["type"] == "reply":
                     return tokens, chat.buffer.pop(i)
@@ -72,7 +72,7 @@ async def test_streaming_off_for_the_web_sends_only_the_reply(home: Path, emulat
 async def test_the_page_shows_the_live_text_then_exactly_one_rendered_reply(
     home: Path,
     emulator: Emulator,
-    browser,  # noqa: F811
+    browser,
 ) -> None:
     emulator.script(Reply(text=TEXT, chunk_delay=0.02))
     async with open_web_app(web_settings(home), emulator.base_url) as app:

@@ -211,7 +211,7 @@ async def test_the_page_attaches_a_photo_and_shows_why_a_damaged_one_is_refused(
 ) -> None:
     from playwright.async_api import async_playwright, expect
 
-    from tests.adapters.test_web_browser import CHROMIUM, CHROMIUM_ARGS
+    from tests.adapters.conftest import CHROMIUM, CHROMIUM_ARGS
 
     emulator.default = lambda _: Reply(text="a small orange picture")
     photo, broken = tmp_path / "sunset.jpg", tmp_path / "broken.png"

@@ -171,7 +171,7 @@ class FakeRetainDB:
 
     async def _delete(self, request: web.Request) -> web.Response:
         memory_id = request.match_info["memory_id"]
-        for key, items in self.memories.items():
+        for items in self.memories.values():
             for item in items:
                 if item["id"] == memory_id:
                     items.remove(item)

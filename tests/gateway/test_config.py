@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from mnemo.gateway.config import load_settings, read_dotenv
 from mnemo.gateway.errors import ConfigError
@@ -53,7 +54,7 @@ def test_home_from_flag_beats_environment(tmp_path: Path) -> None:
 
 def test_settings_are_frozen(home: Path) -> None:
     s = load_settings(home, environ={})
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         s.memory.nudge_interval = 3  # type: ignore[misc]
 
 

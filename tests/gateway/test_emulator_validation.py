@@ -109,7 +109,8 @@ CASES = [
     ("tool_choice unknown tool", _set("tool_choice", {"type": "tool", "name": "nope"}), "tool_choice.name"),
     ("bad cache_control type", _set("system.0.cache_control", {"type": "persistent"}), "ephemeral"),
     ("bad ttl", _set("system.0.cache_control", {"type": "ephemeral", "ttl": "2h"}), "ttl"),
-    ("bad image", _set("messages.0.content", [{"type": "image", "source": {"type": "base64", "media_type": "image/bmp", "data": "x"}}]),
+    ("bad image", _set("messages.0.content",
+                       [{"type": "image", "source": {"type": "base64", "media_type": "image/bmp", "data": "x"}}]),
      "media_type"),
     ("stream not bool", _set("stream", "yes"), "stream"),
 ]  # fmt: skip

@@ -432,7 +432,7 @@ def test_a_code_survives_case_spaces_and_dashes_and_junk_never_matches(
     noise: list[str], lower: list[bool], junk: str
 ) -> None:
     code = "ABCD2345"
-    typed = "".join(ch.lower() if low else ch for ch, low in zip(code, lower))
+    typed = "".join(ch.lower() if low else ch for ch, low in zip(code, lower, strict=False))
     for i, sep in enumerate(noise):
         at = (i * 3) % (len(typed) + 1)
         typed = typed[:at] + sep + typed[at:]

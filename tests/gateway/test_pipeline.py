@@ -56,7 +56,7 @@ async def test_memory_write_reaches_the_next_session_prompt_not_the_current_one(
 async def test_redelivered_message_is_answered_once(app_factory, emulator):
     emulator.script(Reply(text="one"), Reply(text="two"))
     adapter = LoopbackAdapter()
-    async with app_factory(adapter) as app:
+    async with app_factory(adapter):
         msg = adapter.message("hello", message_id="same")
         await adapter.sink(msg)
         await adapter.sink(msg)
@@ -82,7 +82,7 @@ async def test_llm_failure_gives_an_apology_and_a_valid_history(app_factory, emu
 
     emulator.script(*[Fault(status=529, retry_after=0.01)] * 3, Reply(text="back again"))
     adapter = LoopbackAdapter()
-    async with app_factory(adapter) as app:
+    async with app_factory(adapter):
         await adapter.say("hello?")
         sent = await adapter.wait_sent(1)
         assert sent[0].text.startswith("Sorry")
@@ -95,7 +95,7 @@ async def test_llm_failure_gives_an_apology_and_a_valid_history(app_factory, emu
 async def test_status_reports_tokens_cache_and_cost(app_factory, emulator):
     emulator.script(Reply(text="x" * 10))
     adapter = LoopbackAdapter()
-    async with app_factory(adapter) as app:
+    async with app_factory(adapter):
         await adapter.say("hi")
         await adapter.wait_sent(1)
         await adapter.say("/status")
@@ -133,7 +133,7 @@ async def test_two_chats_are_ordered_within_and_concurrent_across(app_factory, e
 
     emulator.default = responder
     adapter = LoopbackAdapter()
-    async with app_factory(adapter) as app:
+    async with app_factory(adapter):
         await adapter.say("slow 1", user="a")
         await adapter.say("slow 2", user="a")
         for i in range(3):
@@ -199,7 +199,7 @@ async def test_submit_reports_what_became_of_a_message(app_factory, emulator):
 
     emulator.script(Reply(text="hi"))
     adapter = LoopbackAdapter()
-    async with app_factory(adapter, **{"access.allowed": (), "access.unauthorized_reply": "silent"}) as app:
+    async with app_factory(adapter, **{"access.allowed": (), "access.unauthorized_reply": "silent"}):
         msg = adapter.message("hello", user="admin", message_id="a1")
         assert await adapter.sink(msg) is Submitted.ACCEPTED
         assert await adapter.sink(msg) is Submitted.DUPLICATE

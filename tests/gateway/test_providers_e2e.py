@@ -9,9 +9,9 @@ from pathlib import Path
 
 from mnemo.gateway.emulator import Reply, ToolUse
 from mnemo.memory.fence import FENCE_TAG
+from tests.support.loopback import LoopbackAdapter
 
 OPEN_TAG = f"<{FENCE_TAG}>"
-from tests.support.loopback import LoopbackAdapter
 
 
 def _user_turn_text(request) -> str:

@@ -43,7 +43,7 @@ async def test_digest_failure_falls_back_to_plain_hits(app_factory, emulator):
         Reply(text="found it"),
     )
     adapter = LoopbackAdapter()
-    async with app_factory(adapter, **{"search.digest": True}) as app:
+    async with app_factory(adapter, **{"search.digest": True}):
         await adapter.say("the zebra escaped")
         await adapter.wait_sent(1)
         await adapter.say("/reset")

@@ -54,7 +54,7 @@ async def test_four_processes_writing_concurrently_lose_nothing(tmp_path: Path) 
         for w in range(WRITERS)
     ]
     outputs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outputs, strict=True):
+    for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err
         assert "locked" not in err.lower() and "busy" not in err.lower()
 

@@ -64,7 +64,10 @@ class Cluster:
             "--locale=C.UTF-8",
             "--no-sync",
         )
-        options = f"-k {self.socket_dir} -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        options = (
+            f"-k {self.socket_dir} -c listen_addresses='' -c fsync=off -c"
+            " synchronous_commit=off -c full_page_writes=off"
+        )
         self._run(
             "pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "server.log"), "-w", "start"
         )
