@@ -11,7 +11,9 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # The extras whose code the suite tests: the PostgreSQL backend and the external memory
 # providers' SDKs (the semantic extra pulls torch and is tested through its interface).
-.venv/bin/python -m pip install -q -e '.[test,mem0,hindsight,honcho,postgres,supermemory,openviking]'
+# constraints.txt pins every version the suite was last run with (.ci/refresh-constraints).
+EXTRAS=test,mem0,hindsight,honcho,postgres,supermemory,openviking
+.venv/bin/python -m pip install -q -c constraints.txt -e ".[$EXTRAS]"
 
 # The web chat browser test drives Debian's chromium (never a downloaded browser).
 if ! command -v chromium >/dev/null 2>&1; then

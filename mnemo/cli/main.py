@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import mnemo
 import mnemo.cli as cli_pkg
 from mnemo.gateway.config import Settings, load_settings
 from mnemo.gateway.errors import ConfigError, StartupError
@@ -47,6 +48,7 @@ class CommandError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mnemo", description="Self-hosted chat bot with layered memory.")
+    parser.add_argument("--version", action="version", version=f"mnemo {mnemo.__version__}")
     parser.add_argument("--home", metavar="DIR", help="profile folder (default: $MNEMO_HOME or ~/.mnemo)")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="show info logs, and the traceback behind an error"
