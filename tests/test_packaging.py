@@ -69,6 +69,7 @@ def test_the_wheel_holds_only_mnemo_and_its_dist_info(tmp_path: Path) -> None:
     }
     assert "mnemo/adapters/web_static/index.html" in names
     assert "mnemo/gateway/llm/client.py" in names
+    assert "mnemo/py.typed" in names
 
 
 def test_python_dash_m_mnemo_is_the_mnemo_command() -> None:
@@ -77,3 +78,19 @@ def test_python_dash_m_mnemo_is_the_mnemo_command() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: mnemo ")
+
+
+def test_version_is_written_once_and_printed_by_mnemo_dash_dash_version() -> None:
+    import importlib.metadata
+
+    import mnemo
+
+    assert "version" in project()["project"]["dynamic"]
+    assert importlib.metadata.version("mnemo") == mnemo.__version__
+    out = subprocess.run(
+        [sys.executable, "-m", "mnemo", "--version"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"mnemo {mnemo.__version__}"
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    assert mnemo.__version__ in (ROOT / "CHANGELOG.md").read_text()
