@@ -40,8 +40,7 @@ CREATE TABLE cron_runs (
     id INTEGER PRIMARY KEY,
     job_id TEXT NOT NULL REFERENCES cron_jobs(id) ON DELETE CASCADE,
     trigger TEXT NOT NULL,                   -- schedule | manual
-    state TEXT NOT NULL,                     -- requested | running | delivered | silent | failed
-                                             -- | missed | interrupted | paused
+    state TEXT NOT NULL,                     -- requested | running | delivered | silent | failed | missed | interrupted | paused
     scheduled_for REAL,
     requested_at REAL,
     started_at REAL,
