@@ -1,27 +1,30 @@
 """Durable provider writes and provider health, shared by every external provider.
 
 External providers answer over the network, so a write must survive the provider being
-down, slow or rate limited, and a restart of mnemo. A provider that mixes in
-``DurableWrites`` splits each write in two:
+down, slow or rate limited, and a restart of mnemo. A provider that implements
+``DurableWrites`` (ours through ``memory.external.ExternalProvider``) splits each write
+in two:
 
-* ``prepare_write(op, data, ctx)`` — pure, no I/O: turns a finished turn
-  (``op="turn"``), a mirrored built-in memory write (``"memory"``) or a session's
-  messages (``"session_end"``, ``"pre_compress"``) into a JSON payload that already
-  carries the speaker's scope (``memory.provider_scope``). None: nothing to write.
-* ``apply_write(payload)`` — sends it. Idempotent per ``payload["key"]`` (derived from
-  the turn: session, op and content), raises on failure; ``RetryLater`` carries the
-  server's ``Retry-After``.
+* ``prepare_write(operation, ctx)`` — pure, no I/O: a typed operation
+  (``memory.writes``: ``SyncTurn``, ``MirrorWrite``, ``SessionEnd``, ``PreCompress``)
+  becomes a ``ProviderWrite`` that carries the speaker's scope
+  (``memory.provider_scope``) and an idempotency key derived from the turn. None:
+  nothing to write (no speaker).
+* ``apply_write(write)`` — sends it. Idempotent per ``write.key``, raises on failure;
+  ``RetryLater`` carries the server's ``Retry-After``.
 
-Erasure (``mnemo users erase``, ``/forget me``) queues one more op, ``"forget_user"``:
-its payload (``forget_user``) names only the user's scope ``user_id``, built here and
-not by ``prepare_write`` (the person is gone from mnemo by the time it is sent), and
-``apply_write`` deletes everything the provider holds for that user with the API's own
-delete call. Like any write it waits in the job queue while the provider is down.
+Erasure (``mnemo users erase``, ``/forget me``) queues one more operation,
+``ForgetUser``: its payload (``forget_user``) names only the user's scope ``user_id``,
+built here and not by ``prepare_write`` (the person is gone from mnemo by the time it
+is sent), and ``apply_write`` deletes everything the provider holds for that user with
+the API's own delete call. Like any write it waits in the job queue while the provider
+is down.
 
-``MemoryManager`` hands prepared payloads to a write sink (the gateway's persisted job
-queue, kind ``provider_write``) and the queue calls ``MemoryManager.apply_write`` with
-backoff and bounded attempts. Without a sink (tools, tests) the manager applies the
-write in the background at once.
+``MemoryManager`` hands prepared writes to a write sink (the gateway's persisted job
+queue, kind ``provider_write``, which stores ``ProviderWrite.to_payload()``), and the
+queue calls ``MemoryManager.apply_write`` with the stored payload, with backoff and
+bounded attempts. Without a sink (tools, tests) the manager applies the write in the
+background at once.
 
 Health: ``ProviderHealth`` remembers whether the last call reached the provider and
 the last error, and keeps a copy in ``providers/<name>/status.json`` so that
@@ -30,22 +33,21 @@ the last error, and keeps a copy in ``providers/<name>/status.json`` so that
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mnemo.memory.atomic import ensure_folder
-from mnemo.memory.provider import ProviderContext
-from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope, safe_id
+from mnemo.memory.provider import Messages, ProviderContext
+from mnemo.memory.writes import Operation, ProviderWrite
+
+if TYPE_CHECKING:
+    from mnemo.memory.memory_tool import MemoryWrite
 
 STATUS_FILE = "status.json"
-FORGET_USER = "forget_user"
-WRITE_OPS = ("turn", "memory", "session_end", "pre_compress", FORGET_USER)
 
 
 class RetryLater(Exception):
@@ -56,59 +58,38 @@ class RetryLater(Exception):
         self.retry_after_s = retry_after_s
 
 
-def write_key(op: str, ctx: ProviderContext, *parts: str) -> str:
-    """The idempotency key of one write: the same turn gives the same key."""
-    h = hashlib.sha256()
-    for part in (op, ctx.session_id, str(ctx.user or ""), *parts):
-        h.update(part.encode("utf-8", "surrogatepass"))
-        h.update(b"\x00")
-    return f"{op}-{h.hexdigest()[:32]}"
-
-
 def forget_user(user_id: str) -> dict[str, Any]:
-    """The durable write that erases ``user_id`` (``PLATFORM:ID``) at an external provider:
-    ``{"op": "forget_user", "key": …, "scope": {"user_id": …, …}}``, the scope's
+    """The job payload that erases ``user_id`` (``PLATFORM:ID``) at an external provider:
+    ``{"op": "forget_user", "key": …, "scope": {"user_id": …, …}, …}``, the scope's
     ``user_id`` in the form ``scope_for`` gives every provider call."""
-    scope = ProviderScope(safe_id(user_id), "forget", DEFAULT_AGENT_ID)
-    digest = hashlib.sha256(scope.user_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return {"op": FORGET_USER, "key": f"{FORGET_USER}-{digest}", "scope": scope.as_dict()}
-
-
-def forget_scope(payload: Mapping[str, Any]) -> ProviderScope:
-    """The scope a ``forget_user`` payload names (only its ``user_id`` matters)."""
-    scope = payload.get("scope")
-    user_id = scope.get("user_id") if isinstance(scope, Mapping) else payload.get("user_id")
-    if not isinstance(user_id, str) or not user_id:
-        raise ValueError("forget_user: the payload names no user_id")
-    return ProviderScope(user_id, "forget", DEFAULT_AGENT_ID)
+    return ProviderWrite.forget(user_id).to_payload()
 
 
 class DurableWrites(ABC):
     """The contract of a provider whose writes go through the durable write queue:
-    ``prepare_write`` turns a hook's data into a JSON payload (None: nothing to write),
-    stored as a job; ``apply_write`` sends one payload and raises ``RetryLater`` (or any
-    error) to be tried again with backoff."""
+    ``prepare_write`` turns an operation into a ``ProviderWrite`` (None: nothing to
+    write), stored as a job; ``apply_write`` sends one and raises ``RetryLater`` (or any
+    error) to be tried again with backoff. Called by ``MemoryManager`` only, off the
+    event loop."""
 
     @abstractmethod
-    def prepare_write(
-        self, op: str, data: Mapping[str, Any], ctx: ProviderContext
-    ) -> dict[str, Any] | None: ...
+    def prepare_write(self, operation: Operation, ctx: ProviderContext) -> ProviderWrite | None: ...
 
     @abstractmethod
-    def apply_write(self, payload: Mapping[str, Any]) -> None: ...
+    def apply_write(self, write: ProviderWrite) -> None: ...
 
     # The manager sends these through prepare_write/apply_write instead; the plain
     # hooks do nothing so that a write is never sent twice.
     def sync_turn(self, user_text: str, assistant_text: str, ctx: ProviderContext) -> None:
         return None
 
-    def on_memory_write(self, write: Any, ctx: ProviderContext) -> None:
+    def on_memory_write(self, write: MemoryWrite, ctx: ProviderContext) -> None:
         return None
 
-    def on_session_end(self, messages: Any, ctx: ProviderContext) -> None:
+    def on_session_end(self, messages: Messages, ctx: ProviderContext) -> None:
         return None
 
-    def on_pre_compress(self, messages: Any, ctx: ProviderContext) -> None:
+    def on_pre_compress(self, messages: Messages, ctx: ProviderContext) -> None:
         return None
 
 

@@ -54,6 +54,15 @@ from mnemo.memory.provider import (
 from mnemo.memory.provider_config import read_provider_config
 from mnemo.memory.threats import guard_write
 from mnemo.memory.trivial import is_trivial_prompt
+from mnemo.memory.writes import (
+    MirrorWrite,
+    Operation,
+    PreCompress,
+    ProviderWrite,
+    SessionEnd,
+    SyncTurn,
+    label,
+)
 
 if TYPE_CHECKING:
     from mnemo.memory.memory_tool import MemoryWrite
@@ -94,6 +103,9 @@ class _Slot:
 
 _FAILED = object()
 
+# Where durable providers' writes go: ``sink(provider_name, write)`` (the persisted job queue).
+WriteSink = Callable[[str, ProviderWrite], Coroutine[Any, Any, None]]
+
 
 def _error(message: str) -> str:
     return json.dumps({"ok": False, "error": message}, ensure_ascii=False)
@@ -123,7 +135,7 @@ class MemoryManager:
         self._started = False
         self._closed = False
         # Where durable providers' writes go (the persisted job queue); None: at once.
-        self._write_sink: Callable[[str, dict[str, Any]], Coroutine[Any, Any, None]] | None = None
+        self._write_sink: WriteSink | None = None
         # Linked accounts (``memory/identity.py``): calls for any of a person's accounts
         # use the person's provider scope. None: every account is its own person.
         self.identities: Identities | None = None
@@ -291,59 +303,65 @@ class MemoryManager:
         health = getattr(slot.provider, "health", None)
         return "ok" if slot.ready and getattr(health, "reachable", True) is not False else "degraded"
 
-    # --- durable writes (memory/durable.py) ----------------------------------------------
-    def set_write_sink(self, sink: Callable[[str, dict[str, Any]], Coroutine[Any, Any, None]] | None) -> None:
-        """Route durable providers' writes to ``sink(provider_name, payload)``."""
+    # --- durable writes (memory/durable.py, memory/writes.py) -----------------------------
+    def set_write_sink(self, sink: WriteSink | None) -> None:
+        """Route durable providers' writes to ``sink(provider_name, write)``."""
         self._write_sink = sink
 
-    def _durable(
-        self, op: str, data: Mapping[str, Any], ctx: ProviderContext
-    ) -> list[Coroutine[Any, Any, None]]:
+    def _durable(self, operation: Operation | None, ctx: ProviderContext) -> list[Coroutine[Any, Any, None]]:
         out: list[Coroutine[Any, Any, None]] = []
+        if operation is None:
+            return out
         for slot in self._slots:
             if not (slot.ready and isinstance(slot.provider, DurableWrites)):
                 continue
             try:
-                payload = slot.provider.prepare_write(op, data, ctx)
+                write = slot.provider.prepare_write(operation, ctx)
             except Exception as e:
                 log.warning(
                     "memory provider failed",
                     provider=slot.name,
-                    call=f"prepare_write:{op}",
+                    call=f"prepare_write:{label(operation)}",
                     error=f"{type(e).__name__}: {e}",
                 )
                 continue
-            if payload is None:
+            if write is None:
                 continue
             if self._write_sink is not None:
-                out.append(self._write_sink(slot.name, payload))
+                out.append(self._write_sink(slot.name, write))
             else:
-                out.append(self._apply_logged(slot.name, payload))
+                out.append(self._apply_logged(slot, write))
         return out
 
-    async def _apply_logged(self, name: str, payload: dict[str, Any]) -> None:
+    async def _apply_logged(self, slot: _Slot, write: ProviderWrite) -> None:
         try:
-            await self.apply_write(name, payload)
+            await self._apply(slot, write)
         except Exception as e:
             log.warning(
                 "memory provider write failed",
-                provider=name,
-                op=payload.get("op"),
+                provider=slot.name,
+                op=label(write.operation),
                 error=f"{type(e).__name__}: {e}",
             )
 
-    def _queue_durable(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> None:
-        for coro in self._durable(op, data, ctx):
+    def _queue_durable(self, operation: Operation | None, ctx: ProviderContext) -> None:
+        for coro in self._durable(operation, ctx):
             self._spawn(coro)
 
     async def apply_write(self, name: str, payload: Mapping[str, Any]) -> None:
-        """Send one prepared write (the job queue's handler). Raises on failure, so the
+        """Send one stored write (the job queue's handler; ``payload`` is
+        ``ProviderWrite.to_payload()``, or an older mnemo's). Raises on failure, so the
         queue retries it; ``RetryLater.retry_after_s`` is the server's wish."""
         slot = next((s for s in self._slots if s.name == name and s.ready), None)
         if slot is None or not isinstance(slot.provider, DurableWrites):
             raise ProviderError(f"memory provider {name!r} is not running")
+        await self._apply(slot, ProviderWrite.from_payload(payload))
+
+    async def _apply(self, slot: _Slot, write: ProviderWrite) -> None:
+        provider = slot.provider
+        assert isinstance(provider, DurableWrites)
         async with asyncio.timeout(self.limits.background_timeout_s):
-            await asyncio.to_thread(slot.provider.apply_write, dict(payload))
+            await asyncio.to_thread(provider.apply_write, write)
 
     # --- per turn --------------------------------------------------------------------
     async def prefetch(self, query: str, ctx: ProviderContext) -> Recall | None:
@@ -402,7 +420,7 @@ class MemoryManager:
             return
         args = (strip_fences(user_text), strip_fences(assistant_text), ctx)
         if not self._closed:
-            self._queue_durable("turn", {"user": args[0], "assistant": args[1]}, ctx)
+            self._queue_durable(SyncTurn(args[0], args[1]), ctx)
         self._background("sync_turn", lambda s: s.provider.sync_turn, args)
 
     async def handle_tool_call(self, name: str, args: Mapping[str, Any], ctx: ProviderContext) -> str:
@@ -449,7 +467,7 @@ class MemoryManager:
     async def on_session_end(self, messages: Messages, ctx: ProviderContext) -> None:
         ctx = self._scoped(ctx)
         if ctx.may_write:
-            await asyncio.gather(*self._durable("session_end", {"messages": list(messages)}, ctx))
+            await asyncio.gather(*self._durable(SessionEnd.of(messages), ctx))
             t = self.limits.background_timeout_s
             await self._each(
                 "on_session_end", lambda s: s.provider.on_session_end, (messages, ctx), timeout=t
@@ -460,7 +478,7 @@ class MemoryManager:
         replace that follows an add is mirrored in the same order)."""
         ctx = self._scoped(ctx)
         if ctx.may_write:
-            await asyncio.gather(*self._durable("memory", {"write": write}, ctx))
+            await asyncio.gather(*self._durable(MirrorWrite.of(write, ctx), ctx))
             await self._each(
                 "on_memory_write", lambda s: s.provider.on_memory_write, (write, ctx), external_only=True
             )
@@ -477,7 +495,7 @@ class MemoryManager:
         if not ctx.may_write:
             return True
         ok = True
-        await asyncio.gather(*self._durable("pre_compress", {"messages": list(messages)}, ctx))
+        await asyncio.gather(*self._durable(PreCompress.of(messages), ctx))
         t = self.limits.background_timeout_s
         for slot in [s for s in self._slots if s.ready]:
             result = await self._run(

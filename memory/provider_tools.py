@@ -1,5 +1,5 @@
 """What the external memory providers (``mnemo.providers.*``) share: their tool schemas,
-the settings lookup and the state they start with.
+their common settings and the settings lookup.
 
 Most providers offer the model the same few tools under their own prefix:
 
@@ -9,20 +9,22 @@ Most providers offer the model the same few tools under their own prefix:
   it before the provider sees it: ``durable_args``);
 * ``<prefix>_conclude`` — the same with a ``conclusion`` argument (Mem0, Honcho).
 
-A provider whose tools differ keeps its own ``ToolSchema``. A setting is read from the
-provider's config, else from its environment variable, else a default (``setting``).
-``ProviderState`` is the state a provider has before ``initialize``: no config, no
-client, health kept in memory only.
+``SharedTools`` is that set for one provider (``memory.external.ExternalProvider``
+answers it); a provider whose tools differ keeps its own ``ToolSchema``. A setting is
+read from the provider's config, else from its environment variable, else a default
+(``setting``); ``api_key_field``, ``top_k_field`` and ``timeout_field`` are the settings
+most providers ask for.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from mnemo.memory.durable import ProviderHealth
 from mnemo.memory.provider import ToolSchema
+from mnemo.memory.provider_config import ConfigField, ConfigKind
 
 SEARCH_MAX_LIMIT = 50
 
@@ -33,19 +35,18 @@ def setting(config: Mapping[str, Any], key: str, env: str, default: str = "") ->
     return str(config.get(key) or os.environ.get(env) or default)
 
 
-class ProviderState:
-    """Mixed in before ``MemoryProvider``: ``_config``, ``_client`` and ``health`` as they are
-    until ``initialize`` sets them (construction does no I/O)."""
+def api_key_field(help: str) -> ConfigField:
+    return ConfigField("api_key", help, secret=True)
 
-    _config: Mapping[str, Any]
-    _client: Any
-    health: ProviderHealth
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._config = {}
-        self._client = None
-        self.health = ProviderHealth()
+def top_k_field(help: str = "memories recalled per turn") -> ConfigField:
+    return ConfigField("top_k", help, ConfigKind.INTEGER, 5, minimum=1, maximum=50)
+
+
+def timeout_field() -> ConfigField:
+    return ConfigField(
+        "timeout_s", "HTTP timeout per request (seconds)", ConfigKind.NUMBER, 10.0, minimum=0.1, maximum=300
+    )
 
 
 def profile_tool(prefix: str, description: str) -> ToolSchema:
@@ -101,3 +102,40 @@ def conclude_tool(prefix: str, label: str) -> ToolSchema:
         f"Store one durable conclusion about the user in {label} (a fact, preference or decision).",
         "conclusion",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SharedTools:
+    """One provider's profile, search and write tool (``remember`` or ``conclude``)."""
+
+    profile: ToolSchema
+    search: ToolSchema
+    write: ToolSchema
+
+    @classmethod
+    def standard(
+        cls,
+        prefix: str,
+        label: str,
+        profile: str,
+        *,
+        conclude: bool = False,
+        search: str | None = None,
+    ) -> SharedTools:
+        """``<prefix>_profile`` described by ``profile``, ``<prefix>_search`` and
+        ``<prefix>_remember`` (``<prefix>_conclude`` with ``conclude``)."""
+        write = conclude_tool(prefix, label) if conclude else remember_tool(prefix, label)
+        return cls(profile_tool(prefix, profile), search_tool(prefix, label, description=search), write)
+
+    @property
+    def write_arg(self) -> str:
+        """The write tool's one argument (``content`` or ``conclusion``)."""
+        return self.write.durable_args[0]
+
+    @property
+    def verb(self) -> str:
+        """The write tool's verb: its name after the prefix (``remember``, ``conclude``)."""
+        return self.write.name.rsplit("_", 1)[-1]
+
+    def schemas(self) -> tuple[ToolSchema, ...]:
+        return (self.profile, self.search, self.write)

@@ -70,6 +70,7 @@ from mnemo.memory.reindex import SearchMaintenance
 from mnemo.memory.search import SessionSearch
 from mnemo.memory.sessions import SessionStore
 from mnemo.memory.skills import SkillStore
+from mnemo.memory.writes import ProviderWrite
 
 log = get_logger(__name__)
 
@@ -165,11 +166,11 @@ def register_provider_writes(jobs: JobQueue, providers: MemoryManager) -> None:
     async def handle(job: Any, run: Any) -> None:
         await providers.apply_write(job.payload["provider"], job.payload["payload"])
 
-    async def sink(name: str, payload: dict[str, Any]) -> None:
-        key = f"{name}:{payload['key']}"
+    async def sink(name: str, write: ProviderWrite) -> None:
+        key = f"{name}:{write.key}"
         if any(j.state == "done" for j in await jobs.jobs(session_id=key, kind=PROVIDER_WRITE)):
             return
-        await jobs.enqueue(PROVIDER_WRITE, key, {"provider": name, "payload": payload})
+        await jobs.enqueue(PROVIDER_WRITE, key, {"provider": name, "payload": write.to_payload()})
 
     jobs.register(PROVIDER_WRITE, handle, backoff=PROVIDER_WRITE_BACKOFF)
     providers.set_write_sink(sink)

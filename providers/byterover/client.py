@@ -27,9 +27,9 @@ import asyncio
 import json as _json
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -42,6 +42,7 @@ DEFAULT_URL = "https://prod-beta-cgit.byterover.dev/api/v1"
 SHA_PLACEHOLDER = "sha_placeholder"
 COMMIT_ATTEMPTS = 3  # a stale head is corrected from the answer; more means a busy branch
 _CURRENT_SHA = re.compile(r"current sha is '([^']+)'", re.IGNORECASE)
+R = TypeVar("R")
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -51,7 +52,7 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def _run(coro: Any) -> Any:
+def _run(coro: Coroutine[Any, Any, R]) -> R:
     """Run ``coro`` to completion from synchronous code (also under a running loop)."""
     try:
         asyncio.get_running_loop()
@@ -70,7 +71,8 @@ def _run(coro: Any) -> Any:
     t.join()
     if "error" in box:
         raise box["error"]
-    return box.get("value")
+    value: R = box["value"]
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,32 +19,29 @@ its own thread (the manager calls providers from worker threads).
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mnemo.memory.durable import (
-    FORGET_USER,
-    DurableWrites,
-    ProviderHealth,
-    RetryLater,
-    forget_scope,
-    write_key,
+from mnemo.memory.durable import RetryLater
+from mnemo.memory.errors import ProviderError
+from mnemo.memory.external import ExternalProvider, answer, missing_package, refuse
+from mnemo.memory.provider import Availability, ProviderContext, ToolSchema
+from mnemo.memory.provider_config import ConfigField, ConfigKind
+from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope
+from mnemo.memory.provider_tools import api_key_field, setting, timeout_field
+from mnemo.memory.writes import (
+    LegacyWrite,
+    MirrorWrite,
+    PreCompress,
+    ProviderWrite,
+    Remember,
+    SessionEnd,
+    SyncTurn,
+    label,
 )
-from mnemo.memory.provider import (
-    Availability,
-    MemoryProvider,
-    ProviderContext,
-    Recall,
-    ToolSchema,
-    message_text,
-)
-from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
-from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope, scope_for
-from mnemo.memory.provider_tools import ProviderState, setting
 
 MAX_TEXT = 8000
 SESSION_END_MESSAGES = 30
@@ -67,10 +64,11 @@ RETAIN = ToolSchema(
 )
 
 
-class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
+class HindsightProvider(ExternalProvider[Any]):
     name = "hindsight"
     label = "Hindsight"
     description = "Hindsight memory banks (one per user): retain, recall, reflect"
+    max_text = MAX_TEXT
 
     def __init__(self) -> None:
         super().__init__()
@@ -80,9 +78,7 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
 
     def get_config_schema(self) -> Sequence[ConfigField]:
         return (
-            ConfigField(
-                "api_key", "Hindsight API key (or HINDSIGHT_API_KEY); empty for an open server", secret=True
-            ),
+            api_key_field("Hindsight API key (or HINDSIGHT_API_KEY); empty for an open server"),
             ConfigField("base_url", "Hindsight API base URL (or HINDSIGHT_BASE_URL)"),
             ConfigField("bank_prefix", "prefix of the per-user bank ids", default="mnemo"),
             ConfigField("agent_id", "the bot's id, stored with each memory", default=DEFAULT_AGENT_ID),
@@ -95,30 +91,16 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
                 minimum=64,
                 maximum=8192,
             ),
-            ConfigField(
-                "timeout_s",
-                "HTTP timeout per request (seconds)",
-                ConfigKind.NUMBER,
-                10.0,
-                minimum=0.1,
-                maximum=300,
-            ),
+            timeout_field(),
         )
 
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
-        try:
-            import hindsight_client  # noqa: F401
-        except ImportError:
-            return Availability(
-                False, "the hindsight-client package is missing: pip install 'mnemo[hindsight]'"
-            )
+        missing = missing_package("hindsight_client", "hindsight-client", "hindsight")
+        if missing is not None:
+            return missing
         if not setting(config, "base_url", "HINDSIGHT_BASE_URL"):
             return Availability(False, "set base_url (or HINDSIGHT_BASE_URL) to the Hindsight server")
         return Availability(True)
-
-    def initialize(self, home: Path, config: Mapping[str, Any]) -> None:
-        self._config = dict(config)
-        self.health = ProviderHealth(provider_dir(home, self.name))
 
     def shutdown(self) -> None:
         loop, client = self._loop, self._client
@@ -134,7 +116,7 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
             self._thread.join(5)
 
     # --- the private loop -----------------------------------------------------------------
-    def _run(self, what: str, make: Any) -> Any:
+    def _run(self, what: str, make: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
@@ -152,31 +134,27 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
                 self._client = Hindsight(
                     base_url=setting(self._config, "base_url", "HINDSIGHT_BASE_URL"),
                     api_key=key,
-                    timeout=float(self._config.get("timeout_s", 10.0)),
+                    timeout=self.timeout_s,
                     user_agent="mnemo",
                     max_attempts=1,  # retries belong to the job queue
                 )
-            coro: Coroutine[Any, Any, Any] = make(self._client)
-            return await coro
+            return await make(self._client)
 
-        try:
-            result = asyncio.run_coroutine_threadsafe(call(), loop).result(
-                float(self._config.get("timeout_s", 10.0)) + 5
-            )
-        except Exception as e:
-            self.health.failed(e)
-            status = getattr(e, "status", None)
-            if status in (429, 503):
-                headers = getattr(e, "headers", None) or {}
-                after = headers.get("Retry-After") if hasattr(headers, "get") else None
-                try:
-                    delay = float(after) if after is not None else None
-                except ValueError:
-                    delay = None
-                raise RetryLater(f"hindsight {what}: {status}", delay) from e
-            raise
-        self.health.ok()
-        return result
+        return self.call(
+            what, lambda: asyncio.run_coroutine_threadsafe(call(), loop).result(self.timeout_s + 5)
+        )
+
+    def retry_later(self, what: str, error: Exception) -> RetryLater | None:
+        status = getattr(error, "status", None)
+        if status in (429, 503):
+            headers = getattr(error, "headers", None) or {}
+            after = headers.get("Retry-After") if hasattr(headers, "get") else None
+            try:
+                delay = float(after) if after is not None else None
+            except ValueError:
+                delay = None
+            return RetryLater(f"hindsight {what}: {status}", delay)
+        return None
 
     # --- the API, always with an explicit scope -----------------------------------------
     def bank_id(self, scope: ProviderScope) -> str:
@@ -221,87 +199,52 @@ class HindsightProvider(ProviderState, DurableWrites, MemoryProvider):
             self.health.ok()
 
     def reflect(self, query: str, scope: ProviderScope) -> str:
-        return self._run(
+        response = self._run(
             "reflect", lambda c: c.areflect(bank_id=self.bank_id(scope), query=query[:MAX_TEXT])
-        ).text
-
-    # --- per turn -------------------------------------------------------------------------
-    def _scope(self, ctx: ProviderContext) -> ProviderScope | None:
-        return scope_for(ctx, str(self._config.get("agent_id") or DEFAULT_AGENT_ID))
-
-    def prefetch(self, query: str, ctx: ProviderContext) -> Recall:
-        scope = self._scope(ctx)
-        if scope is None:
-            return Recall("")
-        found = self.recall(query, scope)
-        if not found:
-            return Recall("")
-        return Recall(
-            "Hindsight remembers about this user:\n" + "\n".join(f"- {t}" for t in found), len(found)
         )
+        return str(response.text)
 
-    def prepare_write(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any] | None:
-        scope = self._scope(ctx)
-        if scope is None:
-            return None
-        if op == "turn":
-            content = f"user: {data['user']}\nassistant: {data['assistant']}"
-            context = "a conversation turn"
-        elif op == "memory":
-            write = data["write"]
-            if write.content is None or (write.owner is not None and str(write.owner) != str(ctx.user)):
-                return None
-            content, context = write.content, "a note the assistant saved to its memory"
-        elif op in ("session_end", "pre_compress"):
-            lines = [
-                f"{m['role']}: {message_text(m.get('content'))}"
-                for m in data["messages"]
-                if m.get("role") in ("user", "assistant") and message_text(m.get("content")).strip()
-            ][-SESSION_END_MESSAGES:]
-            if not lines:
-                return None
-            content = "\n".join(lines)
-            context = "a conversation" + (
-                " before it was compressed" if op == "pre_compress" else " that ended"
-            )
-        else:
-            return None
-        key = write_key(op, ctx, content)
-        return {
-            "op": op,
-            "key": key,
-            "scope": scope.as_dict(),
-            "content": content[:MAX_TEXT],
-            "context": context,
-        }
+    # --- writes ---------------------------------------------------------------------------
+    def send(self, write: ProviderWrite) -> None:
+        match write.operation:
+            case SyncTurn(user=user, assistant=assistant):
+                content, context = f"user: {user}\nassistant: {assistant}", "a conversation turn"
+            case MirrorWrite(content=content):
+                context = "a note the assistant saved to its memory"
+            case Remember(content=content):
+                context = "a fact the assistant concluded"
+            case SessionEnd(messages=said) | PreCompress(messages=said):
+                content = "\n".join(f"{m.role}: {m.text}" for m in said[-SESSION_END_MESSAGES:])
+                ending = (
+                    "that ended" if isinstance(write.operation, SessionEnd) else "before it was compressed"
+                )
+                context = f"a conversation {ending}"
+            case _:
+                raise ProviderError(f"hindsight: cannot send {label(write.operation)}")
+        self.retain(content, write.scope, key=write.key, context=context)
 
-    def apply_write(self, payload: Mapping[str, Any]) -> None:
-        if payload["op"] == FORGET_USER:  # erasure: the user's whole bank
-            self.forget(forget_scope(payload))
-            return
-        scope = ProviderScope.from_dict(payload["scope"])
-        self.retain(str(payload["content"]), scope, key=str(payload["key"]), context=str(payload["context"]))
+    def apply_legacy(self, operation: LegacyWrite, write: ProviderWrite) -> None:
+        body = operation.body
+        self.retain(str(body["content"]), write.scope, key=write.key, context=str(body["context"]))
 
     # --- tools ----------------------------------------------------------------------------
     def get_tool_schemas(self) -> Sequence[ToolSchema]:
         return (RECALL, REFLECT, RETAIN)
 
     def handle_tool_call(self, name: str, args: Mapping[str, Any], ctx: ProviderContext) -> str:
-        scope = self._scope(ctx)
+        scope = self.scope(ctx)
         if scope is None:
-            return json.dumps({"ok": False, "error": "no user in this conversation"})
-        text = args.get("content" if name == "hindsight_retain" else "query")
+            return refuse("no user in this conversation")
+        text = args.get("content" if name == RETAIN.name else "query")
         if not isinstance(text, str) or not text.strip():
-            return json.dumps({"ok": False, "error": "a non-empty text argument is required"})
-        if name == "hindsight_recall":
-            return json.dumps({"ok": True, "results": self.recall(text, scope)}, ensure_ascii=False)
-        if name == "hindsight_reflect":
-            return json.dumps({"ok": True, "answer": self.reflect(text, scope)}, ensure_ascii=False)
-        if name == "hindsight_retain":
+            return refuse("a non-empty text argument is required")
+        if name == RECALL.name:
+            return answer(results=self.recall(text, scope))
+        if name == REFLECT.name:
+            return answer(answer=self.reflect(text, scope))
+        if name == RETAIN.name:
             if not ctx.may_write:
-                return json.dumps({"ok": False, "error": "memory is read-only in this context"})
-            self.retain(
-                text, scope, key=write_key("retain", ctx, text), context="a fact the assistant concluded"
-            )
-            return json.dumps({"ok": True})
-        return json.dumps({"ok": False, "error": f"unknown tool {name}"})
+                return refuse("memory is read-only in this context")
+            self.remember(text, scope, ctx, "retain")
+            return answer()
+        return refuse(f"unknown tool {name}")

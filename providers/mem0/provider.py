@@ -22,7 +22,6 @@ key in ``metadata.mnemo_key``. Telemetry of the SDK is switched off
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -31,38 +30,29 @@ from typing import Any
 
 import structlog
 
-from mnemo.memory.durable import (
-    FORGET_USER,
-    DurableWrites,
-    ProviderHealth,
-    RetryLater,
-    forget_scope,
-    write_key,
-)
+from mnemo.memory.durable import RetryLater
 from mnemo.memory.errors import ProviderError
-from mnemo.memory.provider import (
-    Availability,
-    MemoryProvider,
-    ProviderContext,
-    Recall,
-    ToolSchema,
-    message_text,
+from mnemo.memory.external import ExternalProvider, missing_package
+from mnemo.memory.provider import Availability
+from mnemo.memory.provider_config import ConfigField, ConfigKind
+from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope
+from mnemo.memory.provider_tools import SharedTools, api_key_field, setting, timeout_field, top_k_field
+from mnemo.memory.writes import (
+    LegacyWrite,
+    MirrorWrite,
+    PreCompress,
+    ProviderWrite,
+    Remember,
+    SessionEnd,
+    SyncTurn,
+    label,
 )
-from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
-from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope, scope_for
-from mnemo.memory.provider_tools import ProviderState, conclude_tool, profile_tool, search_tool, setting
 
 log = structlog.get_logger(__name__)
 
 PLATFORM_URL = "https://api.mem0.ai"
 MAX_TEXT = 4000
 SESSION_END_MESSAGES = 20
-
-PROFILE = profile_tool(
-    "mem0", "Everything Mem0 remembers about the user you are talking to (their stored memories)."
-)
-SEARCH = search_tool("mem0", "Mem0")
-CONCLUDE = conclude_tool("mem0", "Mem0")
 
 
 def _memories(body: Any) -> list[str]:
@@ -73,10 +63,16 @@ def _memories(body: Any) -> list[str]:
     return [str(i["memory"]) for i in items if isinstance(i, Mapping) and isinstance(i.get("memory"), str)]
 
 
-class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
+class Mem0Provider(ExternalProvider[Any]):
     name = "mem0"
     label = "Mem0"
     description = "Mem0 long-term memory (hosted platform or self-hosted server), per-user scopes"
+    shared_tools = SharedTools.standard(
+        "mem0",
+        "Mem0",
+        "Everything Mem0 remembers about the user you are talking to (their stored memories).",
+        conclude=True,
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -86,7 +82,7 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
     # --- settings --------------------------------------------------------------------
     def get_config_schema(self) -> Sequence[ConfigField]:
         return (
-            ConfigField("api_key", "Mem0 API key (or MEM0_API_KEY)", secret=True),
+            api_key_field("Mem0 API key (or MEM0_API_KEY)"),
             ConfigField("base_url", "API base URL (or MEM0_BASE_URL); empty: the hosted platform"),
             ConfigField(
                 "api",
@@ -96,15 +92,8 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
                 choices=("platform", "server"),
             ),
             ConfigField("agent_id", "the bot's agent id in Mem0", default=DEFAULT_AGENT_ID),
-            ConfigField("top_k", "memories recalled per turn", ConfigKind.INTEGER, 5, minimum=1, maximum=50),
-            ConfigField(
-                "timeout_s",
-                "HTTP timeout per request (seconds)",
-                ConfigKind.NUMBER,
-                10.0,
-                minimum=0.1,
-                maximum=300,
-            ),
+            top_k_field(),
+            timeout_field(),
         )
 
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
@@ -114,19 +103,14 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
                 return Availability(False, "set base_url (or MEM0_BASE_URL) to the self-hosted Mem0 server")
             return Availability(True)
         os.environ.setdefault("MEM0_TELEMETRY", "False")  # read when mem0 is imported
-        try:
-            import mem0  # noqa: F401
-        except ImportError:
-            return Availability(False, "the mem0ai package is missing: pip install 'mnemo[mem0]'")
+        missing = missing_package("mem0", "mem0ai", "mem0")
+        if missing is not None:
+            return missing
         if not setting(config, "api_key", "MEM0_API_KEY"):
-            return Availability(
-                False, "set api_key (mnemo providers setup mem0 --set api_key=…) or MEM0_API_KEY"
-            )
+            return self.key_missing("MEM0_API_KEY")
         return Availability(True)
 
-    def initialize(self, home: Path, config: Mapping[str, Any]) -> None:
-        self._config = dict(config)
-        self.health = ProviderHealth(provider_dir(home, self.name))
+    def connect(self, home: Path, config: Mapping[str, Any]) -> None:
         os.environ.setdefault("MEM0_TELEMETRY", "False")
 
     def shutdown(self) -> None:
@@ -137,9 +121,6 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
             except Exception:
                 pass
 
-    def backup_paths(self, home: Path) -> Sequence[Path]:
-        return ()  # memories live on the Mem0 server; settings are in the profile already
-
     # --- clients ----------------------------------------------------------------------
     @property
     def _server(self) -> bool:
@@ -149,21 +130,26 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
         return setting(self._config, "base_url", "MEM0_BASE_URL").rstrip("/")
 
     def _platform(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                import httpx
-
-                os.environ.setdefault("MEM0_TELEMETRY", "False")
-                from mem0 import MemoryClient
-
-                timeout = float(self._config.get("timeout_s", 10.0))
-                http = httpx.Client(timeout=timeout)
-                self._client = MemoryClient(
-                    api_key=setting(self._config, "api_key", "MEM0_API_KEY"),
-                    host=self._base_url() or PLATFORM_URL,
-                    client=http,
-                )
+        """The official client, built on first use (it pings the server when built)."""
+        if self._client is not None:
             return self._client
+
+        def build() -> Any:
+            with self._lock:
+                if self._client is None:
+                    import httpx
+
+                    os.environ.setdefault("MEM0_TELEMETRY", "False")
+                    from mem0 import MemoryClient
+
+                    self._client = MemoryClient(
+                        api_key=setting(self._config, "api_key", "MEM0_API_KEY"),
+                        host=self._base_url() or PLATFORM_URL,
+                        client=httpx.Client(timeout=self.timeout_s),
+                    )
+                return self._client
+
+        return self.call("connect", build)
 
     def _rest(self, method: str, path: str, **kw: Any) -> Any:
         import httpx
@@ -174,11 +160,7 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
                 key = setting(self._config, "api_key", "MEM0_API_KEY")
                 if key:
                     headers["Authorization"] = f"Token {key}"
-                self._http = httpx.Client(
-                    base_url=self._base_url(),
-                    headers=headers,
-                    timeout=float(self._config.get("timeout_s", 10.0)),
-                )
+                self._http = httpx.Client(base_url=self._base_url(), headers=headers, timeout=self.timeout_s)
         response = self._http.request(method, path, **kw)
         if response.status_code in (429, 503):
             raise RetryLater(
@@ -188,24 +170,12 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
         response.raise_for_status()
         return response.json()
 
-    def _call(self, what: str, fn: Any) -> Any:
-        """One API call with health bookkeeping; rate limits become ``RetryLater``."""
-        try:
-            result = fn()
-        except RetryLater as e:
-            self.health.failed(e)
-            raise
-        except Exception as e:
-            self.health.failed(e)
-            retry = getattr(e, "debug_info", None)
-            if type(e).__name__ == "RateLimitError":
-                after = retry.get("retry_after") if isinstance(retry, Mapping) else None
-                raise RetryLater(
-                    f"mem0 {what}: rate limited", float(after) if after is not None else None
-                ) from e
-            raise
-        self.health.ok()
-        return result
+    def retry_later(self, what: str, error: Exception) -> RetryLater | None:
+        if type(error).__name__ == "RateLimitError":  # the SDK's, with the server's delay
+            info = getattr(error, "debug_info", None)
+            after = info.get("retry_after") if isinstance(info, Mapping) else None
+            return RetryLater(f"mem0 {what}: rate limited", float(after) if after is not None else None)
+        return super().retry_later(what, error)
 
     # --- the API, always with an explicit scope ----------------------------------------
     def add(
@@ -219,124 +189,67 @@ class Mem0Provider(ProviderState, DurableWrites, MemoryProvider):
         ids = {"user_id": scope.user_id, "agent_id": scope.agent_id, "run_id": scope.session_id}
         if self._server:
             body = {"messages": messages, **ids, "metadata": dict(metadata), "infer": infer}
-            return self._call("add", lambda: self._rest("POST", "/memories", json=body))
-        client = self._platform() if self._client is not None else self._call("connect", self._platform)
-        return self._call("add", lambda: client.add(messages, metadata=dict(metadata), infer=infer, **ids))
+            return self.call("add", lambda: self._rest("POST", "/memories", json=body))
+        client = self._platform()
+        return self.call("add", lambda: client.add(messages, metadata=dict(metadata), infer=infer, **ids))
 
-    def search(self, query: str, scope: ProviderScope, *, limit: int) -> list[str]:
+    def search(self, query: str, scope: ProviderScope, limit: int) -> list[str]:
         filters = {"user_id": scope.user_id}
         if self._server:
             body = {"query": query, "user_id": scope.user_id, "filters": filters, "limit": limit}
-            return _memories(self._call("search", lambda: self._rest("POST", "/search", json=body)))
-        client = self._platform() if self._client is not None else self._call("connect", self._platform)
-        return _memories(self._call("search", lambda: client.search(query, filters=filters, top_k=limit)))
+            return _memories(self.call("search", lambda: self._rest("POST", "/search", json=body)))
+        client = self._platform()
+        return _memories(self.call("search", lambda: client.search(query, filters=filters, top_k=limit)))
 
     def forget(self, scope: ProviderScope) -> None:
         """Delete all of the user's memories (platform ``DELETE /v1/memories/?user_id=``,
         server ``DELETE /memories?user_id=``)."""
         if self._server:
-            self._call("delete", lambda: self._rest("DELETE", "/memories", params={"user_id": scope.user_id}))
+            self.call("delete", lambda: self._rest("DELETE", "/memories", params={"user_id": scope.user_id}))
             return
-        client = self._platform() if self._client is not None else self._call("connect", self._platform)
-        self._call("delete", lambda: client.delete_all(user_id=scope.user_id))
+        client = self._platform()
+        self.call("delete", lambda: client.delete_all(user_id=scope.user_id))
 
-    def profile(self, scope: ProviderScope) -> list[str]:
+    def profile(self, scope: ProviderScope) -> Mapping[str, Any]:
         if self._server:
-            return _memories(
-                self._call("list", lambda: self._rest("GET", "/memories", params={"user_id": scope.user_id}))
+            params = {"user_id": scope.user_id}
+            return {
+                "memories": _memories(
+                    self.call("list", lambda: self._rest("GET", "/memories", params=params))
+                )
+            }
+        client = self._platform()
+        return {
+            "memories": _memories(
+                self.call("list", lambda: client.get_all(filters={"user_id": scope.user_id}))
             )
-        client = self._platform() if self._client is not None else self._call("connect", self._platform)
-        return _memories(self._call("list", lambda: client.get_all(filters={"user_id": scope.user_id})))
+        }
 
-    # --- per turn ---------------------------------------------------------------------
-    def _scope(self, ctx: ProviderContext) -> ProviderScope | None:
-        return scope_for(ctx, str(self._config.get("agent_id") or DEFAULT_AGENT_ID))
+    # --- writes -----------------------------------------------------------------------
+    def send(self, write: ProviderWrite) -> None:
+        match write.operation:
+            case SyncTurn(user=user, assistant=assistant):
+                messages = [
+                    {"role": "user", "content": user[:MAX_TEXT]},
+                    {"role": "assistant", "content": assistant[:MAX_TEXT]},
+                ]
+                infer = True
+            case MirrorWrite(content=content) | Remember(content=content):
+                messages, infer = [{"role": "user", "content": content[:MAX_TEXT]}], False
+            case SessionEnd(messages=said) | PreCompress(messages=said):
+                messages = [
+                    {"role": m.role, "content": m.text[:MAX_TEXT]} for m in said[-SESSION_END_MESSAGES:]
+                ]
+                infer = True
+            case _:
+                raise ProviderError(f"mem0: cannot send {label(write.operation)}")
+        metadata = {"mnemo_key": write.key, "mnemo_op": label(write.operation)}
+        self.add(messages, write.scope, metadata=metadata, infer=infer)
 
-    def prefetch(self, query: str, ctx: ProviderContext) -> Recall:
-        scope = self._scope(ctx)
-        if scope is None:
-            return Recall("")
-        found = self.search(query[:MAX_TEXT], scope, limit=int(self._config.get("top_k", 5)))
-        if not found:
-            return Recall("")
-        return Recall("Mem0 remembers about this user:\n" + "\n".join(f"- {m}" for m in found), len(found))
-
-    def prepare_write(self, op: str, data: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any] | None:
-        scope = self._scope(ctx)
-        if scope is None:
-            return None
-        if op == "turn":
-            messages = [
-                {"role": "user", "content": str(data["user"])[:MAX_TEXT]},
-                {"role": "assistant", "content": str(data["assistant"])[:MAX_TEXT]},
-            ]
-            infer = True
-        elif op == "memory":
-            write = data["write"]
-            if write.content is None or (write.owner is not None and str(write.owner) != str(ctx.user)):
-                return None  # removals stay with the built-in files; never another user's entry
-            messages = [{"role": "user", "content": write.content[:MAX_TEXT]}]
-            infer = False
-        elif op in ("session_end", "pre_compress"):
-            messages = [
-                {"role": m["role"], "content": message_text(m.get("content"))[:MAX_TEXT]}
-                for m in data["messages"]
-                if m.get("role") in ("user", "assistant") and message_text(m.get("content")).strip()
-            ][-SESSION_END_MESSAGES:]
-            if not messages:
-                return None
-            infer = True
-        else:
-            return None
-        key = write_key(op, ctx, json.dumps(messages, sort_keys=True))
-        return {"op": op, "key": key, "scope": scope.as_dict(), "messages": messages, "infer": infer}
-
-    def apply_write(self, payload: Mapping[str, Any]) -> None:
-        if payload["op"] == FORGET_USER:  # erasure: every memory of the user
-            self.forget(forget_scope(payload))
-            return
-        scope = ProviderScope.from_dict(payload["scope"])
-        self.add(
-            list(payload["messages"]),
-            scope,
-            metadata={"mnemo_key": payload["key"], "mnemo_op": payload["op"]},
-            infer=bool(payload.get("infer", True)),
-        )
-
-    # --- tools ------------------------------------------------------------------------
-    def get_tool_schemas(self) -> Sequence[ToolSchema]:
-        return (PROFILE, SEARCH, CONCLUDE)
-
-    def handle_tool_call(self, name: str, args: Mapping[str, Any], ctx: ProviderContext) -> str:
-        scope = self._scope(ctx)
-        if scope is None:
-            return json.dumps({"ok": False, "error": "no user in this conversation"})
-        if name == "mem0_profile":
-            return json.dumps({"ok": True, "memories": self.profile(scope)}, ensure_ascii=False)
-        if name == "mem0_search":
-            query = args.get("query")
-            if not isinstance(query, str) or not query.strip():
-                return json.dumps({"ok": False, "error": "query is required"})
-            limit = args.get("limit", 10)
-            limit = limit if isinstance(limit, int) and 1 <= limit <= 50 else 10
-            return json.dumps(
-                {"ok": True, "results": self.search(query, scope, limit=limit)}, ensure_ascii=False
-            )
-        if name == "mem0_conclude":
-            if not ctx.may_write:
-                return json.dumps({"ok": False, "error": "memory is read-only in this context"})
-            text = args.get("conclusion")
-            if not isinstance(text, str) or not text.strip():
-                return json.dumps({"ok": False, "error": "conclusion is required"})
-            key = write_key("conclude", ctx, text)
-            self.add(
-                [{"role": "user", "content": text[:MAX_TEXT]}],
-                scope,
-                metadata={"mnemo_key": key, "mnemo_op": "conclude"},
-                infer=False,
-            )
-            return json.dumps({"ok": True})
-        return json.dumps({"ok": False, "error": f"unknown tool {name}"})
+    def apply_legacy(self, operation: LegacyWrite, write: ProviderWrite) -> None:
+        metadata = {"mnemo_key": write.key, "mnemo_op": label(operation)}
+        infer = bool(operation.body.get("infer", True))
+        self.add(list(operation.body["messages"]), write.scope, metadata=metadata, infer=infer)
 
 
 def _retry_after(value: str | None) -> float | None:

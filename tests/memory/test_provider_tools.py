@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from mnemo.memory.durable import ProviderHealth
 from mnemo.memory.provider_tools import (
-    ProviderState,
+    SharedTools,
     conclude_tool,
     profile_tool,
     remember_tool,
     search_tool,
     setting,
+    timeout_field,
+    top_k_field,
 )
 
 
@@ -61,7 +62,16 @@ def test_write_tools_mark_their_one_argument_durable() -> None:
     }
 
 
-def test_provider_state_starts_empty_and_per_instance() -> None:
-    a, b = ProviderState(), ProviderState()
-    assert a._config == {} and a._client is None and isinstance(a.health, ProviderHealth)
-    assert a.health is not b.health and a._config is not b._config
+def test_shared_tools_name_their_write_verb_and_argument() -> None:
+    remember = SharedTools.standard("acme", "Acme", "What Acme holds.")
+    conclude = SharedTools.standard("acme", "Acme", "What Acme holds.", conclude=True, search="Find.")
+    assert [t.name for t in remember.schemas()] == ["acme_profile", "acme_search", "acme_remember"]
+    assert (remember.verb, remember.write_arg) == ("remember", "content")
+    assert (conclude.verb, conclude.write_arg) == ("conclude", "conclusion")
+    assert conclude.search.description == "Find." and conclude.profile.description == "What Acme holds."
+
+
+def test_common_settings_bound_their_values() -> None:
+    assert (top_k_field().key, top_k_field().default, top_k_field().maximum) == ("top_k", 5, 50)
+    timeout = timeout_field()
+    assert (timeout.key, timeout.default, timeout.minimum, timeout.maximum) == ("timeout_s", 10.0, 0.1, 300)

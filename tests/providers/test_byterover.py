@@ -16,8 +16,10 @@ from mnemo.memory.durable import RetryLater, forget_user
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.memory.writes import MirrorWrite, PreCompress, SessionEnd, SyncTurn
 from mnemo.providers.byterover import ByteRoverProvider
 from tests.fakes.byterover_api import FakeByteRover
+from tests.providers.writes import stored
 from tests.support.loopback import LoopbackAdapter
 
 KEY = "brv-test"
@@ -94,9 +96,9 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     p = provider(home, fake)
     assert fake.requests == []  # nothing at start-up
     for user, text in (("telegram:1", "I love sailing"), ("telegram:2", "I keep bees")):
-        payload = p.prepare_write("turn", {"user": text, "assistant": "noted"}, ctx(home, user))
+        payload = p.prepare_write(SyncTurn(text, "noted"), ctx(home, user))
         assert payload is not None
-        await T(p.apply_write, json.loads(json.dumps(payload)))  # what the job queue stores
+        await T(p.apply_write, stored(payload))  # what the job queue stores
     recall_a = await T(p.prefetch, "what do I love?", ctx(home, "telegram:1"))
     recall_b = await T(p.prefetch, "what do I keep?", ctx(home, "telegram:2"))
     assert "sailing" in recall_a.text and "bees" not in recall_a.text and recall_a.count == 1
@@ -121,16 +123,16 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
 
 
 def payload_key(p: ByteRoverProvider, home: Path, user: str, text: str) -> str:
-    payload = p.prepare_write("turn", {"user": text, "assistant": "noted"}, ctx(home, user))
+    payload = p.prepare_write(SyncTurn(text, "noted"), ctx(home, user))
     assert payload is not None
-    return str(payload["key"])
+    return str(payload.key)
 
 
 async def test_a_write_sent_again_lands_on_the_same_file_and_a_stale_sha_is_retried(
     home: Path, fake: FakeByteRover
 ) -> None:
     p = provider(home, fake)
-    payload = p.prepare_write("turn", {"user": "hello there", "assistant": "hi"}, ctx(home))
+    payload = p.prepare_write(SyncTurn("hello there", "hi"), ctx(home))
     await T(p.apply_write, payload)
     fake.head = "moved-by-someone-else"
     await T(p.apply_write, payload)  # the queue retried after a lost answer
@@ -146,7 +148,7 @@ async def test_a_write_sent_again_lands_on_the_same_file_and_a_stale_sha_is_retr
 async def test_answers_from_another_folder_are_dropped(home: Path, fake: FakeByteRover) -> None:
     p = provider(home, fake)
     for user, text in (("telegram:1", "I love sailing"), ("telegram:2", "my secret pin is 4321")):
-        await T(p.apply_write, p.prepare_write("turn", {"user": text, "assistant": "ok"}, ctx(home, user)))
+        await T(p.apply_write, p.prepare_write(SyncTurn(text, "ok"), ctx(home, user)))
     fake.leak = True
     recall = await T(p.prefetch, "sailing", ctx(home, "telegram:1"))
     assert "sailing" in recall.text and "4321" not in recall.text and "without a path" not in recall.text
@@ -159,7 +161,7 @@ async def test_answers_from_another_folder_are_dropped(home: Path, fake: FakeByt
 async def test_no_speaker_means_no_scope_no_request(home: Path, fake: FakeByteRover) -> None:
     p = provider(home, fake)
     assert (await T(p.prefetch, "anything", ctx(home, None))).text == ""
-    assert p.prepare_write("turn", {"user": "a", "assistant": "b"}, ctx(home, None)) is None
+    assert p.prepare_write(SyncTurn("a", "b"), ctx(home, None)) is None
     for tool in ("byterover_profile", "byterover_search", "byterover_remember"):
         assert (
             json.loads(await T(p.handle_tool_call, tool, {"query": "x", "content": "y"}, ctx(home, None)))[
@@ -175,17 +177,17 @@ async def test_memory_mirror_session_end_and_pre_compress(home: Path, fake: Fake
     mine = SimpleNamespace(content="prefers green tea", owner=UserRef.parse("telegram:1"))
     theirs = SimpleNamespace(content="secret of user 2", owner=UserRef.parse("telegram:2"))
     removal = SimpleNamespace(content=None, owner=None)
-    assert p.prepare_write("memory", {"write": theirs}, ctx(home)) is None
-    assert p.prepare_write("memory", {"write": removal}, ctx(home)) is None
-    await T(p.apply_write, p.prepare_write("memory", {"write": mine}, ctx(home)))
+    assert MirrorWrite.of(theirs, ctx(home)) is None
+    assert MirrorWrite.of(removal, ctx(home)) is None
+    await T(p.apply_write, stored(p.prepare_write(MirrorWrite.of(mine, ctx(home)), ctx(home))))
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "I moved to Oslo"}]},
         {"role": "assistant", "content": "nice"},
         {"role": "tool", "content": "ignored"},
     ]
-    for op in ("session_end", "pre_compress"):
-        await T(p.apply_write, p.prepare_write(op, {"messages": messages}, ctx(home)))
-    assert p.prepare_write("session_end", {"messages": [{"role": "user", "content": " "}]}, ctx(home)) is None
+    for op in (SessionEnd.of(messages), PreCompress.of(messages)):
+        await T(p.apply_write, stored(p.prepare_write(op, ctx(home))))
+    assert SessionEnd.of([{"role": "user", "content": " "}]) is None
     files = fake.user_files("telegram:1")
     facts = [f for path, f in files.items() if "/facts/" in path]
     sessions = sorted((f["title"], f["content"]) for path, f in files.items() if "/sessions/" in path)
@@ -235,27 +237,27 @@ async def test_forget_user_deletes_that_users_files_only(home: Path, fake: FakeB
         for text in ("likes tea", "lives in Oslo", "plays chess"):
             await T(
                 p.apply_write,
-                p.prepare_write("turn", {"user": f"{user} {text}", "assistant": "ok"}, ctx(home, user)),
+                p.prepare_write(SyncTurn(f"{user} {text}", "ok"), ctx(home, user)),
             )
     assert len(fake.user_files("telegram:1")) == 3
     # the erasure's payload: op forget_user and the scope's user_id (also through the queue's JSON)
     await T(
         p.apply_write,
-        json.loads(json.dumps({"op": "forget_user", "key": "forget-1", "scope": {"user_id": "telegram:1"}})),
+        stored({"op": "forget_user", "key": "forget-1", "scope": {"user_id": "telegram:1"}}),
     )
     assert fake.user_files("telegram:1") == {}
     assert len(fake.user_files("telegram:2")) == 3
     deletes = [m for r in fake.writes() for m in r.body["memories"] if m["operation"] == "delete"]
     assert deletes and all(m["path"].startswith("mnemo/users/telegram:1/") for m in deletes)
     with pytest.raises(ValueError, match="no user_id"):
-        await T(p.apply_write, {"op": "forget_user", "key": "k", "scope": {}})
-    await T(p.apply_write, forget_user("telegram:2"))  # the payload erasure builds
+        await T(p.apply_write, stored({"op": "forget_user", "key": "k", "scope": {}}))
+    await T(p.apply_write, stored(forget_user("telegram:2")))  # the payload erasure builds
     assert fake.user_files("telegram:2") == {}
 
 
 async def test_rate_limit_errors_and_malformed_answers(home: Path, fake: FakeByteRover) -> None:
     p = provider(home, fake)
-    payload = p.prepare_write("turn", {"user": "hello there", "assistant": "hi"}, ctx(home))
+    payload = p.prepare_write(SyncTurn("hello there", "hi"), ctx(home))
     fake.fail_with(429, retry_after="7")
     with pytest.raises(RetryLater) as e:
         await T(p.apply_write, payload)

@@ -21,10 +21,12 @@ from mnemo.memory.durable import forget_user
 from mnemo.memory.memory_tool import MemoryWrite
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.memory.writes import ForgetUser, MirrorWrite, Operation, SyncTurn
 from tests.fakes.hindsight_api import FakeHindsight
 from tests.fakes.honcho_api import FakeHoncho
 from tests.fakes.mem0_api import FakeMem0
 from tests.fakes.retaindb_api import FakeRetainDB
+from tests.providers.writes import stored
 
 T = asyncio.to_thread
 GONE, KEPT = "telegram:1", "telegram:2"
@@ -130,10 +132,9 @@ def ctx(home: Path, user: str, session: str) -> ProviderContext:
     )
 
 
-async def write(p: Any, op: str, data: dict[str, Any], c: ProviderContext) -> None:
-    payload = p.prepare_write(op, data, c)
-    assert payload is not None
-    await T(p.apply_write, json.loads(json.dumps(payload)))
+async def write(p: Any, op: Operation | None, c: ProviderContext) -> None:
+    assert op is not None
+    await T(p.apply_write, stored(p.prepare_write(op, c)))
 
 
 async def test_forget_user_deletes_that_user_only_and_is_idempotent(rig: Rig, home: Path) -> None:
@@ -142,14 +143,14 @@ async def test_forget_user_deletes_that_user_only_and_is_idempotent(rig: Rig, ho
         for user, word in ((GONE, "walrusquill"), (KEPT, "otterbrass")):
             for session in ("s1", "s2"):
                 c = ctx(home, user, f"{session}-{user[-1]}")
-                await write(p, "turn", {"user": f"I said {word} in {session}", "assistant": "noted"}, c)
+                await write(p, SyncTurn(f"I said {word} in {session}", "noted"), c)
             note = MemoryWrite(Action.ADD, Target.USER, UserRef.parse(user), f"Keeps a {word}.", None)
-            await write(p, "memory", {"write": note}, c)
+            await write(p, MirrorWrite.of(note, c), c)
         held = json.dumps(rig.state())
         assert "walrusquill" in held and "otterbrass" in held
 
-        payload = json.loads(json.dumps(forget_user(GONE)))  # as the job queue stores it
-        assert payload["op"] == "forget_user" and payload["scope"]["user_id"] == GONE
+        payload = stored(forget_user(GONE))  # as the job queue stores it
+        assert isinstance(payload.operation, ForgetUser) and payload.scope.user_id == GONE
         await T(p.apply_write, payload)
         held = json.dumps(rig.state())
         assert "walrusquill" not in held, held[:500]
@@ -160,7 +161,7 @@ async def test_forget_user_deletes_that_user_only_and_is_idempotent(rig: Rig, ho
 
         rig.fake.down = True
         with pytest.raises(Exception):  # noqa: B017 - whatever the SDK raises; the queue retries it
-            await T(p.apply_write, json.loads(json.dumps(forget_user(KEPT))))
+            await T(p.apply_write, stored(forget_user(KEPT)))
         rig.fake.down = False
         assert "otterbrass" in json.dumps(rig.state())
     finally:

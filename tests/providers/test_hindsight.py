@@ -13,8 +13,10 @@ import pytest
 from mnemo.memory.durable import RetryLater
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.memory.writes import SyncTurn
 from mnemo.providers.hindsight import HindsightProvider
 from tests.fakes.hindsight_api import FakeHindsight
+from tests.providers.writes import stored
 from tests.support.loopback import LoopbackAdapter
 
 KEY = "hs-test"
@@ -52,8 +54,8 @@ async def test_one_bank_per_user_and_reflect(home: Path, fake: FakeHindsight) ->
     p = provider(home, fake)
     try:
         for user, text in (("telegram:1", "I love sailing"), ("telegram:2", "I keep bees")):
-            payload = p.prepare_write("turn", {"user": text, "assistant": "noted"}, ctx(home, user))
-            await T(p.apply_write, json.loads(json.dumps(payload)))
+            payload = p.prepare_write(SyncTurn(text, "noted"), ctx(home, user))
+            await T(p.apply_write, stored(payload))
             await T(p.apply_write, payload)  # a re-sent write replaces itself
         a = await T(p.prefetch, "hobbies?", ctx(home, "telegram:1"))
         b = await T(p.prefetch, "hobbies?", ctx(home, "telegram:2"))
@@ -71,10 +73,8 @@ async def test_one_bank_per_user_and_reflect(home: Path, fake: FakeHindsight) ->
         assert {r.bank for r in fake.requests} == {"mnemo-telegram-1", "mnemo-telegram-2"}
         assert all(r.headers["Authorization"] == f"Bearer {KEY}" for r in fake.requests)
         item = fake.retains()[0].body["items"][0]
-        first = p.prepare_write(
-            "turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1")
-        )
-        assert item["document_id"] == first["key"] and len(fake.banks["mnemo-telegram-1"]) == 1
+        first = p.prepare_write(SyncTurn("I love sailing", "noted"), ctx(home, "telegram:1"))
+        assert item["document_id"] == first.key and len(fake.banks["mnemo-telegram-1"]) == 1
         assert item["metadata"]["session_id"] == "s1" and item["update_mode"] == "replace"
     finally:
         await T(p.shutdown)
@@ -83,7 +83,7 @@ async def test_one_bank_per_user_and_reflect(home: Path, fake: FakeHindsight) ->
 async def test_rate_limit_and_errors(home: Path, fake: FakeHindsight) -> None:
     p = provider(home, fake)
     try:
-        payload = p.prepare_write("turn", {"user": "hello there", "assistant": "hi"}, ctx(home))
+        payload = p.prepare_write(SyncTurn("hello there", "hi"), ctx(home))
         fake.fail_with(429, retry_after="9")
         with pytest.raises(RetryLater) as e:
             await T(p.apply_write, payload)
@@ -97,7 +97,7 @@ async def test_rate_limit_and_errors(home: Path, fake: FakeHindsight) -> None:
         fake.malformed = False
         await T(p.apply_write, payload)
         assert p.health.reachable is True
-        assert p.prepare_write("turn", {"user": "x", "assistant": "y"}, ctx(home, None)) is None
+        assert p.prepare_write(SyncTurn("x", "y"), ctx(home, None)) is None
     finally:
         await T(p.shutdown)
 

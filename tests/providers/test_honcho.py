@@ -14,8 +14,10 @@ import pytest
 from mnemo.memory.durable import RetryLater
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.memory.writes import MirrorWrite, PreCompress, SessionEnd, SyncTurn
 from mnemo.providers.honcho import HonchoProvider
 from tests.fakes.honcho_api import FakeHoncho
+from tests.providers.writes import stored
 from tests.support.loopback import LoopbackAdapter
 
 KEY = "hc-test"
@@ -64,11 +66,9 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     p = provider(home, fake)
     assert fake.requests == []  # nothing at start-up: the client is built on first use
     for user, text in (("telegram:1", "I love sailing"), ("telegram:2", "I keep bees")):
-        payload = p.prepare_write(
-            "turn", {"user": text, "assistant": "noted"}, ctx(home, user, session=f"s-{user}")
-        )
+        payload = p.prepare_write(SyncTurn(text, "noted"), ctx(home, user, session=f"s-{user}"))
         assert payload is not None
-        await T(p.apply_write, json.loads(json.dumps(payload)))  # what the job queue stores
+        await T(p.apply_write, stored(payload))  # what the job queue stores
     recall_a = await T(p.prefetch, "what do I like?", ctx(home, "telegram:1", session="s-telegram:1"))
     recall_b = await T(p.prefetch, "what do I like?", ctx(home, "telegram:2", session="s-telegram:2"))
     assert "sailing" in recall_a.text and "bees" not in recall_a.text
@@ -93,10 +93,9 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     assert all(r.headers["Authorization"] == f"Bearer {KEY}" for r in fake.requests)
     assert all(r.path.startswith("/v3/workspaces") for r in fake.requests)
     key = p.prepare_write(
-        "turn",
-        {"user": "I love sailing", "assistant": "noted"},
+        SyncTurn("I love sailing", "noted"),
         ctx(home, "telegram:1", session="s-telegram:1"),
-    )["key"]
+    ).key
     assert posts[0].body["messages"][0]["metadata"]["mnemo_key"] == key
 
 
@@ -109,14 +108,14 @@ async def test_workspace_defaults_to_one_per_profile(home: Path, fake: FakeHonch
 async def test_no_speaker_means_no_scope_no_request(home: Path, fake: FakeHoncho) -> None:
     p = provider(home, fake)
     assert (await T(p.prefetch, "anything", ctx(home, None))).text == ""
-    assert p.prepare_write("turn", {"user": "a", "assistant": "b"}, ctx(home, None)) is None
+    assert p.prepare_write(SyncTurn("a", "b"), ctx(home, None)) is None
     assert json.loads(await T(p.handle_tool_call, "honcho_profile", {}, ctx(home, None)))["ok"] is False
     assert fake.requests == []
 
 
 async def test_rate_limit_server_error_and_malformed_answers(home: Path, fake: FakeHoncho) -> None:
     p = provider(home, fake)
-    payload = p.prepare_write("turn", {"user": "hello there", "assistant": "hi"}, ctx(home))
+    payload = p.prepare_write(SyncTurn("hello there", "hi"), ctx(home))
     await T(p.prefetch, "warm up", ctx(home))  # workspace, peers, session exist now
     fake.fail_with(429, retry_after="7")
     with pytest.raises(RetryLater) as e:
@@ -147,9 +146,7 @@ async def test_self_hosted_without_auth(home: Path, monkeypatch) -> None:
         p = HonchoProvider()
         assert p.is_available(home, {}).ok
         p.initialize(home, {"workspace_id": "self"})
-        await T(
-            p.apply_write, p.prepare_write("turn", {"user": "I run marathons", "assistant": "wow"}, ctx(home))
-        )
+        await T(p.apply_write, p.prepare_write(SyncTurn("I run marathons", "wow"), ctx(home)))
         assert "marathons" in (await T(p.prefetch, "sport?", ctx(home))).text
         assert all("Authorization" not in r.headers for r in fake.requests)
     finally:
@@ -172,7 +169,7 @@ async def test_tools_are_scoped_to_the_speaker(home: Path, fake: FakeHoncho) -> 
     )["ok"]
     await T(
         p.apply_write,
-        p.prepare_write("turn", {"user": "tea in the morning", "assistant": "ok"}, ctx(home, "telegram:1")),
+        p.prepare_write(SyncTurn("tea in the morning", "ok"), ctx(home, "telegram:1")),
     )
     concl = [r.body["conclusions"][0] for r in fake.requests if r.path == "/v3/workspaces/ws1/conclusions"]
     assert [(c["observer_id"], c["observed_id"]) for c in concl] == [("mnemo", "telegram:1")]
@@ -208,14 +205,14 @@ async def test_memory_mirror_session_end_and_pre_compress(home: Path, fake: Fake
     mine = SimpleNamespace(content="likes jazz", owner=UserRef.parse("telegram:1"))
     other = SimpleNamespace(content="secret of user 2", owner=UserRef.parse("telegram:2"))
     removal = SimpleNamespace(content=None, owner=None)
-    assert p.prepare_write("memory", {"write": other}, a) is None
-    assert p.prepare_write("memory", {"write": removal}, a) is None
-    await T(p.apply_write, p.prepare_write("memory", {"write": mine}, a))
+    assert MirrorWrite.of(other, a) is None
+    assert MirrorWrite.of(removal, a) is None
+    await T(p.apply_write, stored(p.prepare_write(MirrorWrite.of(mine, a), a)))
     assert [(c["observed_id"], c["content"]) for c in fake.conclusions] == [("telegram:1", "likes jazz")]
     msgs = [{"role": "user", "content": "bye"}, {"role": "assistant", "content": "see you"}]
-    assert p.prepare_write("session_end", {"messages": []}, a) is None
-    for op in ("session_end", "pre_compress"):
-        await T(p.apply_write, p.prepare_write(op, {"messages": msgs}, a))
+    assert SessionEnd.of([]) is None
+    for op in (SessionEnd.of(msgs), PreCompress.of(msgs)):
+        await T(p.apply_write, stored(p.prepare_write(op, a)))
     assert [(d["observer"], d["observed"], d["session_id"]) for d in fake.dreams] == [
         ("telegram:1", "telegram:1", "s1")
     ] * 2

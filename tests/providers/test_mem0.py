@@ -14,8 +14,10 @@ from mnemo.memory.durable import RetryLater
 from mnemo.memory.manager import MemoryManager
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.memory.writes import SyncTurn
 from mnemo.providers.mem0 import Mem0Provider
 from tests.fakes.mem0_api import FakeMem0
+from tests.providers.writes import stored
 from tests.support.loopback import LoopbackAdapter
 
 KEY = "m0-test"
@@ -61,9 +63,9 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     p = provider(home, fake)
     assert fake.requests == []  # nothing at start-up: the client is built on first use
     for user, text in (("telegram:1", "I love sailing"), ("telegram:2", "I keep bees")):
-        payload = p.prepare_write("turn", {"user": text, "assistant": "noted"}, ctx(home, user))
+        payload = p.prepare_write(SyncTurn(text, "noted"), ctx(home, user))
         assert payload is not None
-        await T(p.apply_write, json.loads(json.dumps(payload)))  # what the job queue stores
+        await T(p.apply_write, stored(payload))  # what the job queue stores
     recall_a = await T(p.prefetch, "what do I like?", ctx(home, "telegram:1"))
     recall_b = await T(p.prefetch, "what do I like?", ctx(home, "telegram:2"))
     assert "sailing" in recall_a.text and "bees" not in recall_a.text
@@ -80,22 +82,20 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     assert all("user_id" not in r.body for r in searches)
     assert (
         adds[0].body["metadata"]["mnemo_key"]
-        == p.prepare_write("turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1"))[
-            "key"
-        ]
+        == p.prepare_write(SyncTurn("I love sailing", "noted"), ctx(home, "telegram:1")).key
     )
 
 
 async def test_no_speaker_means_no_scope_no_request(home: Path, fake: FakeMem0) -> None:
     p = provider(home, fake)
     assert (await T(p.prefetch, "anything", ctx(home, None))).text == ""
-    assert p.prepare_write("turn", {"user": "a", "assistant": "b"}, ctx(home, None)) is None
+    assert p.prepare_write(SyncTurn("a", "b"), ctx(home, None)) is None
     assert fake.requests == []
 
 
 async def test_rate_limit_becomes_retry_later_with_the_servers_delay(home: Path, fake: FakeMem0) -> None:
     p = provider(home, fake)
-    payload = p.prepare_write("turn", {"user": "hello there", "assistant": "hi"}, ctx(home))
+    payload = p.prepare_write(SyncTurn("hello there", "hi"), ctx(home))
     await T(p.prefetch, "warm up", ctx(home))
     fake.fail_with(429, retry_after="7")
     with pytest.raises(RetryLater) as e:
@@ -116,9 +116,7 @@ async def test_rate_limit_becomes_retry_later_with_the_servers_delay(home: Path,
 
 async def test_self_hosted_server_has_no_v1_prefix(home: Path, fake: FakeMem0) -> None:
     p = provider(home, fake, api="server")
-    await T(
-        p.apply_write, p.prepare_write("turn", {"user": "I run marathons", "assistant": "wow"}, ctx(home))
-    )
+    await T(p.apply_write, p.prepare_write(SyncTurn("I run marathons", "wow"), ctx(home)))
     assert "marathons" in (await T(p.prefetch, "sport?", ctx(home))).text
     out = json.loads(await T(p.handle_tool_call, "mem0_profile", {}, ctx(home)))
     assert out == {"ok": True, "memories": ["I run marathons", "wow"]}

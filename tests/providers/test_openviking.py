@@ -20,9 +20,11 @@ from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.provider_scope import ProviderScope
 from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.memory.writes import MirrorWrite, PreCompress, SessionEnd, SyncTurn
 from mnemo.providers.openviking import OpenVikingProvider
 from mnemo.providers.openviking.client import tenant_user
 from tests.fakes.openviking_api import FakeOpenViking
+from tests.providers.writes import stored
 from tests.support.loopback import LoopbackAdapter
 
 KEY = "ov-root"
@@ -136,13 +138,11 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     p = provider(home, fake)
     assert fake.requests == []  # nothing at start-up
     for user, text in (("telegram:1", "I love sailing"), ("telegram:2", "I keep bees")):
-        payload = p.prepare_write("turn", {"user": text, "assistant": "noted"}, ctx(home, user))
+        payload = p.prepare_write(SyncTurn(text, "noted"), ctx(home, user))
         assert payload is not None
-        await T(p.apply_write, json.loads(json.dumps(payload)))  # what the job queue stores
-        end = p.prepare_write(
-            "session_end", {"messages": [{"role": "user", "content": text}]}, ctx(home, user)
-        )
-        await T(p.apply_write, json.loads(json.dumps(end)))
+        await T(p.apply_write, stored(payload))  # what the job queue stores
+        end = p.prepare_write(SessionEnd.of([{"role": "user", "content": text}]), ctx(home, user))
+        await T(p.apply_write, stored(end))
     recall_a = await T(p.prefetch, "what do I love?", ctx(home, "telegram:1"))
     recall_b = await T(p.prefetch, "what do I keep?", ctx(home, "telegram:2"))
     assert "sailing" in recall_a.text and "bees" not in recall_a.text and recall_a.count == 1
@@ -170,11 +170,9 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
 
 
 def payload_key(p: OpenVikingProvider, home: Path) -> str:
-    payload = p.prepare_write(
-        "turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1")
-    )
+    payload = p.prepare_write(SyncTurn("I love sailing", "noted"), ctx(home, "telegram:1"))
     assert payload is not None
-    return str(payload["key"])
+    return str(payload.key)
 
 
 async def test_memories_outside_the_speakers_space_are_dropped(home: Path, fake: FakeOpenViking) -> None:
@@ -203,7 +201,7 @@ async def test_memories_outside_the_speakers_space_are_dropped(home: Path, fake:
 async def test_no_speaker_means_no_scope_no_request(home: Path, fake: FakeOpenViking) -> None:
     p = provider(home, fake)
     assert (await T(p.prefetch, "anything", ctx(home, None))).text == ""
-    assert p.prepare_write("turn", {"user": "a", "assistant": "b"}, ctx(home, None)) is None
+    assert p.prepare_write(SyncTurn("a", "b"), ctx(home, None)) is None
     for tool in ("openviking_profile", "openviking_search", "openviking_remember"):
         assert (
             json.loads(await T(p.handle_tool_call, tool, {"query": "x", "content": "y"}, ctx(home, None)))[
@@ -219,32 +217,26 @@ async def test_memory_mirror_session_end_and_pre_compress(home: Path, fake: Fake
     mine = SimpleNamespace(content="prefers green tea", owner=UserRef.parse("telegram:1"))
     theirs = SimpleNamespace(content="secret of user 2", owner=UserRef.parse("telegram:2"))
     removal = SimpleNamespace(content=None, owner=None)
-    assert p.prepare_write("memory", {"write": theirs}, ctx(home)) is None
-    assert p.prepare_write("memory", {"write": removal}, ctx(home)) is None
-    mirror = p.prepare_write("memory", {"write": mine}, ctx(home))
+    assert MirrorWrite.of(theirs, ctx(home)) is None
+    assert MirrorWrite.of(removal, ctx(home)) is None
+    mirror = stored(p.prepare_write(MirrorWrite.of(mine, ctx(home)), ctx(home)))
     await T(p.apply_write, mirror)
     await T(p.apply_write, mirror)  # sent again (an answer lost): the same file, once
-    assert fake.memories("acct", U1) == {
-        f"viking://user/memories/mnemo/{mirror['key']}.md": "prefers green tea"
-    }
+    assert fake.memories("acct", U1) == {f"viking://user/memories/mnemo/{mirror.key}.md": "prefers green tea"}
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "I moved to Oslo"}]},
         {"role": "assistant", "content": "nice"},
         {"role": "tool", "content": "ignored"},
     ]
-    await T(
-        p.apply_write, p.prepare_write("turn", {"user": "I moved to Oslo", "assistant": "nice"}, ctx(home))
-    )
-    await T(p.apply_write, p.prepare_write("pre_compress", {"messages": messages}, ctx(home)))
+    await T(p.apply_write, p.prepare_write(SyncTurn("I moved to Oslo", "nice"), ctx(home)))
+    await T(p.apply_write, stored(p.prepare_write(PreCompress.of(messages), ctx(home))))
     assert (
         "I moved to Oslo" in fake.memories("acct", U1).values()
     )  # extracted by the commit before compression
-    await T(
-        p.apply_write, p.prepare_write("turn", {"user": "I work as a nurse", "assistant": "ok"}, ctx(home))
-    )
-    await T(p.apply_write, p.prepare_write("session_end", {"messages": messages}, ctx(home)))
+    await T(p.apply_write, p.prepare_write(SyncTurn("I work as a nurse", "ok"), ctx(home)))
+    await T(p.apply_write, stored(p.prepare_write(SessionEnd.of(messages), ctx(home))))
     assert "I work as a nurse" in fake.memories("acct", U1).values()
-    assert p.prepare_write("session_end", {"messages": [{"role": "user", "content": " "}]}, ctx(home)) is None
+    assert SessionEnd.of([{"role": "user", "content": " "}]) is None
     commits = [r for r in fake.requests if r.path.endswith("/commit")]
     assert [(r.path, r.headers["X-OpenViking-User"]) for r in commits] == [
         ("/api/v1/sessions/s1/commit", U1)
@@ -302,27 +294,27 @@ async def test_forget_user_deletes_that_users_memories_and_sessions_only(
         await T(p.handle_tool_call, "openviking_remember", {"content": f"{user} likes tea"}, ctx(home, user))
         await T(
             p.apply_write,
-            p.prepare_write("turn", {"user": "hello", "assistant": "hi"}, ctx(home, user, session="s7")),
+            p.prepare_write(SyncTurn("hello", "hi"), ctx(home, user, session="s7")),
         )
     # the erasure's payload: op forget_user and the scope's user_id (also through the queue's JSON)
     await T(
         p.apply_write,
-        json.loads(json.dumps({"op": "forget_user", "key": "forget-1", "scope": {"user_id": "telegram:1"}})),
+        stored({"op": "forget_user", "key": "forget-1", "scope": {"user_id": "telegram:1"}}),
     )
     assert fake.memories("acct", U1) == {} and fake.sessions[("acct", U1)] == {}
     assert len(fake.memories("acct", U2)) == 1 and "s7" in fake.sessions[("acct", U2)]
     await T(
-        p.apply_write, forget_user("telegram:1")
+        p.apply_write, stored(forget_user("telegram:1"))
     )  # the payload erasure builds, again: nothing left, no error
     with pytest.raises(ValueError, match="no user_id"):
-        await T(p.apply_write, {"op": "forget_user", "key": "k", "scope": {}})
+        await T(p.apply_write, stored({"op": "forget_user", "key": "k", "scope": {}}))
     forget_requests = [r for r in fake.requests if r.method == "DELETE"]
     assert {r.headers["X-OpenViking-User"] for r in forget_requests} == {U1}
 
 
 async def test_rate_limit_errors_and_malformed_answers(home: Path, fake: FakeOpenViking) -> None:
     p = provider(home, fake)
-    payload = p.prepare_write("turn", {"user": "hello there", "assistant": "hi"}, ctx(home))
+    payload = p.prepare_write(SyncTurn("hello there", "hi"), ctx(home))
     fake.fail_with(429, retry_after="7")
     with pytest.raises(RetryLater) as e:
         await T(p.apply_write, payload)

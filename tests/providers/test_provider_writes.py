@@ -1,58 +1,74 @@
-"""The durable write path shared by external providers: the job queue honours a
-provider's Retry-After, gives up after worker.max_attempts with the error, and a write
-key already done is never queued again."""
+"""The durable write path shared by external providers (``gateway/jobs/provider_writes.py``):
+the job queue honours a provider's Retry-After, gives up after worker.max_attempts with
+the error, and a write key already done is never queued again."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from mnemo.app import PROVIDER_WRITE, register_provider_writes
-from mnemo.memory.durable import DurableWrites, RetryLater
+from mnemo.memory.durable import RetryLater
+from mnemo.memory.external import ExternalProvider
 from mnemo.memory.manager import MemoryManager
-from mnemo.memory.provider import Availability, MemoryProvider, ProviderContext, Recall
+from mnemo.memory.provider import Availability, ProviderContext
+from mnemo.memory.provider_scope import ProviderScope
 from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.memory.writes import LegacyWrite, ProviderWrite, SyncTurn
 from tests.gateway.test_worker import Clock, make_queue, until
 
 
-class Flaky(DurableWrites, MemoryProvider):
+class Flaky(ExternalProvider[None]):
     """A provider whose API answers from a script: 'retry:<s>', 'boom', or 'ok'."""
 
     name = "flaky"
     description = "test"
 
     def __init__(self) -> None:
+        super().__init__()
         self.script: list[str] = []
-        self.sent: list[dict] = []
+        self.sent: list[ProviderWrite] = []
+        self.hold: threading.Event | None = None  # set: the API answers
+        self.holding = False
 
     def is_available(self, home, config):
         return Availability(True)
 
-    def initialize(self, home, config):
-        pass
-
-    def prefetch(self, query, ctx):
-        return Recall("")
-
-    def get_tool_schemas(self):
+    def get_config_schema(self):
         return ()
 
-    def handle_tool_call(self, name, args, ctx):
-        return "{}"
+    def recall(self, query, scope):
+        return []
 
-    def prepare_write(self, op, data, ctx):
-        return {"op": op, "key": f"{op}-{ctx.session_id}-{data['user']}", "user": str(ctx.user)}
-
-    def apply_write(self, payload):
+    def send(self, write: ProviderWrite) -> None:
+        if self.hold is not None:
+            self.holding = True
+            self.hold.wait(10)
         step = self.script.pop(0) if self.script else "ok"
         if step.startswith("retry:"):
             raise RetryLater("429", float(step.split(":")[1]))
         if step == "boom":
             raise RuntimeError("server exploded")
-        self.sent.append(dict(payload))
+        self.sent.append(write)
+
+    def forget(self, scope: ProviderScope) -> None:
+        raise AssertionError("not in these tests")
+
+    def apply_legacy(self, operation: LegacyWrite, write: ProviderWrite) -> None:
+        raise AssertionError("not in these tests")
 
 
-def ctx(home: Path, user: str = "telegram:1") -> ProviderContext:
-    return ProviderContext("s1", "telegram:dm:1", "telegram", UserRef.parse(user), AgentContext.PRIMARY, home)
+def ctx(home: Path, user: str = "telegram:1", session: str = "s1") -> ProviderContext:
+    return ProviderContext(
+        session, "telegram:dm:1", "telegram", UserRef.parse(user), AgentContext.PRIMARY, home
+    )
+
+
+async def started(provider: Flaky, home: Path) -> MemoryManager:
+    manager = MemoryManager(home)
+    manager.add_provider(provider, {})
+    await manager.start()
+    return manager
 
 
 async def test_retry_after_is_honoured_then_the_write_lands_once(db, tmp_path: Path) -> None:
@@ -60,9 +76,7 @@ async def test_retry_after_is_honoured_then_the_write_lands_once(db, tmp_path: P
     queue = make_queue(db, clock, max_attempts=3)
     provider = Flaky()
     provider.script = ["retry:42"]
-    manager = MemoryManager(tmp_path)
-    manager.add_provider(provider, {})
-    await manager.start()
+    manager = await started(provider, tmp_path)
     register_provider_writes(queue, manager)
     async with queue:
         manager.sync_turn("hello", "hi", ctx(tmp_path))
@@ -73,7 +87,9 @@ async def test_retry_after_is_honoured_then_the_write_lands_once(db, tmp_path: P
         clock.now += 42
         queue.wake()
         await until(lambda: _is(queue, job.id, "done"))
-        assert [p["user"] for p in provider.sent] == ["telegram:1"]
+        assert [(w.operation, w.scope.user_id) for w in provider.sent] == [
+            (SyncTurn("hello", "hi"), "telegram:1")
+        ]
         manager.sync_turn("hello", "hi", ctx(tmp_path))  # the same turn again
         await manager.pending()
         assert len(await queue.jobs(kind=PROVIDER_WRITE)) == 1 and len(provider.sent) == 1
@@ -85,9 +101,7 @@ async def test_bounded_attempts_then_failed_with_the_error(db, tmp_path: Path) -
     queue = make_queue(db, clock, max_attempts=2)
     provider = Flaky()
     provider.script = ["boom", "boom"]
-    manager = MemoryManager(tmp_path)
-    manager.add_provider(provider, {})
-    await manager.start()
+    manager = await started(provider, tmp_path)
     register_provider_writes(queue, manager)
     async with queue:
         manager.sync_turn("bye", "ok", ctx(tmp_path))
@@ -101,6 +115,10 @@ async def test_bounded_attempts_then_failed_with_the_error(db, tmp_path: Path) -
         assert "1 failed" in await queue.status_line()
         assert provider.sent == []
     await manager.shutdown()
+
+
+async def _true(items: list) -> bool:
+    return all(items) and bool(items)
 
 
 async def _is(queue, job_id: int, state: str) -> bool:

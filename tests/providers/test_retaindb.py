@@ -14,8 +14,10 @@ from mnemo.memory.durable import RetryLater
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.memory.writes import MirrorWrite, PreCompress, SessionEnd, SyncTurn
 from mnemo.providers.retaindb import RetainDBProvider
 from tests.fakes.retaindb_api import FakeRetainDB
+from tests.providers.writes import stored
 from tests.support.loopback import LoopbackAdapter
 
 KEY = "rdb-test"
@@ -70,9 +72,9 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     p = provider(home, fake)
     assert fake.requests == []  # nothing at start-up
     for user, text in (("telegram:1", "I love sailing"), ("telegram:2", "I keep bees")):
-        payload = p.prepare_write("turn", {"user": text, "assistant": "noted"}, ctx(home, user))
+        payload = p.prepare_write(SyncTurn(text, "noted"), ctx(home, user))
         assert payload is not None
-        await T(p.apply_write, json.loads(json.dumps(payload)))  # what the job queue stores
+        await T(p.apply_write, stored(payload))  # what the job queue stores
     recall_a = await T(p.prefetch, "what do I love?", ctx(home, "telegram:1"))
     recall_b = await T(p.prefetch, "what do I keep?", ctx(home, "telegram:2"))
     assert "sailing" in recall_a.text and "bees" not in recall_a.text
@@ -88,16 +90,14 @@ async def test_writes_and_recall_carry_the_speakers_scope_only(home: Path, fake:
     assert all(r.headers["Authorization"] == f"Bearer {KEY}" for r in fake.requests)
     assert (
         writes[0].body["metadata"]["mnemo_key"]
-        == p.prepare_write("turn", {"user": "I love sailing", "assistant": "noted"}, ctx(home, "telegram:1"))[
-            "key"
-        ]
+        == p.prepare_write(SyncTurn("I love sailing", "noted"), ctx(home, "telegram:1")).key
     )
 
 
 async def test_no_speaker_means_no_scope_no_request(home: Path, fake: FakeRetainDB) -> None:
     p = provider(home, fake)
     assert (await T(p.prefetch, "anything", ctx(home, None))).text == ""
-    assert p.prepare_write("turn", {"user": "a", "assistant": "b"}, ctx(home, None)) is None
+    assert p.prepare_write(SyncTurn("a", "b"), ctx(home, None)) is None
     assert json.loads(await T(p.handle_tool_call, "retaindb_profile", {}, ctx(home, None)))["ok"] is False
     assert fake.requests == []
 
@@ -109,17 +109,17 @@ async def test_memory_mirror_session_end_and_pre_compress(home: Path, fake: Fake
     mine = SimpleNamespace(content="prefers green tea", owner=UserRef.parse("telegram:1"))
     theirs = SimpleNamespace(content="secret of user 2", owner=UserRef.parse("telegram:2"))
     removal = SimpleNamespace(content=None, owner=None)
-    assert p.prepare_write("memory", {"write": theirs}, ctx(home)) is None
-    assert p.prepare_write("memory", {"write": removal}, ctx(home)) is None
-    await T(p.apply_write, p.prepare_write("memory", {"write": mine}, ctx(home)))
+    assert MirrorWrite.of(theirs, ctx(home)) is None
+    assert MirrorWrite.of(removal, ctx(home)) is None
+    await T(p.apply_write, stored(p.prepare_write(MirrorWrite.of(mine, ctx(home)), ctx(home))))
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "I moved to Oslo"}]},
         {"role": "assistant", "content": "nice"},
         {"role": "tool", "content": "ignored"},
     ]
-    for op in ("session_end", "pre_compress"):
-        await T(p.apply_write, p.prepare_write(op, {"messages": messages}, ctx(home)))
-    assert p.prepare_write("session_end", {"messages": [{"role": "user", "content": " "}]}, ctx(home)) is None
+    for op in (SessionEnd.of(messages), PreCompress.of(messages)):
+        await T(p.apply_write, stored(p.prepare_write(op, ctx(home))))
+    assert SessionEnd.of([{"role": "user", "content": " "}]) is None
     w = fake.writes()
     assert (
         w[0].path == "/v1/memory"
@@ -168,7 +168,7 @@ async def test_tools_are_scoped_to_the_speaker(home: Path, fake: FakeRetainDB) -
 
 async def test_rate_limit_errors_and_malformed_answers(home: Path, fake: FakeRetainDB) -> None:
     p = provider(home, fake)
-    payload = p.prepare_write("turn", {"user": "hello there", "assistant": "hi"}, ctx(home))
+    payload = p.prepare_write(SyncTurn("hello there", "hi"), ctx(home))
     fake.fail_with(429, retry_after="7")
     with pytest.raises(RetryLater) as e:
         await T(p.apply_write, payload)

@@ -16,13 +16,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mnemo.gateway.events import ChatType
-from mnemo.memory.durable import RetryLater
+from mnemo.memory.durable import RetryLater, forget_user
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
+from mnemo.memory.writes import MirrorWrite, PreCompress, SessionEnd, SyncTurn
 from mnemo.providers.supermemory import SupermemoryProvider
 from mnemo.providers.supermemory.client import namespace_for
 from tests.fakes.supermemory_api import NAMESPACE_RE, FakeSupermemory
+from tests.providers.writes import stored
 from tests.support.loopback import LoopbackAdapter
 
 KEY = "sm-test"
@@ -64,11 +66,11 @@ def provider(home: Path, fake: FakeSupermemory, **extra: object) -> SupermemoryP
 
 
 async def turn(p: SupermemoryProvider, home: Path, user: str, text: str, reply: str = "noted") -> dict:
-    payload = p.prepare_write("turn", {"user": text, "assistant": reply}, ctx(home, user))
+    payload = p.prepare_write(SyncTurn(text, reply), ctx(home, user))
     assert payload is not None
-    stored = json.loads(json.dumps(payload))  # what the job queue stores
-    await T(p.apply_write, stored)
-    return stored
+    write = stored(payload)  # what the job queue stores
+    await T(p.apply_write, write)
+    return write
 
 
 # --- settings ------------------------------------------------------------------------
@@ -130,12 +132,12 @@ async def test_writes_and_recall_carry_the_speakers_namespace_only(home: Path, f
     assert "bees" in recall_b.text and "sailing" not in recall_b.text
     writes = fake.writes()
     assert [(r.path, r.body["id"]) for r in writes] == [
-        (f"/ns/{NS1}/document", first["key"]),
+        (f"/ns/{NS1}/document", first.key),
         (f"/ns/{NS2}/document", writes[1].body["id"]),
     ]
     assert writes[0].body["content"] == "user: I love sailing\nassistant: noted"
     assert writes[0].body["metadata"] == {
-        "mnemo_key": first["key"],
+        "mnemo_key": first.key,
         "mnemo_op": "turn",
         "mnemo_session": "s1",
         "mnemo_agent": "mnemo",
@@ -152,14 +154,13 @@ async def test_a_retried_write_is_one_document_on_the_server(home: Path, fake: F
     payload = await turn(p, home, "telegram:1", "I love sailing")
     await T(p.apply_write, payload)  # the answer was lost, the queue sends it again
     assert len(fake.writes()) == 2 and fake.writes()[0].body == fake.writes()[1].body
-    assert list(fake.documents[NS1]) == [payload["key"]] and fake.texts(NS1) == ["I love sailing"]
+    assert list(fake.documents[NS1]) == [payload.key] and fake.texts(NS1) == ["I love sailing"]
 
 
 async def test_no_speaker_means_no_namespace_no_request(home: Path, fake: FakeSupermemory) -> None:
     p = provider(home, fake)
     assert (await T(p.prefetch, "anything", ctx(home, None))).text == ""
-    assert p.prepare_write("turn", {"user": "a", "assistant": "b"}, ctx(home, None)) is None
-    assert p.prepare_write("forget_user", {}, ctx(home, None)) is None
+    assert p.prepare_write(SyncTurn("a", "b"), ctx(home, None)) is None
     for tool in ("supermemory_profile", "supermemory_search", "supermemory_remember"):
         assert (
             json.loads(await T(p.handle_tool_call, tool, {"query": "x", "content": "y"}, ctx(home, None)))[
@@ -175,18 +176,17 @@ async def test_memory_mirror_session_end_and_pre_compress(home: Path, fake: Fake
     mine = SimpleNamespace(content="prefers green tea", owner=UserRef.parse("telegram:1"))
     theirs = SimpleNamespace(content="secret of user 2", owner=UserRef.parse("telegram:2"))
     removal = SimpleNamespace(content=None, owner=None)
-    assert p.prepare_write("memory", {"write": theirs}, ctx(home)) is None
-    assert p.prepare_write("memory", {"write": removal}, ctx(home)) is None
-    await T(p.apply_write, p.prepare_write("memory", {"write": mine}, ctx(home)))
+    assert MirrorWrite.of(theirs, ctx(home)) is None
+    assert MirrorWrite.of(removal, ctx(home)) is None
+    await T(p.apply_write, stored(p.prepare_write(MirrorWrite.of(mine, ctx(home)), ctx(home))))
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "I moved to Oslo"}]},
         {"role": "assistant", "content": "nice"},
         {"role": "tool", "content": "ignored"},
     ]
-    for op in ("session_end", "pre_compress"):
-        await T(p.apply_write, p.prepare_write(op, {"messages": messages}, ctx(home)))
-    assert p.prepare_write("session_end", {"messages": [{"role": "user", "content": " "}]}, ctx(home)) is None
-    assert p.prepare_write("unknown_op", {}, ctx(home)) is None
+    for op in (SessionEnd.of(messages), PreCompress.of(messages)):
+        await T(p.apply_write, stored(p.prepare_write(op, ctx(home))))
+    assert SessionEnd.of([{"role": "user", "content": " "}]) is None
     w = fake.writes()
     assert [r.namespace for r in w] == [NS1, NS1, NS1]
     assert w[0].body["content"] == "prefers green tea" and w[0].body["metadata"]["mnemo_op"] == "memory"
@@ -251,16 +251,14 @@ async def test_forget_user_deletes_only_that_users_namespace(home: Path, fake: F
     p = provider(home, fake)
     await turn(p, home, "telegram:1", "I love sailing")
     await turn(p, home, "telegram:2", "I keep bees")
-    payload = p.prepare_write("forget_user", {}, ctx(home, "telegram:1"))
-    assert payload is not None and payload["scope"]["user_id"] == "telegram:1"
-    again = p.prepare_write("forget_user", {}, ctx(home, "telegram:1"))
-    assert again is not None and again["key"] != payload["key"]  # a later erasure is not deduplicated away
-    await T(p.apply_write, json.loads(json.dumps(payload)))
+    payload = stored(forget_user("telegram:1"))  # the erasure's write, as the queue stores it
+    assert payload.scope.user_id == "telegram:1"
+    await T(p.apply_write, payload)
     deletes = [r for r in fake.requests if r.method == "DELETE"]
     assert [r.path for r in deletes] == [f"/ns/{NS1}"]
     assert NS1 not in fake.memories and fake.texts(NS2) == ["I keep bees"]
     await T(
-        p.apply_write, {"op": "forget_user", "key": "k", "scope": {"user_id": "telegram:1"}}
+        p.apply_write, stored({"op": "forget_user", "key": "k", "scope": {"user_id": "telegram:1"}})
     )  # already gone: fine
     assert (await T(p.prefetch, "what do I love?", ctx(home, "telegram:1"))).text == ""
     fake.fail_with(503, retry_after="4")
@@ -272,7 +270,7 @@ async def test_forget_user_deletes_only_that_users_namespace(home: Path, fake: F
 # --- faults --------------------------------------------------------------------------
 async def test_rate_limits_and_server_errors_are_retried_later(home: Path, fake: FakeSupermemory) -> None:
     p = provider(home, fake)
-    payload = p.prepare_write("turn", {"user": "hello there", "assistant": "hi"}, ctx(home))
+    payload = p.prepare_write(SyncTurn("hello there", "hi"), ctx(home))
     fake.fail_with(429, retry_after="7")
     with pytest.raises(RetryLater) as e:
         await T(p.apply_write, payload)
@@ -305,7 +303,7 @@ async def test_malformed_wrong_shape_and_slow_answers_are_errors(home: Path, fak
     with pytest.raises(ProviderError, match="unexpected answer"):
         await T(p.handle_tool_call, "supermemory_profile", {}, ctx(home))
     with pytest.raises(ProviderError, match="unexpected answer"):
-        await T(p.apply_write, p.prepare_write("turn", {"user": "a", "assistant": "b"}, ctx(home)))
+        await T(p.apply_write, p.prepare_write(SyncTurn("a", "b"), ctx(home)))
     fake.wrong_shape = False
     fake.hold()
     with pytest.raises(ProviderError, match="timed out"):
