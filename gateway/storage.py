@@ -18,6 +18,7 @@ rename (``tests/memory/test_db_migrations.py`` pins the historical names)::
     0010_budgets                 gateway/budgets/schema.py
     0011_identity_links          gateway/people/schema.py
     0012_streams                 gateway/delivery/schema.py
+    0013_jobs_dedupe_key         gateway/jobs/schema.py
 
 Every process that opens ``state.db`` (the gateway, each CLI command, a benchmark)
 goes through ``state_database``.
@@ -50,7 +51,7 @@ from mnemo.gateway.cron.schema import CRON_JOBS
 from mnemo.gateway.delivery.schema import INBOX, OUTBOX, STREAMS
 from mnemo.gateway.errors import StartupError
 from mnemo.gateway.inbound.schema import PAIRINGS
-from mnemo.gateway.jobs.schema import JOBS
+from mnemo.gateway.jobs.schema import JOBS, JOBS_DEDUPE_KEY
 from mnemo.gateway.people.schema import IDENTITY_LINKS
 from mnemo.memory.db import Database
 from mnemo.memory.migrations import (
@@ -76,6 +77,7 @@ STATE_MIGRATIONS: tuple[Migration, ...] = (
     BUDGETS,
     IDENTITY_LINKS,
     STREAMS,
+    JOBS_DEDUPE_KEY,
 )
 
 

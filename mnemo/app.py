@@ -39,6 +39,7 @@ from mnemo.gateway.inbound.commands import Command, CommandDeps, CommandRegistry
 from mnemo.gateway.inbound.pipeline import Gateway
 from mnemo.gateway.jobs.housekeeping import Housekeeping
 from mnemo.gateway.jobs.provider_hooks import ProviderSessionHooks
+from mnemo.gateway.jobs.provider_writes import register_provider_writes
 from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.jobs.skill_review import SkillReview
 from mnemo.gateway.llm.client import LLMClient
@@ -70,7 +71,6 @@ from mnemo.memory.reindex import SearchMaintenance
 from mnemo.memory.search import SessionSearch
 from mnemo.memory.sessions import SessionStore
 from mnemo.memory.skills import SkillStore
-from mnemo.memory.writes import ProviderWrite
 
 log = get_logger(__name__)
 
@@ -151,29 +151,6 @@ def register_provider_tools(tools: ToolRegistry, providers: MemoryManager, home:
             return ToolResult(text, is_error=_reports_failure(text))
 
         tools.register(Tool(name, schema, handler))
-
-
-PROVIDER_WRITE = "provider_write"
-PROVIDER_WRITE_BACKOFF = (5.0, 30.0, 120.0, 600.0, 1800.0)
-
-
-def register_provider_writes(jobs: JobQueue, providers: MemoryManager) -> None:
-    """External providers' writes (turns, mirrored memory, session-end extraction) go
-    through the persisted job queue: retried with backoff (or the server's Retry-After),
-    ``worker.max_attempts`` at most, kept across restarts. One job per write key, and a
-    key already done is not queued again, so a turn is never sent twice."""
-
-    async def handle(job: Any, run: Any) -> None:
-        await providers.apply_write(job.payload["provider"], job.payload["payload"])
-
-    async def sink(name: str, write: ProviderWrite) -> None:
-        key = f"{name}:{write.key}"
-        if any(j.state == "done" for j in await jobs.jobs(session_id=key, kind=PROVIDER_WRITE)):
-            return
-        await jobs.enqueue(PROVIDER_WRITE, key, {"provider": name, "payload": write.to_payload()})
-
-    jobs.register(PROVIDER_WRITE, handle, backoff=PROVIDER_WRITE_BACKOFF)
-    providers.set_write_sink(sink)
 
 
 def _reports_failure(text: str) -> bool:

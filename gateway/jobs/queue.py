@@ -14,6 +14,9 @@ moves through::
   whatever arrived meanwhile).
 * **One job per session at a time.** The claim skips sessions that already have a job
   running, so flush, review and compression of one conversation never overlap.
+* **Independent writes** (provider writes, ``provider_writes.py``) carry a
+  ``dedupe_key``: single flight per key instead of per (session, kind), and they neither
+  wait for their session's running job nor hold the session while they run.
 * **Bounded concurrency** (``worker.concurrency``) over sessions.
 * **Retries** with a per-kind backoff schedule (compression: 60 → 300 → 900 s) kept in
   the row's ``not_before``, so a cooldown survives a restart; after
@@ -34,6 +37,7 @@ kept by a ``JobStorage`` (``store.py``; ``JobStore`` on ``state.db``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -175,11 +179,19 @@ class JobQueue:
         await self.stop()
 
     # --- the JobSink port -----------------------------------------------------------
-    async def enqueue(self, kind: str, session_id: str, payload: Mapping[str, Any] | None = None) -> Job:
-        """Persist a job, or return the queued/running one of the same (session, kind)."""
+    async def enqueue(
+        self,
+        kind: str,
+        session_id: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        dedupe_key: str | None = None,
+    ) -> Job:
+        """Persist a job, or return the queued/running one of the same (session, kind) —
+        of the same ``dedupe_key`` when one is given."""
         cooldown = self._kinds[kind].backoff[-1] if kind in self._kinds and self._kinds[kind].backoff else 0.0
         job, created = await self.store.add(
-            kind, session_id, payload or {}, cooldown_s=cooldown, now=self._clock()
+            kind, session_id, payload or {}, cooldown_s=cooldown, now=self._clock(), dedupe_key=dedupe_key
         )
         if created:
             log.info("job_enqueued", kind=kind, session=session_id, job=job.id)
@@ -200,7 +212,12 @@ class JobQueue:
                 f"job {job_id} is {job.state.value}, not failed: only a failed job can be retried"
             )
         again, created = await self.store.add(
-            job.kind, job.session_id, job.payload, cooldown_s=0.0, now=self._clock()
+            job.kind,
+            job.session_id,
+            job.payload,
+            cooldown_s=0.0,
+            now=self._clock(),
+            dedupe_key=job.dedupe_key,
         )
         log.info("job_retried", kind=job.kind, job=job_id, new_job=again.id, created=created)
         self._wake.set()
@@ -236,9 +253,11 @@ class JobQueue:
     async def get(self, job_id: int) -> Job | None:
         return await self.store.get(job_id)
 
-    async def jobs(self, *, session_id: str | None = None, kind: str | None = None) -> list[Job]:
-        """Jobs in creation order, optionally of one session and/or kind."""
-        return await self.store.find(session_id=session_id, kind=kind)
+    async def jobs(
+        self, *, session_id: str | None = None, kind: str | None = None, dedupe_key: str | None = None
+    ) -> list[Job]:
+        """Jobs in creation order, optionally of one session, kind and/or dedupe key."""
+        return await self.store.find(session_id=session_id, kind=kind, dedupe_key=dedupe_key)
 
     def wake(self) -> None:
         """Look for due jobs now (after a clock change in tests, or new handlers)."""
@@ -303,9 +322,9 @@ class JobQueue:
                 continue
             task = asyncio.create_task(self._execute(job), name=f"job:{job.kind}:{job.id}")
             self._running[job.id] = task
-            task.add_done_callback(lambda _t, job_id=job.id: self._finished(job_id))
+            task.add_done_callback(functools.partial(self._finished, job.id))
 
-    def _finished(self, job_id: int) -> None:
+    def _finished(self, job_id: int, _task: asyncio.Task[None]) -> None:
         self._running.pop(job_id, None)
         self._slots.release()
         self._wake.set()  # its session may have another job waiting

@@ -4,7 +4,8 @@
 ``JobLedger`` what inspection needs (``/status``, tests); ``JobStorage`` is both, and
 ``JobStore`` implements it on ``state.db`` (table ``jobs``, schema in ``schema.py``).
 The rules of the queue (module docstring of ``queue.py``) live in the SQL here: the
-single-flight index, the claim that skips busy sessions, the persisted cooldown.
+single-flight indexes (per (session, kind), or per dedupe key), the claim that skips
+busy sessions, the persisted cooldown.
 Every backend passes ``tests/contract/test_jobs.py``.
 """
 
@@ -42,9 +43,13 @@ class Job:
     updated_at: float
     started_at: float | None
     finished_at: float | None
+    # An independent, idempotent write (a provider write, ``provider_writes.py``): single
+    # flight per key instead of per (session, kind), and it does not take its session's
+    # turn. None for the session's own work (compression, flush, review).
+    dedupe_key: str | None = None
 
 
-def _job(r: sqlite3.Row) -> Job:
+def _job(r: sqlite3.Row | Mapping[str, Any]) -> Job:
     return Job(
         id=r["id"],
         kind=r["kind"],
@@ -59,6 +64,7 @@ def _job(r: sqlite3.Row) -> Job:
         updated_at=r["updated_at"],
         started_at=r["started_at"],
         finished_at=r["finished_at"],
+        dedupe_key=r["dedupe_key"],
     )
 
 
@@ -68,16 +74,24 @@ class JobRepository(Protocol):
     clock. Raises ``StoreError`` (``StoreBusy``)."""
 
     async def add(
-        self, kind: str, session_id: str, payload: Mapping[str, Any], *, cooldown_s: float, now: float
+        self,
+        kind: str,
+        session_id: str,
+        payload: Mapping[str, Any],
+        *,
+        cooldown_s: float,
+        now: float,
+        dedupe_key: str | None = None,
     ) -> tuple[Job, bool]:
-        """Queue a job, or return the queued/running one of (session, kind) with False.
-        After a failed job of the same (session, kind) the new one waits ``cooldown_s``
-        from that failure."""
+        """Queue a job, or return the queued/running one of (session, kind) — of
+        ``dedupe_key`` when one is given — with False. After a failed job of the same
+        (session, kind) or key the new one waits ``cooldown_s`` from that failure."""
         ...
 
     async def claim(self, kinds: Sequence[str], now: float) -> Job | None:
         """queued → running (one more attempt) for the due job of ``kinds`` first in
-        (not_before, id) order whose session has no running job; None if there is none."""
+        (not_before, id) order whose session has no running job (a job with a dedupe key
+        neither waits for its session nor holds it); None if there is none."""
         ...
 
     async def settle(
@@ -119,8 +133,10 @@ class JobLedger(Protocol):
 
     async def get(self, job_id: int) -> Job | None: ...
 
-    async def find(self, *, session_id: str | None = None, kind: str | None = None) -> list[Job]:
-        """Jobs in creation order, optionally of one session and/or kind."""
+    async def find(
+        self, *, session_id: str | None = None, kind: str | None = None, dedupe_key: str | None = None
+    ) -> list[Job]:
+        """Jobs in creation order, optionally of one session, kind and/or dedupe key."""
         ...
 
     async def counts(self) -> dict[str, int]:
@@ -139,28 +155,40 @@ class JobStore:
         self.db = db
 
     async def add(
-        self, kind: str, session_id: str, payload: Mapping[str, Any], *, cooldown_s: float, now: float
+        self,
+        kind: str,
+        session_id: str,
+        payload: Mapping[str, Any],
+        *,
+        cooldown_s: float,
+        now: float,
+        dedupe_key: str | None = None,
     ) -> tuple[Job, bool]:
         body = json.dumps(dict(payload), ensure_ascii=False)
+        # Single flight per dedupe key when there is one, else per (session, kind).
+        args: tuple[str, ...]
+        if dedupe_key is None:
+            same, args = "session_id = ? AND kind = ? AND dedupe_key IS NULL", (session_id, kind)
+        else:
+            same, args = "dedupe_key = ?", (dedupe_key,)
 
         def tx(conn: sqlite3.Connection) -> tuple[sqlite3.Row, bool]:
             existing = conn.execute(
-                "SELECT * FROM jobs WHERE session_id = ? AND kind = ? AND state IN ('queued', 'running')",
-                (session_id, kind),
+                f"SELECT * FROM jobs WHERE {same} AND state IN ('queued', 'running')", args
             ).fetchone()
             if existing is not None:
                 return existing, False
             last = conn.execute(
-                "SELECT state, updated_at FROM jobs WHERE session_id = ? AND kind = ? ORDER BY id DESC LIMIT 1",
-                (session_id, kind),
+                f"SELECT state, updated_at FROM jobs WHERE {same} ORDER BY id DESC LIMIT 1", args
             ).fetchone()
             # The cooldown after a failure is persisted: a new request does not hammer a
             # failing endpoint again at once.
             failed = last is not None and last["state"] == "failed"
             not_before = max(now, last["updated_at"] + cooldown_s) if failed else now
             cur = conn.execute(
-                "INSERT INTO jobs(kind, session_id, payload, not_before, created_at, updated_at) VALUES (?,?,?,?,?,?)",
-                (kind, session_id, body, not_before, now, now),
+                "INSERT INTO jobs(kind, session_id, payload, not_before, created_at, updated_at, dedupe_key)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (kind, session_id, body, not_before, now, now, dedupe_key),
             )
             return conn.execute("SELECT * FROM jobs WHERE id = ?", (cur.lastrowid,)).fetchone(), True
 
@@ -173,8 +201,8 @@ class JobStore:
             lambda c: c.execute(
                 "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ?, updated_at = ?"
                 " WHERE id = (SELECT id FROM jobs WHERE state = 'queued' AND not_before <= ?"
-                f" AND kind IN ({marks})"
-                " AND session_id NOT IN (SELECT session_id FROM jobs WHERE state = 'running')"
+                f" AND kind IN ({marks}) AND (dedupe_key IS NOT NULL OR session_id NOT IN"
+                " (SELECT session_id FROM jobs WHERE state = 'running' AND dedupe_key IS NULL))"
                 " ORDER BY not_before, id LIMIT 1) RETURNING *",
                 (now, now, now, *kinds),
             ).fetchone()
@@ -258,14 +286,14 @@ class JobStore:
         r = await self.db.read(lambda c: c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
         return None if r is None else _job(r)
 
-    async def find(self, *, session_id: str | None = None, kind: str | None = None) -> list[Job]:
+    async def find(
+        self, *, session_id: str | None = None, kind: str | None = None, dedupe_key: str | None = None
+    ) -> list[Job]:
         clauses, args = [], []
-        if session_id is not None:
-            clauses.append("session_id = ?")
-            args.append(session_id)
-        if kind is not None:
-            clauses.append("kind = ?")
-            args.append(kind)
+        for column, value in (("session_id", session_id), ("kind", kind), ("dedupe_key", dedupe_key)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(value)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = await self.db.read(
             lambda c: c.execute(f"SELECT * FROM jobs{where} ORDER BY id", args).fetchall()

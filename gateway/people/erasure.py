@@ -81,7 +81,7 @@ LAYERS = (
 )
 # (accounts, delete) → archives (to be) rewritten; ``mnemo/backups.py`` ``scrub_backups``.
 Scrub = Callable[[tuple[UserRef, ...], bool], Awaitable[int]]
-PROVIDER_WRITE = "provider_write"  # the job kind of durable provider writes (mnemo/app.py)
+PROVIDER_WRITE = "provider_write"  # the job kind of durable provider writes (gateway/jobs/provider_writes.py)
 _FTS_INDEXES = ("messages_fts", "messages_cjk", "messages_ctx")
 
 
@@ -206,16 +206,18 @@ class Erasure:
             return 1
         from mnemo.memory.durable import forget_user
 
+        # A row as gateway/jobs/provider_writes.py queues it: no session, the write's
+        # dedupe key, single flight on that key (a later erasure is sent again).
         payload = forget_user(str(user))
         key, now = f"{name}:{payload['key']}", time.time()
         busy = conn.execute(
-            "SELECT 1 FROM jobs WHERE session_id = ? AND kind = ? AND state IN ('queued', 'running')",
-            (key, PROVIDER_WRITE),
+            "SELECT 1 FROM jobs WHERE dedupe_key = ? AND state IN ('queued', 'running')", (key,)
         ).fetchone()
         if busy is None:
             conn.execute(
-                "INSERT INTO jobs(kind, session_id, payload, not_before, created_at, updated_at) VALUES (?,?,?,?,?,?)",
-                (PROVIDER_WRITE, key, json.dumps({"provider": name, "payload": payload}), now, now, now),
+                "INSERT INTO jobs(kind, session_id, dedupe_key, payload, not_before, created_at, updated_at)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (PROVIDER_WRITE, "", key, json.dumps({"provider": name, "payload": payload}), now, now, now),
             )
         return 1
 

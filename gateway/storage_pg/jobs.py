@@ -1,5 +1,6 @@
 """``JobStorage`` on PostgreSQL (see ``gateway/jobs/store.py`` and ``queue.py`` for the
-rules: single flight per (session, kind), one running job per session, persisted cooldown).
+rules: single flight per (session, kind) or per dedupe key, one running job per session
+for jobs without a key, persisted cooldown).
 
 For several replicas on one database:
 
@@ -44,37 +45,45 @@ class PgJobStore:
         self.lease_s = lease_s
 
     async def add(
-        self, kind: str, session_id: str, payload: Mapping[str, Any], *, cooldown_s: float, now: float
+        self,
+        kind: str,
+        session_id: str,
+        payload: Mapping[str, Any],
+        *,
+        cooldown_s: float,
+        now: float,
+        dedupe_key: str | None = None,
     ) -> tuple[Job, bool]:
         body = json.dumps(dict(payload), ensure_ascii=False)
+        # Single flight per dedupe key when there is one, else per (session, kind).
+        args: tuple[str, ...]
+        if dedupe_key is None:
+            lock = f"jobs:{kind}:{session_id}"
+            same, args = "session_id = %s AND kind = %s AND dedupe_key IS NULL", (session_id, kind)
+        else:
+            lock, same, args = f"jobs-key:{dedupe_key}", "dedupe_key = %s", (dedupe_key,)
 
         async def tx(c: Connection) -> tuple[dict[str, Any], bool]:
-            # Serialise adds of one (session, kind) across replicas: the single-flight
-            # check and the insert then see the same rows.
-            await c.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", (f"jobs:{kind}:{session_id}",)
-            )
+            # Serialise adds of one (session, kind) or key across replicas: the
+            # single-flight check and the insert then see the same rows.
+            await c.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", (lock,))
             existing = await (
-                await c.execute(
-                    "SELECT * FROM jobs WHERE session_id = %s AND kind = %s AND state IN ('queued', 'running')",
-                    (session_id, kind),
-                )
+                await c.execute(f"SELECT * FROM jobs WHERE {same} AND state IN ('queued', 'running')", args)
             ).fetchone()
             if existing is not None:
                 return existing, False
             last = await (
                 await c.execute(
-                    "SELECT state, updated_at FROM jobs WHERE session_id = %s AND kind = %s ORDER BY id DESC LIMIT 1",
-                    (session_id, kind),
+                    f"SELECT state, updated_at FROM jobs WHERE {same} ORDER BY id DESC LIMIT 1", args
                 )
             ).fetchone()
             failed = last is not None and last["state"] == "failed"
             not_before = max(now, last["updated_at"] + cooldown_s) if failed and last is not None else now
             row = await (
                 await c.execute(
-                    "INSERT INTO jobs(kind, session_id, payload, not_before, created_at, updated_at)"
-                    " VALUES (%s, %s, %s, %s, %s, %s) RETURNING *",
-                    (kind, session_id, body, not_before, now, now),
+                    "INSERT INTO jobs(kind, session_id, payload, not_before, created_at, updated_at, dedupe_key)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING *",
+                    (kind, session_id, body, not_before, now, now, dedupe_key),
                 )
             ).fetchone()
             assert row is not None
@@ -97,7 +106,8 @@ class PgJobStore:
                     " updated_at = %(now)s, owner = %(owner)s, lease_until = %(lease)s"
                     " WHERE id = (SELECT id FROM jobs j WHERE state = 'queued' AND not_before <= %(now)s"
                     " AND kind = ANY(%(kinds)s::text[])"
-                    " AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.session_id = j.session_id AND r.state = 'running')"
+                    " AND (j.dedupe_key IS NOT NULL OR NOT EXISTS (SELECT 1 FROM jobs r"
+                    " WHERE r.session_id = j.session_id AND r.state = 'running' AND r.dedupe_key IS NULL))"
                     " ORDER BY not_before, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *",
                     {"now": now, "owner": self.owner, "lease": now + self.lease_s, "kinds": list(kinds)},
                 )
@@ -237,12 +247,15 @@ class PgJobStore:
 
         return await self.db.read(q)
 
-    async def find(self, *, session_id: str | None = None, kind: str | None = None) -> list[Job]:
+    async def find(
+        self, *, session_id: str | None = None, kind: str | None = None, dedupe_key: str | None = None
+    ) -> list[Job]:
         async def q(c: Connection) -> list[Job]:
             cur = await c.execute(
                 "SELECT * FROM jobs WHERE (%(s)s::text IS NULL OR session_id = %(s)s)"
-                " AND (%(k)s::text IS NULL OR kind = %(k)s) ORDER BY id",
-                {"s": session_id, "k": kind},
+                " AND (%(k)s::text IS NULL OR kind = %(k)s)"
+                " AND (%(d)s::text IS NULL OR dedupe_key = %(d)s) ORDER BY id",
+                {"s": session_id, "k": kind, "d": dedupe_key},
             )
             return [_job(r) for r in await cur.fetchall()]
 

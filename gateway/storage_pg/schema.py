@@ -197,6 +197,31 @@ INSERT INTO identity_generation (id, n) VALUES (1, 0);
 """,
 )
 
+# The twin of ``gateway/jobs/schema.py``'s step: provider writes get their dedupe key in
+# its own column, ``session_id`` names their session again ('' for an erasure), and
+# neither "one job per (session, kind)" nor "one running job per session" applies to a
+# job with a key (single flight per key instead). ``payload::json``, not jsonb: a NUL
+# escape in a queued turn's text must not stop the upgrade.
+JOBS_DEDUPE_KEY = PgMigration(
+    "0013_jobs_dedupe_key",
+    """
+ALTER TABLE jobs ADD COLUMN dedupe_key text;
+-- The old indexes go first: several writes of one session share its id after the update.
+DROP INDEX jobs_single_flight;
+DROP INDEX jobs_one_running;
+UPDATE jobs SET dedupe_key = session_id,
+    session_id = CASE WHEN payload::json #>> '{payload,op}' = 'forget_user' THEN ''
+        ELSE COALESCE(payload::json #>> '{payload,scope,session_id}', '') END
+    WHERE kind = 'provider_write';
+CREATE UNIQUE INDEX jobs_single_flight ON jobs(session_id, kind)
+    WHERE state IN ('queued', 'running') AND dedupe_key IS NULL;
+CREATE UNIQUE INDEX jobs_one_running ON jobs(session_id) WHERE state = 'running' AND dedupe_key IS NULL;
+CREATE UNIQUE INDEX jobs_dedupe_single_flight ON jobs(dedupe_key)
+    WHERE state IN ('queued', 'running') AND dedupe_key IS NOT NULL;
+CREATE INDEX jobs_dedupe ON jobs(dedupe_key) WHERE dedupe_key IS NOT NULL;
+""",
+)
+
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
     SESSIONS_AND_MESSAGES,
     INBOX,
@@ -211,4 +236,5 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     BUDGETS,  # storage_pg/budgets.py: the spending ledger
     CURATED_MEMORY,  # memory/pg/curated.py: MEMORY.md and every USER.md as rows
     RATE_LIMITS,  # storage_pg/rate_limits.py: the per-user rate limit's shared window
+    JOBS_DEDUPE_KEY,  # the dedupe key of provider writes in its own column
 )

@@ -1,5 +1,6 @@
-"""JobStorage: single flight per (session, kind), a claim that skips busy sessions and
-respects not_before, settle/give back, checkpoints, recovery after a crash."""
+"""JobStorage: single flight per (session, kind) or per dedupe key, a claim that skips busy
+sessions (a keyed job neither waits for nor holds its session) and respects not_before,
+settle/give back, checkpoints, recovery after a crash."""
 
 from __future__ import annotations
 
@@ -80,3 +81,60 @@ async def test_lease_recovery_give_back_and_checkpoint(backend: Backend) -> None
         assert outcome == ((1, 0) if t < 4 else (0, 1))
     dead = await jobs.get(hopeless.id)
     assert dead is not None and dead.state is JobState.FAILED and dead.error
+
+
+# --- the dedupe key (provider writes: independent, idempotent jobs of a session) -----------
+KEYED = ["provider_write", *KINDS]
+
+
+async def test_a_dedupe_key_is_single_flight_per_key_instead_of_per_session(backend: Backend) -> None:
+    jobs, now = backend.jobs, backend.clock.ts()
+    first, created = await jobs.add(
+        "provider_write", "s1", {"n": 1}, cooldown_s=0, now=now, dedupe_key="p:k1"
+    )
+    same, again = await jobs.add("provider_write", "s1", {"n": 2}, cooldown_s=0, now=now, dedupe_key="p:k1")
+    other, other_created = await jobs.add(
+        "provider_write", "s1", {}, cooldown_s=0, now=now, dedupe_key="p:k2"
+    )
+    session, session_created = await jobs.add("compress", "s1", {}, cooldown_s=0, now=now)
+    assert created and not again and other_created and session_created
+    assert same.id == first.id and same.payload == {"n": 1}
+    assert (first.session_id, first.dedupe_key, session.dedupe_key) == ("s1", "p:k1", None)
+    assert [j.id for j in await jobs.find(session_id="s1")] == [first.id, other.id, session.id]
+    assert [j.id for j in await jobs.find(dedupe_key="p:k2")] == [other.id]
+    assert [j.id for j in await jobs.find(kind="provider_write", dedupe_key="p:k1")] == [first.id]
+    # A key is single flight while queued or running only: once done it may be queued again
+    # (erasing a person twice sends the delete twice; the provider-write sink skips done keys).
+    assert await jobs.claim(["provider_write"], now) is not None
+    await jobs.settle(first.id, JobState.DONE, now=now)
+    redo, redo_created = await jobs.add("provider_write", "s1", {}, cooldown_s=0, now=now, dedupe_key="p:k1")
+    assert redo_created and redo.id != first.id
+
+
+async def test_a_keyed_job_neither_waits_for_nor_holds_its_session(backend: Backend) -> None:
+    jobs, now = backend.jobs, backend.clock.ts()
+    compress, _ = await jobs.add("compress", "s1", {}, cooldown_s=0, now=now)
+    write1, _ = await jobs.add("provider_write", "s1", {}, cooldown_s=0, now=now, dedupe_key="p:k1")
+    write2, _ = await jobs.add("provider_write", "s1", {}, cooldown_s=0, now=now, dedupe_key="p:k2")
+    review, _ = await jobs.add("review", "s1", {}, cooldown_s=0, now=now)
+    claimed = [await jobs.claim(KEYED, now) for _ in range(4)]
+    # s1's compression runs; both writes of s1 run beside it; s1's review waits its turn.
+    assert [j.id if j else None for j in claimed] == [compress.id, write1.id, write2.id, None]
+    await jobs.settle(compress.id, JobState.DONE, now=now)
+    nxt = await jobs.claim(KEYED, now)  # the writes still running do not hold s1
+    assert nxt is not None and nxt.id == review.id
+    assert await jobs.outstanding(KEYED, now) == 3
+
+
+async def test_after_a_failure_a_new_job_of_the_key_waits_out_the_cooldown(backend: Backend) -> None:
+    jobs, now = backend.jobs, backend.clock.ts()
+    job, _ = await jobs.add("provider_write", "s1", {}, cooldown_s=0, now=now, dedupe_key="p:k1")
+    assert await jobs.claim(["provider_write"], now) is not None
+    await jobs.settle(job.id, JobState.FAILED, now=now + 1, error="down")
+    fresh, created = await jobs.add(
+        "provider_write", "s1", {}, cooldown_s=300, now=now + 2, dedupe_key="p:k1"
+    )
+    assert created and fresh.not_before == now + 1 + 300
+    # Another key of the same session is not held back by that failure.
+    other, _ = await jobs.add("provider_write", "s1", {}, cooldown_s=300, now=now + 2, dedupe_key="p:k2")
+    assert other.not_before == now + 2

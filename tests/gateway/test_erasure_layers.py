@@ -160,11 +160,12 @@ async def test_erase_reaches_skills_links_media_and_cron_and_leaves_the_others(
 async def test_an_external_providers_delete_is_queued_while_it_is_down_and_sent_once(
     app_factory, emulator, home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import mnemo.app
+    import mnemo.gateway.jobs.provider_writes as provider_writes
     from mnemo.providers.mem0 import Mem0Provider
     from tests.fakes.mem0_api import FakeMem0
 
-    monkeypatch.setattr(mnemo.app, "PROVIDER_WRITE_BACKOFF", (3600.0,))  # no retry until the test says so
+    # no retry until the test says so
+    monkeypatch.setattr(provider_writes, "PROVIDER_WRITE_BACKOFF", (3600.0,))
     fake = FakeMem0("m0-test")
     await fake.start()
     try:

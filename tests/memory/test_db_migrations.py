@@ -162,6 +162,35 @@ HISTORICAL_NAMES = [
 ]
 
 
+# Every step shipped so far, in order: existing databases count on it (append only).
+SHIPPED_NAMES = [
+    *HISTORICAL_NAMES,
+    "0008_contextual_index",
+    "0009_message_vectors",
+    "0010_budgets",
+    "0011_identity_links",
+    "0012_streams",
+    "0013_jobs_dedupe_key",
+]
+SHIPPED_PG_NAMES = [
+    *HISTORICAL_NAMES,
+    "0012_streams",
+    "0011_identity_links",
+    "pg_replicas",
+    "0010_budgets",
+    "pg_curated_memory",
+    "pg_rate_limits",
+    "0013_jobs_dedupe_key",
+]
+
+
+def test_shipped_steps_keep_their_names_and_order_on_both_backends() -> None:
+    from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
+
+    assert [m.name for m in MIGRATIONS[: len(SHIPPED_NAMES)]] == SHIPPED_NAMES
+    assert [m.name for m in PG_MIGRATIONS[: len(SHIPPED_PG_NAMES)]] == SHIPPED_PG_NAMES
+
+
 def _legacy_migrations():
     """``memory/migrations.py`` as it was when it held every table in one list (commit
     94559e0, kept verbatim in tests/memory/data)."""

@@ -105,9 +105,9 @@ async def test_rate_limit_and_errors(home: Path, fake: FakeHindsight) -> None:
 async def test_e2e_two_users_provider_down_then_back(
     app_factory, home: Path, fake: FakeHindsight, monkeypatch
 ) -> None:
-    import mnemo.app
+    import mnemo.gateway.jobs.provider_writes as provider_writes
 
-    monkeypatch.setattr(mnemo.app, "PROVIDER_WRITE_BACKOFF", (3600.0,))
+    monkeypatch.setattr(provider_writes, "PROVIDER_WRITE_BACKOFF", (3600.0,))
     HindsightProvider().save_config({"api_key": KEY, "base_url": fake.base_url, "timeout_s": 2.0}, home)
     fake.down = True
     adapter = LoopbackAdapter()

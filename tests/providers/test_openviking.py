@@ -362,9 +362,9 @@ async def _say_and_wait(adapter: LoopbackAdapter, texts: list[tuple[str, str]]) 
 async def test_e2e_two_users_provider_down_writes_arrive_once_later(
     app_factory, home: Path, fake: FakeOpenViking, monkeypatch
 ) -> None:
-    import mnemo.app
+    import mnemo.gateway.jobs.provider_writes as provider_writes
 
-    monkeypatch.setattr(mnemo.app, "PROVIDER_WRITE_BACKOFF", (3600.0,))  # no retry until we say so
+    monkeypatch.setattr(provider_writes, "PROVIDER_WRITE_BACKOFF", (3600.0,))  # no retry until we say so
     OpenVikingProvider().save_config(settings(fake, timeout_s=2.0), home)
     fake.down = True
     adapter = LoopbackAdapter()

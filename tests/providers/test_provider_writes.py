@@ -1,13 +1,15 @@
 """The durable write path shared by external providers (``gateway/jobs/provider_writes.py``):
 the job queue honours a provider's Retry-After, gives up after worker.max_attempts with
-the error, and a write key already done is never queued again."""
+the error, a write key already done is never queued again, and a provider write neither
+waits for its session's running job nor holds it."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
-from mnemo.app import PROVIDER_WRITE, register_provider_writes
+from mnemo.gateway.jobs.provider_writes import PROVIDER_WRITE, register_provider_writes
 from mnemo.memory.durable import RetryLater
 from mnemo.memory.external import ExternalProvider
 from mnemo.memory.manager import MemoryManager
@@ -114,6 +116,58 @@ async def test_bounded_attempts_then_failed_with_the_error(db, tmp_path: Path) -
         assert "server exploded" in (await queue.get(job.id)).error
         assert "1 failed" in await queue.status_line()
         assert provider.sent == []
+    await manager.shutdown()
+
+
+async def test_a_write_is_a_job_of_its_session_keyed_by_provider_and_write(db, tmp_path: Path) -> None:
+    queue = make_queue(db, Clock())
+    provider = Flaky()
+    manager = await started(provider, tmp_path)
+    register_provider_writes(queue, manager)
+    manager.sync_turn("hello", "hi", ctx(tmp_path, session="s7"))
+    manager.sync_turn("again", "hi", ctx(tmp_path, session="s7"))
+    await manager.pending()
+    jobs = await queue.jobs(kind=PROVIDER_WRITE)
+    prepared = [
+        provider.prepare_write(SyncTurn(u, "hi"), ctx(tmp_path, session="s7")) for u in ("hello", "again")
+    ]
+    assert [(j.session_id, j.dedupe_key) for j in jobs] == [("s7", f"flaky:{w.key}") for w in prepared]
+    assert [j.payload for j in jobs] == [{"provider": "flaky", "payload": w.to_payload()} for w in prepared]
+    assert [j.id for j in await queue.jobs(session_id="s7")] == [j.id for j in jobs]
+    await manager.shutdown()
+
+
+async def test_a_write_neither_waits_for_nor_holds_its_sessions_running_job(db, tmp_path: Path) -> None:
+    queue = make_queue(db, Clock(), concurrency=3)
+    provider = Flaky()
+    manager = await started(provider, tmp_path)
+    register_provider_writes(queue, manager)
+    release = asyncio.Event()
+    compressions: list[int] = []
+
+    async def compress(job, run) -> None:  # the session's own work, running for a while
+        compressions.append(job.id)
+        await release.wait()
+
+    queue.register("compress", compress)
+    async with queue:
+        await queue.enqueue("compress", "s1")
+        await until(lambda: _true(compressions))
+        manager.sync_turn("hello", "hi", ctx(tmp_path, session="s1"))
+        await manager.pending()
+        await until(lambda: _true(provider.sent))  # sent while s1's compression runs
+        release.set()
+        await queue.wait_idle()
+
+        provider.hold = threading.Event()  # the provider hangs on the next write of s1 ...
+        manager.sync_turn("later", "hi", ctx(tmp_path, session="s1"))
+        await manager.pending()
+        await until(lambda: _true([provider.holding]))
+        await queue.enqueue("compress", "s1")
+        await until(lambda: _true(compressions[1:]))  # ... and s1's next job runs meanwhile
+        provider.hold.set()
+        await queue.wait_idle()
+    assert [w.operation for w in provider.sent] == [SyncTurn("hello", "hi"), SyncTurn("later", "hi")]
     await manager.shutdown()
 
 
