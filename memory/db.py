@@ -99,6 +99,14 @@ def is_busy(err: sqlite3.Error) -> bool:
     return isinstance(code, int) and (code & 0xFF) in _BUSY_CODES
 
 
+def inserted_id(cur: sqlite3.Cursor) -> int:
+    """The rowid of the row the ``INSERT`` just run on ``cur`` added (``lastrowid`` is
+    typed optional: it is ``None`` only before any statement ran)."""
+    if cur.lastrowid is None:
+        raise StoreError("the INSERT reported no row id")
+    return cur.lastrowid
+
+
 @dataclass(slots=True)
 class _Job:
     """One queued write and whoever waits for it: a coroutine (``loop`` set, asyncio

@@ -33,8 +33,9 @@ from typing import Any, Literal
 
 import structlog
 
-from mnemo.memory.curated import Action, CuratedFile, MemoryFiles, Target, WriteResult
+from mnemo.memory.curated import Action, Target, WriteResult
 from mnemo.memory.errors import InvalidIdentifier
+from mnemo.memory.ports import CuratedDocument, CuratedRepository
 from mnemo.memory.scope import AgentContext, UserRef
 
 log = structlog.get_logger(__name__)
@@ -204,7 +205,7 @@ def policy_refusal(action: Action, target: Target, ctx: MemoryCallContext) -> st
     return None
 
 
-def _execute(file: CuratedFile, call: _Call) -> WriteResult:
+def _execute(file: CuratedDocument, call: _Call) -> WriteResult:
     if call.action is Action.ADD:
         return file.add(call.content or "")
     if call.action is Action.REPLACE:
@@ -212,7 +213,7 @@ def _execute(file: CuratedFile, call: _Call) -> WriteResult:
     return file.remove(call.old_text or "")
 
 
-def _usage(file: CuratedFile) -> dict[str, Any]:
+def _usage(file: CuratedDocument) -> dict[str, Any]:
     snap = file.load()
     return {"target": str(file.target), "chars": snap.chars, "limit": snap.limit, "pct": snap.pct}
 
@@ -230,7 +231,7 @@ def _maybe_stop(attempts: WriteAttempts, out: dict[str, Any]) -> dict[str, Any]:
 
 
 async def run_memory_tool(
-    files: MemoryFiles,
+    files: CuratedRepository,
     args: Mapping[str, Any],
     ctx: MemoryCallContext,
     attempts: WriteAttempts,
@@ -242,7 +243,7 @@ async def run_memory_tool(
     call = _parse(args)
     if isinstance(call, str):
         return _fail(attempts, call)
-    file: CuratedFile | None = None
+    file: CuratedDocument | None = None
     try:
         if call.target is Target.MEMORY:
             file = files.shared()

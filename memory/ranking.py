@@ -67,8 +67,11 @@ class Retriever(Protocol):
     repeated text among the hits.
     """
 
-    name: str
-    distinct_texts: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def distinct_texts(self) -> bool: ...
 
     def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, scope: Scope, pool: int) -> Ranked: ...
 

@@ -138,7 +138,9 @@ async def embed_pending(db: Database, embedder: Embedder, *, batch: int = 256) -
             return done
         vecs = embedder.embed([content[:2000] for _, _, content in rows])
 
-        def store(conn: sqlite3.Connection, rows=rows, vecs=vecs) -> None:
+        def store(
+            conn: sqlite3.Connection, rows: list[tuple[int, int, str]] = rows, vecs: np.ndarray = vecs
+        ) -> None:
             conn.executemany(
                 "INSERT OR REPLACE INTO message_vectors(id, chat_no, model, vec) VALUES (?, ?, ?, ?)",
                 [

@@ -32,7 +32,7 @@ from typing import Protocol
 from mnemo.gateway.cron.schedules import Schedule, ScheduleKind
 from mnemo.gateway.delivery.outbox import OutboxQueue
 from mnemo.gateway.events import ChatRef, ChatType, OutboundMessage
-from mnemo.memory.db import Database
+from mnemo.memory.db import Database, inserted_id
 
 
 class JobState(StrEnum):
@@ -401,7 +401,7 @@ class CronStore:
                 (job_id, _ts(seen_next), _ts(now), pid),
             )
             row = c.execute("SELECT * FROM cron_jobs WHERE id = ?", (job_id,)).fetchone()
-            return Claimed(_job(row), int(run.lastrowid))
+            return Claimed(_job(row), inserted_id(run))
 
         return await self.db.write(tx)
 
@@ -478,11 +478,11 @@ class CronStore:
     # --- requested (run-now) and interrupted runs ------------------------------------
     async def request_run(self, job_id: str, now: datetime) -> int:
         return await self.db.write(
-            lambda c: int(
+            lambda c: inserted_id(
                 c.execute(
                     "INSERT INTO cron_runs(job_id, trigger, state, requested_at) VALUES (?, 'manual', 'requested', ?)",
                     (job_id, _ts(now)),
-                ).lastrowid
+                )
             )
         )
 

@@ -44,7 +44,7 @@ from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited
 from mnemo.gateway.events import ChatRef, OutboundMessage
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.ports import Adapter
-from mnemo.memory.db import Database
+from mnemo.memory.db import Database, inserted_id
 
 if TYPE_CHECKING:  # storage.py imports this package's schema
     from mnemo.gateway.storage import Transaction
@@ -202,7 +202,7 @@ def _enqueue(
             now,
         ),
     )
-    return int(cur.lastrowid)
+    return inserted_id(cur)
 
 
 class Outbox:
@@ -433,9 +433,9 @@ class DeliveryLoop:
         if not await self.outbox.claim(row.id):
             return False  # another delivery took it
         message = row.to_message()
-        stream = None
-        if self.streams is not None and row.inbox_id is not None:
-            stream = await self.streams.get(row.inbox_id)
+        streams, stream = self.streams, None
+        if streams is not None and row.inbox_id is not None:
+            stream = await streams.get(row.inbox_id)
             if stream is not None and stream.chat == row.chat:
                 message = dataclasses.replace(message, stream_message_id=stream.message_id)
         try:
@@ -446,8 +446,8 @@ class DeliveryLoop:
         except Forbidden as e:
             log.warning("outbox_forbidden", outbox_id=row.id, platform=row.chat.platform, error=str(e))
             await self.outbox.mark_failed(row.id, f"forbidden: {e}")
-            if stream is not None:
-                await self.streams.forget(stream.inbox_id)  # type: ignore[union-attr]
+            if streams is not None and stream is not None:
+                await streams.forget(stream.inbox_id)
             return False
         except PlatformError as e:
             # The platform is down or flaky: the reply waits, however long that takes.
@@ -470,8 +470,8 @@ class DeliveryLoop:
                 )
             return False
         await self.outbox.mark_sent(row.id, ids)
-        if stream is not None:
-            await self.streams.forget(stream.inbox_id)  # type: ignore[union-attr]
+        if streams is not None and stream is not None:
+            await streams.forget(stream.inbox_id)
         if self._on_sent is not None:
             self._on_sent(row)
         return True

@@ -144,7 +144,7 @@ def _edit(args: argparse.Namespace, settings: Settings) -> int:
 
     files = _files(settings)
     try:
-        result = asyncio.run(run_memory_tool(files, tool_args, ctx, WriteAttempts()))  # type: ignore[arg-type]
+        result = asyncio.run(run_memory_tool(files, tool_args, ctx, WriteAttempts()))
     finally:
         _close(files)
     print(printable_json(json.dumps(result, ensure_ascii=False, indent=2)))

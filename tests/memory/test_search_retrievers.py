@@ -28,6 +28,7 @@ from mnemo.memory.ranking import (
     ContextRetriever,
     FusionRetriever,
     NaiveRetriever,
+    Retriever,
     create_baseline_index,
     create_legacy_index,
     participant_words,
@@ -78,7 +79,7 @@ async def fill(store: SessionStore, chat: str, speakers: tuple[str, str], *, day
     return await store.append_messages(s.id, msgs)
 
 
-def retrievers() -> dict[str, object]:
+def retrievers() -> dict[str, Retriever]:
     return {
         "baseline": NaiveRetriever(),
         "fusion": FusionRetriever(),
@@ -158,7 +159,7 @@ def env(
         return upgraded
 
     upgraded = loop.run_until_complete(setup())
-    searches = [SessionSearch(fresh, retriever=r) for r in retrievers().values()]  # type: ignore[arg-type]
+    searches = [SessionSearch(fresh, retriever=r) for r in retrievers().values()]
     searches.append(SessionSearch(upgraded))
     yield loop, searches
     loop.run_until_complete(fresh.close())
