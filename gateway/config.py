@@ -24,6 +24,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic_core import ErrorDetails
 
 from mnemo.gateway.errors import ConfigError
 
@@ -537,7 +538,7 @@ def _allowed_values(loc: tuple[Any, ...]) -> tuple[Any, ...] | None:
     return None
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _describe(err: ErrorDetails) -> str:
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     key = ".".join(str(p) for p in loc) or "(top level)"
     if err["type"] == "extra_forbidden":

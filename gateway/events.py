@@ -195,8 +195,24 @@ def to_payload(msg: InboundMessage) -> dict[str, object]:
     }
 
 
+def _attachments(value: object) -> tuple[Attachment, ...]:
+    """The ``attachments`` of a stored payload: a JSON list of objects, as ``to_payload`` wrote it."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        Attachment(
+            kind=str(a.get("kind", "")),
+            name=str(a.get("name", "")),
+            size=size if isinstance(size := a.get("size"), int) else None,
+            ref=str(a.get("ref", "")),
+            media_type=str(a.get("media_type", "")),
+        )
+        for a in value
+        if isinstance(a, dict)
+    )
+
+
 def from_payload(data: dict[str, object]) -> InboundMessage:
-    atts = data.get("attachments") or []
     return InboundMessage(
         platform=str(data["platform"]),
         chat_id=str(data["chat_id"]),
@@ -207,16 +223,7 @@ def from_payload(data: dict[str, object]) -> InboundMessage:
         chat_type=ChatType(str(data.get("chat_type") or "dm")),
         thread_id=None if data.get("thread_id") is None else str(data["thread_id"]),
         mentioned=bool(data.get("mentioned")),
-        attachments=tuple(
-            Attachment(
-                kind=str(a.get("kind", "")),
-                name=str(a.get("name", "")),
-                size=a.get("size"),
-                ref=str(a.get("ref", "")),
-                media_type=str(a.get("media_type", "")),
-            )
-            for a in atts  # type: ignore[union-attr]
-        ),
+        attachments=_attachments(data.get("attachments")),
         reply_to=None if data.get("reply_to") is None else str(data["reply_to"]),
         received_at=datetime.fromisoformat(str(data["received_at"]))
         if data.get("received_at")

@@ -118,4 +118,4 @@ def configure_logging(
 
 
 def get_logger(name: str | None = None, **bound: Any) -> structlog.stdlib.BoundLogger:
-    return structlog.get_logger(name, **bound)
+    return structlog.stdlib.get_logger(name, **bound)

@@ -47,7 +47,7 @@ def backoff_delays(
     ``min(max_s, min_s * 2**(n-1))``, so never below half the step and never above ``max_s``."""
 
     def delay(n: int) -> float:
-        step = min(max_s, min_s * 2 ** min(n - 1, 32))
+        step = min(max_s, min_s * 2.0 ** min(n - 1, 32))
         return step / 2 + rng() * step / 2
 
     return delay
@@ -74,10 +74,12 @@ class AdapterSupervisor:
         results = await asyncio.gather(
             *(self._attempt(a, begin, 1) for a in adapters), return_exceptions=True
         )
+        waits: list[float | None] = []
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        for adapter, wait in zip(adapters, results, strict=True):
+            waits.append(result)
+        for adapter, wait in zip(adapters, waits, strict=True):
             if wait is not None:
                 task = asyncio.create_task(self._retry(adapter, begin, wait), name=f"start-{adapter.name}")
                 self._tasks.add(task)

@@ -162,7 +162,7 @@ def prefix_blocks(body: dict[str, Any]) -> list[PrefixBlock]:
     for block in _as_blocks(body.get("system")):
         stripped = _strip(block)
         items.append((("system", stripped), estimate_json_tokens(stripped), _ttl_of(block)))
-    context = {k: body[k] for k in ("tool_choice", "thinking") if k in body}
+    context: dict[str, Any] | None = {k: body[k] for k in ("tool_choice", "thinking") if k in body}
     for msg in body.get("messages") or ():
         for block in _as_blocks(msg.get("content")):
             stripped = _strip(block)

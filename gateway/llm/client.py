@@ -194,7 +194,8 @@ def _map_error(err: Exception) -> LLMError:
     if isinstance(err, anthropic.APIStatusError) and err.status_code == 200:
         # An ``event: error`` inside a streamed answer: the body says what it was.
         body = err.body if isinstance(err.body, dict) else {}
-        error = body.get("error") if isinstance(body.get("error"), dict) else {}
+        raw = body.get("error")
+        error = raw if isinstance(raw, dict) else {}
         etype, message = error.get("type"), str(error.get("message") or "")
         if etype in ("rate_limit_error", "overloaded_error"):
             return RateLimited(f"LLM rate limited or overloaded (mid-stream {etype})", None)
@@ -272,7 +273,7 @@ class LLMClient:
         hinted = _retry_after(err) if isinstance(err, anthropic.APIStatusError) else None
         if hinted is not None:
             return min(hinted, self.settings.retry_after_cap_s)
-        base = min(0.5 * (2**attempt), 8.0)
+        base = min(0.5 * (2.0**attempt), 8.0)
         return base * self._rng.uniform(0.75, 1.25)
 
     async def create(
