@@ -25,7 +25,7 @@ import json
 import secrets
 import socket
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -293,9 +293,10 @@ class Emulator:
             error = error_body(fault.status, fault.body if isinstance(fault.body, str) else None)
             frames = list(_frames(message))[:4]  # message_start, ping, block start, one delta
             return await self._stream(request, rec, [*frames, _frame("error", error)])
-        if isinstance(fault.body, dict):
-            rec.response_status, rec.error = fault.status, json.dumps(fault.body)
-            return web.json_response(dict(fault.body), status=fault.status, headers=headers)
+        if isinstance(fault.body, Mapping):
+            body = dict(fault.body)
+            rec.response_status, rec.error = fault.status, json.dumps(body)
+            return web.json_response(body, status=fault.status, headers=headers)
         return self._error(rec, fault.status, fault.body or "", headers)  # "" -> the default message
 
     async def _answer(self, request: web.Request, rec: RecordedRequest, reply: Reply) -> web.StreamResponse:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from types import MappingProxyType
 
 import anthropic
 import httpx
@@ -210,6 +211,16 @@ async def test_fault_with_a_custom_body(emu: Emulator) -> None:
     assert info.value.body["error"]["message"] == "custom"
 
 
+async def test_fault_body_may_be_any_mapping(emu: Emulator) -> None:
+    # Fault.body is typed Mapping: a read-only one is the whole JSON body too, as a dict is.
+    body = MappingProxyType({"type": "error", "error": {"type": "api_error", "message": "frozen"}})
+    emu.script(Fault(503, body=body))
+    with pytest.raises(anthropic.InternalServerError) as info:
+        await client(emu).messages.create(model=MODEL, max_tokens=10, messages=user("x"))
+    assert info.value.body["error"]["message"] == "frozen"
+    assert json.loads(emu.last_request.error or "") == dict(body)
+
+
 async def test_malformed_body_with_200(emu: Emulator) -> None:
     emu.script(Fault(200, malformed=True))
     with pytest.raises(json.JSONDecodeError):
@@ -313,7 +324,7 @@ async def test_broken_responder_becomes_a_500(emu: Emulator) -> None:
 
 async def test_script_rejects_other_objects(emu: Emulator) -> None:
     with pytest.raises(TypeError):
-        emu.script("not a reply")  # type: ignore[arg-type]
+        emu.script("not a reply")  # type: ignore[arg-type]  # the wrong type is the point of the test
 
 
 async def test_reset_forgets_script_requests_and_faults(emu: Emulator) -> None:
