@@ -46,8 +46,9 @@ import contextlib
 import hashlib
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import discord
@@ -171,9 +172,21 @@ class _Pending:
     at: float
 
 
+# The channels a reply is sent to and a sent message edited in (by id): not a forum or a
+# category, which are guild channels without messages of their own.
+_Channel = (
+    discord.TextChannel
+    | discord.VoiceChannel
+    | discord.StageChannel
+    | discord.Thread
+    | discord.DMChannel
+    | discord.PartialMessageable
+)
+
+
 @dataclass(frozen=True, slots=True)
 class _Target:
-    channel: discord.abc.Messageable
+    channel: _Channel
     id: int
     in_guild: bool  # replies in servers quote the message they answer
 
@@ -184,7 +197,7 @@ class _InteractionGone(Exception):
 
 class _Client(discord.Client):
     def __init__(self, adapter: DiscordAdapter, **options: object) -> None:
-        super().__init__(**options)  # type: ignore[arg-type]
+        super().__init__(**options)  # type: ignore[arg-type]  # discord.py types Client's and AutoShardedClient's options apart
         self.adapter = adapter
         self.tree = app_commands.CommandTree(self)
 
@@ -354,7 +367,7 @@ class DiscordAdapter:
                 )
             )
 
-    def _command_callback(self, name: str, *, takes_text: bool) -> Callable[..., Awaitable[None]]:
+    def _command_callback(self, name: str, *, takes_text: bool) -> Callable[..., Coroutine[Any, Any, None]]:
         # discord.py reads the options off the callback's signature.
         if takes_text:
 
@@ -379,7 +392,7 @@ class DiscordAdapter:
         try:
             with platform_errors("listing application commands"):
                 remote = await tree.fetch_commands()
-            have = {(c.name, c.description, tuple((o.name, o.required) for o in c.options)) for c in remote}
+            have = {(c.name, c.description, tuple(_option(o) for o in c.options)) for c in remote}
             if have == wanted:
                 return
             with platform_errors("registering application commands"):
@@ -570,7 +583,7 @@ class DiscordAdapter:
     async def _followup(
         self, interaction: discord.Interaction, message: OutboundMessage, chunks: list[str]
     ) -> list[str]:
-        ids = []
+        ids: list[str] = []
         for chunk in chunks:
             try:
                 sent = await interaction.followup.send(
@@ -610,9 +623,9 @@ class DiscordAdapter:
                 nonce = chunk_nonce(message.outbox_id, index, f"{target.id}:{reply_to}")
             sent = await target.channel.send(
                 chunk,
-                reference=reference if index == 0 else None,  # type: ignore[arg-type]
+                reference=reference if index == 0 else None,  # type: ignore[arg-type]  # send() takes None (its default); its overloads omit it
                 allowed_mentions=allowed_mentions(message.mention_user_id),
-                nonce=nonce,  # type: ignore[arg-type]
+                nonce=nonce,  # type: ignore[arg-type]  # as reference: None (the default) makes discord.py pick a nonce
             )
             ids.append(str(sent.id))
         return ids
@@ -671,11 +684,14 @@ class DiscordAdapter:
     def _target(self, client: _Client, chat: ChatRef) -> _Target:
         target = int(chat.thread_id or chat.chat_id)
         channel = client.get_channel(target)
-        if isinstance(channel, discord.abc.GuildChannel | discord.Thread):
+        if isinstance(
+            channel, discord.TextChannel | discord.VoiceChannel | discord.StageChannel | discord.Thread
+        ):
             return _Target(channel, target, in_guild=True)
         if isinstance(channel, discord.DMChannel):
             return _Target(channel, target, in_guild=False)
-        # Not cached (a DM channel after a restart, an archived thread): send by id.
+        # Not cached (a DM channel after a restart, an archived thread), or a channel that
+        # holds no messages (a forum, a category): send by id, and Discord answers.
         return _Target(client.get_partial_messageable(target), target, in_guild=False)
 
     @contextlib.asynccontextmanager
@@ -690,6 +706,12 @@ class DiscordAdapter:
                 except (discord.HTTPException, aiohttp.ClientError, OSError) as e:
                     log.debug("discord_typing_failed", chat=chat.chat_id, error=f"{type(e).__name__}: {e}")
             yield
+
+
+def _option(option: app_commands.Argument | app_commands.AppCommandGroup) -> tuple[str, bool | None]:
+    """A registered command's option as ``_sync_commands`` compares it with ours: a
+    subcommand or group (put there by another program) has no ``required`` and differs."""
+    return option.name, option.required if isinstance(option, app_commands.Argument) else None
 
 
 def strip_bot_mention(message: discord.Message, bot_id: int) -> tuple[str, bool]:
@@ -707,7 +729,7 @@ def strip_bot_mention(message: discord.Message, bot_id: int) -> tuple[str, bool]
     for user in message.mentions:
         if user.id != bot_id:
             shown = f"@{user.display_name}"
-            text = re.sub(rf"<@!?{user.id}>", lambda _, shown=shown: shown, text)
+            text = text.replace(f"<@{user.id}>", shown).replace(f"<@!{user.id}>", shown)
     return text.strip(), mentioned
 
 

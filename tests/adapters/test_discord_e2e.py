@@ -413,6 +413,22 @@ async def test_message_content_intent_not_enabled_is_a_clear_startup_error(home:
             await _start_alone(fake, home, fake.token)
 
 
+async def test_a_registered_command_with_a_subcommand_is_replaced_at_start(home: Path) -> None:
+    # Another program registered /search with a subcommand, an option that has no
+    # "required": start compares, sees the difference and registers ours (it used to fail).
+    async with FakeDiscord() as fake:
+        first = await _start_alone(fake, home, fake.token)
+        await first.stop()
+        (search,) = [c for c in fake.commands[None] if c["name"] == "search"]
+        search["options"] = [{"type": 1, "name": "recent", "description": "recent messages", "options": []}]
+        second = await _start_alone(fake, home, fake.token)
+        assert second.connected
+        await second.stop()
+    assert [c.route.split(" ")[0] for c in fake.calls_to("/commands")] == ["GET", "PUT", "GET", "PUT"]
+    (search,) = [c for c in fake.commands[None] if c["name"] == "search"]
+    assert [o["name"] for o in search["options"]] == ["text"]
+
+
 async def test_restart_does_not_resync_unchanged_commands(home: Path) -> None:
     async with FakeDiscord() as fake:
         first = await _start_alone(fake, home, fake.token)
