@@ -62,6 +62,7 @@ import warnings
 from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -77,7 +78,7 @@ from telegram.error import (
     TelegramError,
 )
 from telegram.error import Forbidden as TgForbidden
-from telegram.ext import Application, ApplicationBuilder
+from telegram.ext import Application, ApplicationBuilder, ContextTypes, ExtBot, JobQueue
 from telegram.warnings import PTBDeprecationWarning
 
 from mnemo.adapters.telegram_format import TelegramChunk, render_chunks
@@ -97,6 +98,18 @@ from mnemo.gateway.ports import CommandInfo, InboundSink, Leadership
 from mnemo.gateway.webserver import WebServer
 
 log = get_logger(__name__)
+
+if TYPE_CHECKING:
+    # What ``ApplicationBuilder()…build()`` returns: PTB's default bot and context types
+    # (the user/chat/bot data dicts are PTB's own, unused here).
+    TelegramApp: TypeAlias = Application[
+        ExtBot[None],
+        ContextTypes.DEFAULT_TYPE,
+        dict[Any, Any],
+        dict[Any, Any],
+        dict[Any, Any],
+        JobQueue[ContextTypes.DEFAULT_TYPE],
+    ]
 
 MAX_LEN = 4096
 # The leader lock of long polling: one getUpdates per bot across replicas.
@@ -235,10 +248,10 @@ class TelegramAdapter:
         self.typing_interval_s = typing_interval_s
         self.max_inline_wait_s = max_inline_wait_s
         self._sleep = sleep
-        self._app: Application | None = None  # type: ignore[type-arg]
+        self._app: TelegramApp | None = None
         self._identity: BotIdentity | None = None
         self._sink: InboundSink | None = None
-        self._poller: UpdatePoller | None = None
+        self._poller: UpdatePoller[Update] | None = None
         self._leadership: Leadership | None = None
         self._leading: asyncio.Task[None] | None = None
         self._typing: set[asyncio.Task[None]] = set()
@@ -626,14 +639,21 @@ class TelegramAdapter:
             if first and target.reply_to is not None
             else None
         )
-        where = {"message_thread_id": target.thread_id, "reply_parameters": reply}
         try:
-            return await bot.send_message(chat_id, chunk.html, parse_mode=ParseMode.HTML, **where)
+            return await bot.send_message(
+                chat_id,
+                chunk.html,
+                parse_mode=ParseMode.HTML,
+                message_thread_id=target.thread_id,
+                reply_parameters=reply,
+            )
         except BadRequest as e:
             if not is_entity_error(e):
                 raise
             log.warning("telegram_html_refused", chat=chat_id, error=e.message)
-            return await bot.send_message(chat_id, chunk.plain, **where)
+            return await bot.send_message(
+                chat_id, chunk.plain, message_thread_id=target.thread_id, reply_parameters=reply
+            )
 
     # --- typing ----------------------------------------------------------------------
 

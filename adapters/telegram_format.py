@@ -320,7 +320,8 @@ def _match_emphasis(pieces: list[_Piece]) -> list[_Piece]:
 
     def nearest(char: str) -> int:
         for k in range(len(openers) - 1, -1, -1):
-            if out[openers[k]].char == char:  # type: ignore[union-attr]
+            opener = out[openers[k]]
+            if isinstance(opener, _Delimiter) and opener.char == char:  # openers index delimiters only
                 return k
         return -1
 

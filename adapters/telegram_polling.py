@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from mnemo.gateway.errors import PlatformError, PlatformRateLimited
 from mnemo.gateway.logs import get_logger
@@ -40,15 +40,16 @@ class HasUpdateId(Protocol):
     def update_id(self) -> int: ...
 
 
-Fetch = Callable[[int | None, float], Awaitable[Sequence[HasUpdateId]]]  # (offset, long-poll timeout)
-Handle = Callable[[Sequence[HasUpdateId]], Awaitable[None]]
+U = TypeVar("U", bound=HasUpdateId)  # the update type: what ``fetch`` returns ``handle`` gets
+Fetch = Callable[[int | None, float], Awaitable[Sequence[U]]]  # (offset, long-poll timeout)
+Handle = Callable[[Sequence[U]], Awaitable[None]]
 
 
-class UpdatePoller:
+class UpdatePoller(Generic[U]):
     def __init__(
         self,
-        fetch: Fetch,
-        handle: Handle,
+        fetch: Fetch[U],
+        handle: Handle[U],
         *,
         timeout_s: float = 25.0,
         min_backoff_s: float = 1.0,
