@@ -186,7 +186,9 @@ class BackupScheduler:
     def next_run(self, after: datetime) -> datetime:
         """The first scheduled time strictly after ``after`` (APScheduler's own answer
         includes ``after`` itself, which would take the same backup again)."""
-        fire = self._trigger.get_next_fire_time(None, after.replace(microsecond=0) + timedelta(seconds=1))
+        fire: datetime | None = self._trigger.get_next_fire_time(  # APScheduler 3 is untyped
+            None, after.replace(microsecond=0) + timedelta(seconds=1)
+        )
         assert fire is not None  # a crontab expression always fires again
         return fire.astimezone(UTC)
 

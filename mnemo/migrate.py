@@ -34,11 +34,17 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from mnemo.memory.errors import StoreError
+
+if TYPE_CHECKING:  # psycopg is the postgres extra's: imported only when a migration runs
+    from mnemo.memory.pg.db import Connection
+
+T = TypeVar("T")
 
 LEDGER = "mnemo_profile_migration"
 # pg_advisory_lock key: one `mnemo migrate` at a time into a database.
@@ -163,7 +169,7 @@ class Source:
             self._conn.execute("ROLLBACK")
         self._conn.close()
 
-    async def run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         async with self._lock:  # one connection: one statement at a time, off the loop
             return await asyncio.to_thread(fn, self._conn)
 
@@ -252,7 +258,7 @@ class TargetTable:
     identity: frozenset[str]
 
 
-async def _target_tables(conn: Any) -> dict[str, TargetTable]:
+async def _target_tables(conn: Connection) -> dict[str, TargetTable]:
     rows = await (
         await conn.execute(
             "SELECT c.table_name, c.column_name, c.is_identity, c.is_generated FROM information_schema.columns c"
@@ -279,9 +285,17 @@ def _plan(source: dict[str, SourceTable], target: dict[str, TargetTable]) -> lis
     return first + sorted(n for n in common if n not in first)
 
 
-async def _ledger(conn: Any, source_id: str) -> dict[str, Any] | None:
+async def _one(conn: Connection, query: str, params: Sequence[object] = ()) -> dict[str, Any]:
+    """The row of a query that always returns exactly one (a SELECT of expressions)."""
+    row = await (await conn.execute(query, params)).fetchone()
+    if row is None:
+        raise StoreError(f"PostgreSQL returned no row for: {query}")
+    return row
+
+
+async def _ledger(conn: Connection, source_id: str) -> dict[str, Any] | None:
     """This profile's ledger row; None when no migration of it was started here."""
-    found = await (await conn.execute("SELECT to_regclass(%s) AS t", (LEDGER,))).fetchone()
+    found = await _one(conn, "SELECT to_regclass(%s) AS t", (LEDGER,))
     if found["t"] is None:
         return None
     others = await (
@@ -295,7 +309,7 @@ async def _ledger(conn: Any, source_id: str) -> dict[str, Any] | None:
     return await (await conn.execute(f"SELECT * FROM {LEDGER} WHERE source = %s", (source_id,))).fetchone()
 
 
-async def _start_ledger(conn: Any, source_id: str) -> None:
+async def _start_ledger(conn: Connection, source_id: str) -> None:
     await conn.execute(
         f"CREATE TABLE IF NOT EXISTS {LEDGER} (source text PRIMARY KEY, started_at timestamptz NOT NULL DEFAULT now(),"
         " finished_at timestamptz, cursors jsonb NOT NULL DEFAULT '{}')"
@@ -303,10 +317,10 @@ async def _start_ledger(conn: Any, source_id: str) -> None:
     await conn.execute(f"INSERT INTO {LEDGER} (source) VALUES (%s) ON CONFLICT DO NOTHING", (source_id,))
 
 
-async def _refuse_if_occupied(conn: Any, present: set[str]) -> None:
+async def _refuse_if_occupied(conn: Connection, present: set[str]) -> None:
     for name in DATA_TABLES:
         if name in present:
-            row = await (await conn.execute(f'SELECT EXISTS (SELECT 1 FROM "{name}") AS used')).fetchone()
+            row = await _one(conn, f'SELECT EXISTS (SELECT 1 FROM "{name}") AS used')
             if row["used"]:
                 raise MigrateRefused(
                     f"the target database already holds data (table {name} is not empty): a bot runs on it, or "
@@ -344,11 +358,9 @@ class Migration:
         try:
             conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row)
             try:
-                got = await (
-                    await conn.execute(
-                        "SELECT pg_try_advisory_lock(hashtextextended(%s, 0)) AS ok", (MIGRATE_LOCK,)
-                    )
-                ).fetchone()
+                got = await _one(
+                    conn, "SELECT pg_try_advisory_lock(hashtextextended(%s, 0)) AS ok", (MIGRATE_LOCK,)
+                )
                 if not got["ok"]:
                     raise MigrateRefused("another `mnemo migrate` is copying into this database right now")
                 await self._copy(source, conn, receipt)
@@ -359,7 +371,7 @@ class Migration:
         receipt.seconds = time.monotonic() - started
         return receipt
 
-    async def _copy(self, source: Source, conn: Any, receipt: Receipt) -> None:
+    async def _copy(self, source: Source, conn: Connection, receipt: Receipt) -> None:
         src_tables: dict[str, SourceTable] = await source.run(Source.tables)
         source_id: str = await source.run(source.identity)
         self._source_id = source_id
@@ -375,7 +387,7 @@ class Migration:
         src_tables = {n: _renamed(t) for n, t in src_tables.items()}
         names = _plan(src_tables, tgt_tables)
         for name in sorted(set(src_tables) - set(names)):
-            n = await source.run(lambda c, t=src_tables[name]: Source.count(c, t))
+            n = await source.run(partial(Source.count, table=src_tables[name]))
             why = (
                 "SQLite search's own index, derived from the messages (PostgreSQL indexes them itself)"
                 if name in DERIVED
@@ -383,7 +395,7 @@ class Migration:
             )
             receipt.not_migrated.append(NotMigrated(f"table {name} ({n} rows)", why))
         copies = {
-            n: TableCopy(n, await source.run(lambda c, t=src_tables[n]: Source.count(c, t))) for n in names
+            n: TableCopy(n, await source.run(partial(Source.count, table=src_tables[n]))) for n in names
         }
         receipt.tables = list(copies.values())
         total = sum(t.source_rows for t in receipt.tables)
@@ -391,7 +403,7 @@ class Migration:
         for name in names:
             table = src_tables[name]
             after = cursors.get(name)
-            remaining = await source.run(lambda c, table=table, after=after: Source.count(c, table, after))
+            remaining = await source.run(partial(Source.count, table=table, after=after))
             done += copies[name].source_rows - remaining
         self.progress("", done, total)
         for name in names:
@@ -414,7 +426,7 @@ class Migration:
     async def _copy_table(
         self,
         source: Source,
-        conn: Any,
+        conn: Connection,
         table: SourceTable,
         target: TargetTable,
         columns: tuple[str, ...],
@@ -448,7 +460,7 @@ class Migration:
         width = len(table.order)
         while True:
             rows = await source.run(
-                lambda c, after=after: Source.batch(c, table, columns, after, self.batch_size)
+                partial(Source.batch, table=table, columns=columns, after=after, limit=self.batch_size)
             )
             if not rows:
                 return done
@@ -468,7 +480,7 @@ class Migration:
             done += len(rows)
             self.progress(table.name, done, total)
 
-    async def _link_parents(self, source: Source, conn: Any) -> None:
+    async def _link_parents(self, source: Source, conn: Connection) -> None:
         pairs = await source.run(
             lambda c: c.execute(
                 "SELECT id, parent_session_id FROM sessions WHERE parent_session_id IS NOT NULL"
@@ -483,7 +495,7 @@ class Migration:
                 ([p[0] for p in chunk], [p[1] for p in chunk]),
             )
 
-    async def _verify(self, source: Source, conn: Any, table: SourceTable) -> int:
+    async def _verify(self, source: Source, conn: Connection, table: SourceTable) -> int:
         """How many of the source's rows (by primary key) the target holds."""
         cols = ", ".join(f'"{c}"' for c in table.key)
         tmp = f"mnemo_verify_{table.name}"
@@ -493,27 +505,30 @@ class Migration:
             await conn.execute(
                 f'CREATE TEMP TABLE "{tmp}" ON COMMIT DROP AS SELECT {cols} FROM "{table.name}" WITH NO DATA'
             )
-            after = None
+            after: list[Any] | None = None
             async with conn.cursor() as cur:
                 async with cur.copy(f'COPY "{tmp}" ({cols}) FROM STDIN') as pipe:
                     while rows := await source.run(
-                        lambda c, after=after: Source.batch(
-                            c, table, table.key, after, max(self.batch_size, 10_000)
+                        partial(
+                            Source.batch,
+                            table=table,
+                            columns=table.key,
+                            after=after,
+                            limit=max(self.batch_size, 10_000),
                         )
                     ):
                         for row in rows:
                             await pipe.write_row([_text(v) for v in row[width:]])
                         after = list(rows[-1][:width])
             match = " AND ".join(f't."{c}" = k."{c}"' for c in table.key)
-            row = await (
-                await conn.execute(
-                    f'SELECT count(*) AS n FROM "{tmp}" k WHERE EXISTS (SELECT 1 FROM "{table.name}" t WHERE {match})'
-                )
-            ).fetchone()
-        return int(row["n"])
+            present = await _one(
+                conn,
+                f'SELECT count(*) AS n FROM "{tmp}" k WHERE EXISTS (SELECT 1 FROM "{table.name}" t WHERE {match})',
+            )
+        return int(present["n"])
 
 
-async def _advance_identity(conn: Any, table: str, columns: set[str]) -> None:
+async def _advance_identity(conn: Connection, table: str, columns: frozenset[str]) -> None:
     """Move each identity sequence past the copied ids, so the next row a bot inserts gets
     a new one."""
     for col in sorted(columns):

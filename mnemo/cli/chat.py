@@ -18,7 +18,7 @@ from mnemo.memory.scope import validate_id
 PROGRESS_EVERY = 100  # piped input: a progress line on the terminal every this many turns
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("chat", help="chat with the bot in this terminal (scripted when stdin is not a TTY)")
     p.add_argument("--user", help="your user name (default: the OS user name)")
     p.set_defaults(handler=run)

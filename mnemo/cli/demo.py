@@ -15,6 +15,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import TextIO
 
 from mnemo.gateway.config import Settings, load_settings
 from mnemo.memory.scope import UserRef
@@ -30,7 +31,7 @@ SCRIPT = [
 DEMO_CACHE_MIN_TOKENS = 256
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="run a short scripted conversation offline and show what the memory did")
     p.set_defaults(handler=run)
 
@@ -39,7 +40,7 @@ def _rule(title: str) -> str:
     return f"\n── {title} " + "─" * max(0, 60 - len(title))
 
 
-async def _demo(settings: Settings, out: io.TextIOBase) -> int:
+async def _demo(settings: Settings, out: TextIO) -> int:
     from mnemo.adapters.console import ConsoleAdapter
     from mnemo.app import open_app
     from mnemo.gateway.emulator import TRIAL_LABEL, Emulator

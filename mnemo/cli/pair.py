@@ -18,7 +18,7 @@ from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import UserRef
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("pair", help="list, approve or deny pairing requests of unknown users")
     actions = p.add_subparsers(dest="pair_action", metavar="ACTION", required=True)
     actions.add_parser("list", help="pending requests (codes expire after an hour)")
