@@ -90,7 +90,7 @@ async def drive_chats(port: int, chats: int, concurrency: int) -> tuple[float, l
 
 async def close_all(sockets: list[object]) -> None:
     for s in sockets:
-        await s.close()  # type: ignore[attr-defined]
+        await s.close()  # type: ignore[attr-defined]  # each socket is an aiohttp or httpx client; both have close()
 
 
 def one_start(

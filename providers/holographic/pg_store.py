@@ -239,11 +239,11 @@ class PgFactStore(FactStore):
         return self._pg
 
     @property
-    def db(self) -> PgConn:  # type: ignore[override]
+    def db(self) -> PgConn:  # type: ignore[override]  # PgConn stands in for sqlite3.Connection
         return PgConn(self._conn())
 
     @contextmanager
-    def _write(self) -> Iterator[PgConn]:  # type: ignore[override]
+    def _write(self) -> Iterator[PgConn]:  # type: ignore[override]  # as db: PgConn stands in for sqlite3.Connection
         with self._lock:
             conn = self._conn()
             with conn.transaction():
@@ -251,7 +251,7 @@ class PgFactStore(FactStore):
                 yield PgConn(conn)
 
     @contextmanager
-    def reading(self) -> Iterator[PgConn]:  # type: ignore[override]
+    def reading(self) -> Iterator[PgConn]:  # type: ignore[override]  # as db: PgConn stands in for sqlite3.Connection
         with self._lock:
             conn = self._conn()
             if conn.info.transaction_status != pq.TransactionStatus.IDLE:

@@ -37,7 +37,7 @@ async def sink(message: InboundMessage) -> None:
 
 
 def shards(identifies: list[Any]) -> list[Any]:
-    return sorted(tuple(i["shard"]) if "shard" in i else None for i in identifies)  # type: ignore[type-var]
+    return sorted(tuple(i["shard"]) if "shard" in i else None for i in identifies)
 
 
 async def test_each_replica_identifies_with_its_own_shards(home: Path) -> None:

@@ -38,10 +38,10 @@ def curated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Curated]
         root = tmp_path / "memories"
 
         def make_files(**kw: object) -> CuratedRepository:
-            return MemoryFiles(root, **kw)  # type: ignore[arg-type]
+            return MemoryFiles(root, **kw)  # type: ignore[arg-type]  # kw: the contract's limits/identities, typed object
 
         def raw_files(target: Target, user: UserRef | None, text: str) -> None:
-            f = MemoryFiles(root).shared() if target is Target.MEMORY else MemoryFiles(root).own(user)  # type: ignore[arg-type]
+            f = MemoryFiles(root).shared() if target is Target.MEMORY else MemoryFiles(root).own(user)  # type: ignore[arg-type]  # user is set whenever target is USER
             f.path.parent.mkdir(parents=True, exist_ok=True)
             f.path.write_text(text, encoding="utf-8")
 
@@ -72,7 +72,7 @@ def curated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Curated]
     opened: list[PgCuratedFiles] = []
 
     def make_rows(**kw: object) -> CuratedRepository:
-        rows = PgCuratedFiles(url, **kw)  # type: ignore[arg-type]
+        rows = PgCuratedFiles(url, **kw)  # type: ignore[arg-type]  # kw: the contract's limits/identities, typed object
         opened.append(rows)
         return rows
 

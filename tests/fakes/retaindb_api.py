@@ -72,7 +72,7 @@ class FakeRetainDB:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # aiohttp's TCPSite has a server once started
         self.base_url = f"http://127.0.0.1:{port}"
 
     async def stop(self) -> None:

@@ -98,12 +98,12 @@ async def test_a_confirmed_update_is_not_delivered_again(fake: FakeTelegram) -> 
     first = fake.push_text(CHAT, USER, "first")
     async with polling(recording_app(fake, inbox)):
         update = await next_update(inbox)
-    assert (update.update_id, update.message.text) == (first["update_id"], "first")  # type: ignore[union-attr]
+    assert (update.update_id, update.message.text) == (first["update_id"], "first")  # type: ignore[union-attr]  # None fails the test
 
     second = fake.push_text(CHAT, USER, "second")
     async with polling(recording_app(fake, inbox)):  # a restart: a new Application
         update = await next_update(inbox)
-    assert (update.update_id, update.message.text) == (second["update_id"], "second")  # type: ignore[union-attr]
+    assert (update.update_id, update.message.text) == (second["update_id"], "second")  # type: ignore[union-attr]  # None fails the test
     assert inbox.empty()
     assert second["update_id"] > first["update_id"]
     assert second["message"]["message_id"] > first["message"]["message_id"]
@@ -182,7 +182,7 @@ async def test_long_poll_waits_for_an_update_and_a_second_poll_ends_the_first(fa
         await fake.wait_for_poll()
         fake.push_text(CHAT, USER, "for the survivor")
         survivor = await asyncio.wait_for(second, 10)
-        assert [u.message.text for u in survivor] == ["for the survivor"]  # type: ignore[union-attr]
+        assert [u.message.text for u in survivor] == ["for the survivor"]  # type: ignore[union-attr]  # None fails the test
 
 
 async def test_allowed_updates_is_remembered_and_filters_later_updates(fake: FakeTelegram) -> None:
@@ -221,7 +221,7 @@ async def test_group_mention_reply_edit_and_photo_build_realistic_updates(fake: 
         message = updates[mention["update_id"]].message
         assert message is not None and message.chat.type == "supergroup" and message.chat.title == "Team"
         assert list(message.parse_entities(["mention"]).values()) == ["@mnemo_test_bot"]
-        replied = updates[reply["update_id"]].message.reply_to_message  # type: ignore[union-attr]
+        replied = updates[reply["update_id"]].message.reply_to_message  # type: ignore[union-attr]  # None fails the test
         assert replied is not None and replied.from_user is not None
         assert (replied.from_user.id, replied.text) == (bot.id, "I am the bot")
         edited = updates[edit["update_id"]].edited_message
@@ -256,7 +256,7 @@ async def test_commands_actions_edits_and_chat_info(fake: FakeTelegram) -> None:
         edited = await bot.edit_message_text(
             "<i>final</i>", CHAT, message.message_id, parse_mode=ParseMode.HTML
         )
-        assert edited.text == "final"  # type: ignore[union-attr]
+        assert edited.text == "final"  # type: ignore[union-attr]  # edit_message_text returns True only for inline messages
         with pytest.raises(BadRequest, match="(?i)not modified"):
             await bot.edit_message_text("<i>final</i>", CHAT, message.message_id, parse_mode=ParseMode.HTML)
         chat = await bot.get_chat(CHAT)
@@ -355,5 +355,5 @@ async def test_webhook_delivery_with_secret_retry_and_conflict(fake: FakeTelegra
 
         assert await bot.delete_webhook()
         fake.push_text(CHAT, USER, "polled again")
-        assert [u.message.text for u in await bot.get_updates()] == ["polled again"]  # type: ignore[union-attr]
+        assert [u.message.text for u in await bot.get_updates()] == ["polled again"]  # type: ignore[union-attr]  # None fails the test
     assert len(received) == 3

@@ -370,9 +370,9 @@ def test_interactive_commands_log_warnings_only_and_the_banner_once(tmp_path: Pa
 
 def test_access_policy_lines_name_configured_platforms_only(tmp_path: Path) -> None:
     settings = load_settings(tmp_path, environ={"TELEGRAM_BOT_TOKEN": "123456:" + "A" * 35})
-    lines = AccessControl(settings, pairings=None).describe()  # type: ignore[arg-type]
+    lines = AccessControl(settings, pairings=None).describe()  # type: ignore[arg-type]  # describe() never reads the pairings
     assert [line.split(":")[0] for line in lines] == ["telegram"]
-    assert AccessControl(load_settings(tmp_path, environ={}), pairings=None).describe() == []  # type: ignore[arg-type]
+    assert AccessControl(load_settings(tmp_path, environ={}), pairings=None).describe() == []  # type: ignore[arg-type]  # describe() never reads the pairings
 
 
 # --- item 14: signs of life ---------------------------------------------------------------

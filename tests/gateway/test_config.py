@@ -55,7 +55,7 @@ def test_home_from_flag_beats_environment(tmp_path: Path) -> None:
 def test_settings_are_frozen(home: Path) -> None:
     s = load_settings(home, environ={})
     with pytest.raises(ValidationError, match="frozen"):
-        s.memory.nudge_interval = 3  # type: ignore[misc]
+        s.memory.nudge_interval = 3  # type: ignore[misc]  # assigning a frozen field is the point of the test
 
 
 def test_dotenv_rejects_garbage_with_line_number(home: Path) -> None:

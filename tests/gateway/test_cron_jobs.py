@@ -103,7 +103,7 @@ async def test_invalid_input_is_refused_and_stores_nothing(jobs: CronJobs, clock
     for kwargs, message in cases:
         args = {"prompt": "do it", **kwargs}
         with pytest.raises(InvalidJob, match=message):
-            await jobs.create(caller, **args)  # type: ignore[arg-type]
+            await jobs.create(caller, **args)  # type: ignore[arg-type]  # invalid arguments are the point of the test
     with pytest.raises(InvalidJob, match="chat id"):
         await jobs.create(
             Caller.operator(), kind="every", when="1h", prompt="p", target=JobTarget("x", "a/b")

@@ -96,9 +96,9 @@ async def seed_more(app_factory, emulator, home: Path) -> None:
 def unpacked(archive: Path) -> str:
     """Every file of an archive, decompressed, as one text."""
     with tarfile.open(archive) as tar:
-        return b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()).decode(
+        return b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()).decode(  # type: ignore[union-attr]  # extractfile is None only for non-files
             "utf-8", "replace"
-        )  # type: ignore[union-attr]
+        )
 
 
 def export(home: Path, dest: Path) -> str:

@@ -126,7 +126,7 @@ async def test_link_code_from_telegram_redeemed_on_discord_puts_one_profile_in_b
         assert "Lives in Lyon" not in emulator.requests[-1].system_text
 
         ask = await rig.telegram("/link")
-        code = CODE.search(ask).group(1)  # type: ignore[union-attr]
+        code = CODE.search(ask).group(1)  # type: ignore[union-attr]  # no match fails the test here
         assert "10 minutes" in ask
         before = len(emulator.requests)
         wrong = "ABCDEFGH" if code != "ABCDEFGH" else "HGFEDCBA"
@@ -271,11 +271,11 @@ async def test_another_process_link_is_seen_at_the_next_refresh(links, tmp_path:
 
 def test_a_linked_speaker_has_the_persons_provider_scope() -> None:
     ctx = ProviderContext("s1", "discord:dm:9", "discord", B, AgentContext.PRIMARY, Path("."), person=A)
-    assert scope_for(ctx).user_id == "telegram:1"  # type: ignore[union-attr]
+    assert scope_for(ctx).user_id == "telegram:1"  # type: ignore[union-attr]  # None fails the test here
     assert (
-        scope_for(ProviderContext("s1", "k", "discord", B, AgentContext.PRIMARY, Path("."))).user_id
+        scope_for(ProviderContext("s1", "k", "discord", B, AgentContext.PRIMARY, Path("."))).user_id  # type: ignore[union-attr]  # None fails the test
         == "discord:2"
-    )  # type: ignore[union-attr]
+    )
 
 
 # ---- through the running gateway (loopback accounts) ------------------------------------

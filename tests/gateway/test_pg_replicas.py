@@ -172,7 +172,7 @@ async def test_a_sessions_turns_never_overlap_across_replicas(two_replicas, sett
 
     a, b = two_replicas
     files = MemoryFiles(settings.memories_dir, 100, 100)
-    replicas = [SessionResolver(settings, None, files, shared_lock=db.advisory_lock) for db in (a, b)]  # type: ignore[arg-type]
+    replicas = [SessionResolver(settings, None, files, shared_lock=db.advisory_lock) for db in (a, b)]  # type: ignore[arg-type]  # no store: only the lock is used
     inside: list[str] = []
     trace: list[tuple[str, str]] = []
 

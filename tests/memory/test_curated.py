@@ -117,7 +117,7 @@ def test_snapshot_is_frozen_while_the_file_moves_on(shared: CuratedFile) -> None
     assert snap.render_block() == block
     assert shared.load().entries == ("Server runs Debian 13", "Deploys happen on Fridays")
     with pytest.raises(AttributeError):
-        snap.entries = ()  # type: ignore[misc]
+        snap.entries = ()  # type: ignore[misc]  # assigning a frozen field is the point of the test
 
 
 def test_blocked_entry_is_hidden_in_the_block_but_kept_on_disk(shared: CuratedFile) -> None:

@@ -127,7 +127,7 @@ async def test_passive_checkpoint_runs_after_the_configured_number_of_writes(tmp
         await db.write(lambda c, i=i: c.execute("INSERT INTO chats(chat_key) VALUES (?)", (f"k{i}",)))
         # The checkpoint runs on the writer thread after the caller is answered; a
         # read-only no-op queued behind it waits for it (and counts as no write).
-        await asyncio.wrap_future(db._writer.submit(lambda: None))  # type: ignore[union-attr]
+        await asyncio.wrap_future(db._writer.submit(lambda: None))  # type: ignore[union-attr]  # the writer exists while the database is open
         sizes.append(db.path.stat().st_size)
     await db.close()
     assert sizes[0] == sizes[1] == before

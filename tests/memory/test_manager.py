@@ -60,8 +60,8 @@ class Recorder(MemoryProvider):
     def __init__(
         self, name: str = "recorder", *, builtin: bool = False, tools: Sequence[str] = (), recall: str = ""
     ) -> None:
-        self.name = name  # type: ignore[misc]
-        self.builtin = builtin  # type: ignore[misc]
+        self.name = name  # type: ignore[misc]  # a ClassVar in the contract; set per instance by this test provider
+        self.builtin = builtin  # type: ignore[misc]  # as name: a ClassVar, set per instance here
         self.tools = tuple(tools)
         self.recall_text = recall
         self.calls: list[tuple[str, Any]] = []
@@ -153,10 +153,10 @@ class Hanging(Recorder):
 
 class Garbage(Recorder):
     def prefetch(self, query: str, ctx: ProviderContext) -> Recall:
-        return 42  # type: ignore[return-value]
+        return 42  # type: ignore[return-value]  # a misbehaving provider is the point of the test
 
     def handle_tool_call(self, name: str, args: Mapping[str, Any], ctx: ProviderContext) -> str:
-        return {"not": "a string"}  # type: ignore[return-value]
+        return {"not": "a string"}  # type: ignore[return-value]  # a misbehaving provider is the point of the test
 
 
 @pytest.fixture
@@ -357,7 +357,7 @@ async def test_non_json_tool_results_become_errors(home: Path, started: Any) -> 
 async def test_invalid_tool_schemas_are_not_offered(home: Path, started: Any) -> None:
     class BadSchemas(Recorder):
         def get_tool_schemas(self) -> Sequence[ToolSchema]:
-            return [{"name": "dict_schema"}, schema("has space"), schema("fine")]  # type: ignore[list-item]
+            return [{"name": "dict_schema"}, schema("has space"), schema("fine")]  # type: ignore[list-item]  # an invalid schema is the point of the test
 
     m = await started(home, BadSchemas("ext"))
     assert [t["name"] for t in m.tool_schemas()] == ["fine"]

@@ -132,7 +132,7 @@ async def test_appending_to_an_unknown_session_is_a_store_error(store: SessionSt
 
 def test_new_message_rejects_an_unknown_role() -> None:
     with pytest.raises(ValueError, match="role"):
-        NewMessage("system", "x")  # type: ignore[arg-type]
+        NewMessage("system", "x")  # type: ignore[arg-type]  # an unknown role is the point of the test
 
 
 async def test_created_at_is_injectable_and_naive_times_are_utc(store: SessionStore) -> None:
@@ -160,10 +160,10 @@ async def test_active_session_is_the_latest_not_ended_one_of_that_source(store: 
     b = await new(store)
     cron = await new(store, source="cron", agent_context="cron")
     await new(store, chat_key="telegram:dm:2")
-    assert (await store.active_session("telegram:dm:1")).id == b.id  # type: ignore[union-attr]
-    assert (await store.active_session("telegram:dm:1", source="cron")).id == cron.id  # type: ignore[union-attr]
+    assert (await store.active_session("telegram:dm:1")).id == b.id  # type: ignore[union-attr]  # None fails the test
+    assert (await store.active_session("telegram:dm:1", source="cron")).id == cron.id  # type: ignore[union-attr]  # None fails the test
     await store.end_session(b.id, "reset")
-    assert (await store.active_session("telegram:dm:1")).id == a.id  # type: ignore[union-attr]
+    assert (await store.active_session("telegram:dm:1")).id == a.id  # type: ignore[union-attr]  # None fails the test
 
 
 async def test_usage_accumulates_per_session(store: SessionStore) -> None:

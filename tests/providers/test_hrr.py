@@ -58,7 +58,7 @@ def test_atoms_are_read_only_because_they_are_cached() -> None:
 @pytest.mark.parametrize("dim", [0, 63, 16385, 1.5])
 def test_invalid_dimensions_are_refused(dim: object) -> None:
     with pytest.raises(ValueError):
-        hrr.encode_atom("x", dim)  # type: ignore[arg-type]
+        hrr.encode_atom("x", dim)  # type: ignore[arg-type]  # invalid dimensions (a float too) are the point of the test
 
 
 @settings(max_examples=50, deadline=None)

@@ -80,7 +80,7 @@ class LoopbackAdapter:
 
     async def say(self, text: str, **kw: object) -> InboundMessage:
         assert self.sink is not None, "adapter not started"
-        msg = self.message(text, **kw)  # type: ignore[arg-type]
+        msg = self.message(text, **kw)  # type: ignore[arg-type]  # kw: message()'s fields, typed object
         await self.sink(msg)
         return msg
 
