@@ -563,7 +563,9 @@ def load_settings(
 
     ``environ`` defaults to the process environment; tests pass a dict instead.
     ``overrides`` maps dotted keys to values and wins over every file and variable.
-    Raises ``ConfigError`` listing every problem found.
+    Raises ``ConfigError`` listing every problem found. The entries of ``cron.jobs``
+    are the cron sub-system's to check (``cron.service.check_declared_jobs``, called
+    by the CLI with the settings): this module is below every sub-package.
     """
     env = dict(os.environ if environ is None else environ)
     root = resolve_home(home, env)
@@ -592,9 +594,6 @@ def load_settings(
     except ValidationError as e:
         lines = [_describe(err) for err in e.errors()]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
-    problems = cron_job_problems(settings)
-    if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return settings
 
 
@@ -610,11 +609,3 @@ def _check_home(root: Path, source: str) -> None:
                 else f"{path} (in {root}) is a file, not a folder"
             )
             raise ConfigError(f"{source}: {what}; point it at a folder for mnemo's profile")
-
-
-def cron_job_problems(settings: Settings) -> list[str]:
-    """Every bad ``cron.jobs`` entry at once, one line each (index, id, reason), checked
-    by the same parser the scheduler uses, so ``doctor`` and ``run`` agree."""
-    from mnemo.gateway.cron.service import declared_job_problems  # cron imports this module
-
-    return declared_job_problems(settings.cron, settings.cron.timezone or settings.gateway.timezone)

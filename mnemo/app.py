@@ -26,6 +26,7 @@ from typing import Any
 from mnemo.gateway.budgets.command import usage_command
 from mnemo.gateway.budgets.gate import BudgetGate
 from mnemo.gateway.budgets.ledger import Clock, SqliteBudgets, utc_now
+from mnemo.gateway.commands import Command
 from mnemo.gateway.config import TRIAL_BANNER, Settings
 from mnemo.gateway.cron.scheduler import CronRunner, CronScheduler
 from mnemo.gateway.cron.service import CronJobs
@@ -35,7 +36,7 @@ from mnemo.gateway.delivery.inbox import Inbox
 from mnemo.gateway.delivery.outbox import Outbox
 from mnemo.gateway.errors import StartupError
 from mnemo.gateway.inbound.access import AccessControl
-from mnemo.gateway.inbound.commands import Command, CommandDeps, CommandRegistry, default_commands
+from mnemo.gateway.inbound.commands import CommandDeps, CommandRegistry, default_commands
 from mnemo.gateway.inbound.pipeline import Gateway
 from mnemo.gateway.jobs.housekeeping import Housekeeping
 from mnemo.gateway.jobs.provider_hooks import ProviderSessionHooks

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mnemo.gateway.budgets.gate import BudgetGate
-from mnemo.gateway.inbound.commands import Command, CommandCall
+from mnemo.gateway.commands import Command, CommandCall
 
 
 def usage_command(gate: BudgetGate) -> Command:

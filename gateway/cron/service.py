@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from mnemo.gateway.config import CronSettings
+from mnemo.gateway.config import CronSettings, Settings
 from mnemo.gateway.cron.schedules import (
     Schedule,
     ScheduleKind,
@@ -182,11 +182,20 @@ def parse_declared(
     return job_id, (target, user_id, prompt, kind, when, tz)
 
 
+def check_declared_jobs(settings: Settings) -> None:
+    """Raise one ``ConfigError`` listing every bad ``cron.jobs`` entry, checked by the
+    same parser the scheduler uses: the CLI calls it right after loading the settings,
+    so ``doctor`` and ``run`` agree."""
+    problems = declared_job_problems(settings.cron, settings.cron.timezone or settings.gateway.timezone)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
 def declared_job_problems(
     settings: CronSettings, default_timezone: str, now: datetime | None = None
 ) -> list[str]:
     """Every problem in ``cron.jobs`` at once, one line per bad entry (``cron.jobs[i] (id):
-    reason``), without a database: what ``load_settings`` reports before anything runs.
+    reason``), without a database: what the CLI reports before anything runs.
     An ``at`` time already past is not a problem here (the job may have run); creating
     a new job for it is refused when the jobs are synced."""
     try:

@@ -21,7 +21,7 @@ from mnemo.gateway.turns.tools import Tool, TurnContext
 from mnemo.memory.scope import AgentContext
 
 if TYPE_CHECKING:
-    from mnemo.gateway.inbound.commands import CommandCall
+    from mnemo.gateway.commands import CommandCall
 
 CRONJOB_TOOL_SCHEMA: dict[str, Any] = {
     "name": "cronjob",

@@ -37,7 +37,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from mnemo.gateway.delivery.streams import StreamLedger
 from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited
@@ -45,9 +45,6 @@ from mnemo.gateway.events import ChatRef, OutboundMessage
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.ports import Adapter
 from mnemo.memory.db import Database, inserted_id
-
-if TYPE_CHECKING:  # storage.py imports this package's schema
-    from mnemo.gateway.storage import Transaction
 
 log = get_logger(__name__)
 
@@ -124,7 +121,7 @@ class OutboxQueue(Protocol):
 
     def enqueue_within(
         self,
-        tx: Transaction,
+        tx: sqlite3.Connection,
         message: OutboundMessage,
         *,
         kind: str = "reply",
@@ -227,7 +224,7 @@ class Outbox:
 
     def enqueue_within(
         self,
-        tx: Transaction,
+        tx: sqlite3.Connection,
         message: OutboundMessage,
         *,
         kind: str = "reply",

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from mnemo.gateway.commands import ChatControl, parse_command
 from mnemo.gateway.config import Settings
 from mnemo.gateway.delivery import Ledgers
 from mnemo.gateway.delivery.live import LiveReply, live_reply
@@ -48,7 +49,6 @@ from mnemo.gateway.events import (
     to_payload,
 )
 from mnemo.gateway.inbound.access import AccessControl, Verdict
-from mnemo.gateway.inbound.commands import ChatControl, parse_command
 from mnemo.gateway.inbound.lanes import LaneSet
 from mnemo.gateway.llm.client import context_window
 from mnemo.gateway.logs import get_logger

@@ -11,7 +11,7 @@ import secrets
 import time
 from collections.abc import Callable
 
-from mnemo.gateway.inbound.commands import CommandCall
+from mnemo.gateway.commands import CommandCall
 from mnemo.gateway.people.erasure import Erasure
 
 CODE_TTL_S = 600

@@ -48,8 +48,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from mnemo.gateway.budgets.ledger import SqliteBudgets
 from mnemo.gateway.config import Settings
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.people.links import members_within
@@ -108,9 +108,17 @@ SELECT id FROM sessions WHERE platform = :p AND user_id = :u AND (
 )"""
 
 
+class BudgetRows(Protocol):
+    """A person's spend and caps (``SqliteBudgets``), deleted inside the erasure's
+    transaction. A port, so that people/ does not import budgets/ (which imports
+    people/ for the linked accounts a budget is shared by)."""
+
+    def erase_within(self, conn: sqlite3.Connection, payer: str) -> int: ...
+
+
 class Erasure:
     def __init__(
-        self, db: Database, settings: Settings, budgets: SqliteBudgets, *, scrub: Scrub | None = None
+        self, db: Database, settings: Settings, budgets: BudgetRows, *, scrub: Scrub | None = None
     ) -> None:
         self.db = db
         self.settings = settings

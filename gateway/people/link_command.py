@@ -8,7 +8,7 @@ expired code links nothing and says so.
 
 from __future__ import annotations
 
-from mnemo.gateway.inbound.commands import Command, CommandCall
+from mnemo.gateway.commands import Command, CommandCall
 from mnemo.gateway.people.links import CODE_TTL_S, IdentityLinks, Redeemed, normalize_code
 
 

@@ -27,7 +27,7 @@ from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.memory.skills import SkillRefused, SkillStore, parse_skill
 
 if TYPE_CHECKING:
-    from mnemo.gateway.inbound.commands import CommandCall
+    from mnemo.gateway.commands import CommandCall
 
 ACTIONS = ("create", "edit", "patch", "write_file", "remove_file", "delete")
 BACKGROUND_ACTIONS = frozenset({"create", "patch"})

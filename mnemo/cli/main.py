@@ -186,6 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         try:
             settings: Settings = load_settings(args.home)
+            # cron.jobs are checked by the cron sub-system's parser, once the command is
+            # known (``--help`` exits before: it imports none of it).
+            from mnemo.gateway.cron.service import check_declared_jobs
+
+            check_declared_jobs(settings)
         except ConfigError as e:
             return _fail(str(e), EXIT_USAGE, e, verbose)
         home = settings.home
