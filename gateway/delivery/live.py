@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from mnemo.gateway.config import StreamingSettings
@@ -270,3 +270,20 @@ async def live_reply(
     )
     live.start()
     return live
+
+
+class LiveReplies:
+    """Opens each turn's live reply (``live_reply``) on the adapter of its chat."""
+
+    def __init__(
+        self, settings: StreamingSettings, adapters: Mapping[str, object], streams: StreamLedger | None
+    ) -> None:
+        self.settings = settings
+        self.adapters = adapters
+        self.streams = streams
+
+    async def open(self, chat: ChatRef, inbox_id: int, *, reply_to: str | None, dm: bool) -> LiveReply | None:
+        adapter = self.adapters.get(chat.platform)
+        return await live_reply(
+            self.settings, adapter, self.streams, chat, inbox_id, reply_to=reply_to, dm=dm
+        )

@@ -13,15 +13,15 @@ what is queued behind it. All tasks are owned by the ``LaneSet`` and awaited on 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Generic, TypeVar
 
 from mnemo.gateway.logs import get_logger
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
-Handler = Callable[[str, Sequence[T]], Awaitable[None]]
+Handler = Callable[[str, Sequence[T]], Coroutine[Any, Any, None]]
 
 
 class _Lane(Generic[T]):

@@ -40,7 +40,7 @@ from mnemo.gateway.budgets.ledger import Billing, billed_to
 from mnemo.gateway.config import MemorySettings, SessionSettings
 from mnemo.gateway.delivery.live import StreamSink, tool_status
 from mnemo.gateway.errors import ContextTooLong, LLMError, ProviderAuthError, RateLimited
-from mnemo.gateway.llm.client import LLMClient, LLMResponse, Usage, context_window
+from mnemo.gateway.llm.client import LLMClient, LLMResponse, context_window
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.media import MediaStore
 from mnemo.gateway.turns.history import Counters, missing_tool_results, rebuild_counters
@@ -50,6 +50,7 @@ from mnemo.memory.compressor import CompressionPolicy, ContextCompressor, Row, r
 from mnemo.memory.fence import strip_fences
 from mnemo.memory.sessions import MessageRow, NewMessage, SessionRow, SessionStore, ToolCall
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
+from mnemo.memory.usage import Usage
 
 log = get_logger(__name__)
 

@@ -68,19 +68,20 @@ def missing_tool_results(rows: Sequence[MessageRow]) -> list[NewMessage]:
     return out
 
 
-def _user_text(row: MessageRow, label_authors: bool) -> str:
+def _user_text(row: MessageRow | NewMessage, label_authors: bool) -> str:
     if label_authors and row.author_name:
         return f"[{row.author_name}] {row.content}"
     return row.content
 
 
 def to_api_messages(
-    rows: Sequence[MessageRow],
+    rows: Sequence[MessageRow | NewMessage],
     *,
     label_authors: bool = False,
-    media: Callable[[MessageRow], list[dict[str, Any]]] | None = None,
+    media: Callable[[MessageRow | NewMessage], list[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
-    """``media`` gives a user row's image/document blocks (``model_input``), put before
+    """``rows``: the stored history, and the messages of the turn not stored yet.
+    ``media`` gives a user row's image/document blocks (``model_input``), put before
     its text."""
     messages: list[dict[str, Any]] = []
     open_calls: set[str] = set()
@@ -133,7 +134,7 @@ def to_api_messages(
             flush_user()
             if messages and messages[-1]["role"] == "assistant":
                 messages.append({"role": "user", "content": "(continue)"})
-            blocks = []
+            blocks: list[dict[str, Any]] = []
             if row.content:
                 blocks.append({"type": "text", "text": row.content})
             for call in row.tool_calls:

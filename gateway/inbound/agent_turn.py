@@ -1,0 +1,142 @@
+"""One agent run for a lane's batch: in the chat's session, in order, shown as it goes.
+
+``run`` holds, in this order:
+
+1. the adapter's **typing** indicator, for as long as the model works;
+2. the session's **lock**, taken only when no older message of the chat waits
+   (``_ordered_lock``);
+3. the chat's **session** (``SessionResolver.resolve``) and a fresh ``Agent`` built from
+   what is stored — nothing of a previous turn is kept in this process;
+4. the **live reply** where the platform streams (``delivery/live.py``), closed before
+   the reply is queued so no edit lands after the final one.
+
+Ordering across replicas (PostgreSQL): a chat's messages may sit in different
+replicas' lanes. The inbox says whether an older one is unfinished elsewhere (then
+this turn waits for it) or queued behind this turn here, adopted from a dead replica
+(then this turn raises ``GiveWay`` and its runner puts it at the back of its lane). One
+process (SQLite) has one FIFO lane per session: just the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from mnemo.gateway.delivery.inbox import InboxRepository
+from mnemo.gateway.delivery.live import LiveReplies
+from mnemo.gateway.events import ChatRef, InboundMessage, chat_of
+from mnemo.gateway.inbound.chats import Chats
+from mnemo.gateway.inbound.queued import Queued
+from mnemo.gateway.inbound.turn_memory import TurnMemory
+from mnemo.gateway.ports import Adapter
+from mnemo.gateway.turns.agent import Agent, AgentDeps, TurnInput, TurnResult
+from mnemo.gateway.turns.tools import TurnContext
+from mnemo.memory.sessions import SessionRow
+
+ORDER_RETRY_S = 0.05  # a turn waiting for an older message of its chat on another replica
+
+
+class GiveWay(Exception):
+    """An older message of the chat is queued behind this turn in this process's lane."""
+
+
+@runtime_checkable
+class OrdersAcrossReplicas(Protocol):
+    """An inbox shared by replicas (``PgInbox``) tells a turn whether an older message
+    of its chat is still unfinished: ``"other"`` (another replica's), ``"own"`` (queued
+    in this process behind the turn) or None."""
+
+    async def earlier_unfinished(self, inbox_id: int, batch: Sequence[int]) -> str | None: ...
+
+
+class TurnSessions(Protocol):
+    """The chats' sessions (``SessionResolver``)."""
+
+    def lock(self, key: str) -> contextlib.AbstractAsyncContextManager[object]: ...
+
+    async def resolve(self, msg: InboundMessage, key: str) -> SessionRow: ...
+
+    def shared_room(self, msg: InboundMessage) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRun:
+    session: SessionRow
+    ctx: TurnContext
+    result: TurnResult
+
+
+class AgentTurn:
+    def __init__(
+        self,
+        chats: Chats,
+        sessions: TurnSessions,
+        agent: AgentDeps,
+        inbox: InboxRepository,
+        adapters: Mapping[str, Adapter],
+        live: LiveReplies,
+        memory: TurnMemory,
+    ) -> None:
+        self.chats = chats
+        self.sessions = sessions
+        self.agent = agent
+        self.inbox = inbox
+        self.adapters = adapters
+        self.live = live
+        self.memory = memory
+
+    async def run(
+        self, key: str, batch: Sequence[Queued], text: str, media: list[dict[str, Any]]
+    ) -> AgentRun:
+        last = batch[-1].msg
+        async with self._typing(chat_of(last)), self._ordered_lock(key, batch):
+            session = await self.sessions.resolve(last, key)
+            ctx = self.chats.turn_context(last, session, key)
+            agent = await Agent.load(self.agent, session, ctx)
+            agent.label_authors = self.sessions.shared_room(last)
+            agent.stream = live = await self.live.open(
+                chat_of(last),
+                batch[-1].inbox_id,
+                reply_to=last.message_id,
+                dm=last.is_dm and not last.private,
+            )
+            try:
+                result = await agent.run(
+                    TurnInput(
+                        text=text,
+                        author_id=last.user_id,
+                        author_name=last.user_name,
+                        platform_message_id=last.message_id,
+                        request_context=await self.memory.notes(last, text, ctx),
+                        meta={"message_ids": [q.msg.message_id for q in batch]}
+                        | ({"media": media} if media else {}),
+                    )
+                )
+            finally:
+                if live is not None:
+                    await live.close()  # before the reply is queued: no edit after the final one
+        return AgentRun(session, ctx, result)
+
+    def _typing(self, chat: ChatRef) -> contextlib.AbstractAsyncContextManager[None]:
+        adapter = self.adapters.get(chat.platform)
+        if adapter is None or not adapter.supports_typing or not adapter.connected:
+            return contextlib.nullcontext()
+        return adapter.typing(chat)
+
+    @contextlib.asynccontextmanager
+    async def _ordered_lock(self, key: str, batch: Sequence[Queued]) -> AsyncIterator[None]:
+        """The session's lock, taken when no older message of the chat waits (see above)."""
+        ordered = self.inbox if isinstance(self.inbox, OrdersAcrossReplicas) else None
+        ids = [q.inbox_id for q in batch]
+        while True:
+            async with self.sessions.lock(key):
+                waiting = None if ordered is None else await ordered.earlier_unfinished(min(ids), ids)
+                if waiting is None:
+                    yield
+                    return
+            if waiting == "own":
+                raise GiveWay
+            await asyncio.sleep(ORDER_RETRY_S)
