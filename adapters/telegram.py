@@ -92,9 +92,9 @@ from mnemo.gateway.errors import (
     PlatformUnavailable,
     StartupError,
 )
-from mnemo.gateway.events import Attachment, ChatRef, OutboundMessage, delivery_label
+from mnemo.gateway.events import Attachment, ChatRef, OutboundMessage, Submitted, delivery_label
 from mnemo.gateway.logs import get_logger
-from mnemo.gateway.ports import CommandInfo, InboundSink, Leadership
+from mnemo.gateway.ports import CommandInfo, InboundSink, Leadership, UnreadableHook
 from mnemo.gateway.webserver import WebServer
 
 log = get_logger(__name__)
@@ -256,7 +256,8 @@ class TelegramAdapter:
         self._leading: asyncio.Task[None] | None = None
         self._typing: set[asyncio.Task[None]] = set()
         self._progress: OrderedDict[int, list[str]] = OrderedDict()
-        self._noted: OrderedDict[int, float] = OrderedDict()  # chat → when it got the media note
+        self._noted: OrderedDict[str, float] = OrderedDict()  # chat → when it got the media note
+        self._note_hook: UnreadableHook | None = None
         self.webhook_path: str | None = None
         if settings.webhook_url is not None and web is not None:
             # aiohttp freezes its routes when the server starts, which is before adapters.
@@ -277,6 +278,9 @@ class TelegramAdapter:
 
     def use_leadership(self, leadership: Leadership) -> None:
         self._leadership = leadership
+
+    def on_unreadable(self, hook: UnreadableHook) -> None:
+        self._note_hook = hook
 
     async def start(self, sink: InboundSink, commands: Sequence[CommandInfo] = ()) -> None:
         """Connect (``getMe``), set the menu, then poll or register the webhook.
@@ -444,27 +448,23 @@ class TelegramAdapter:
             log.debug("telegram_update_ignored", update_id=update.update_id, reason=verdict.reason)
 
     async def _answer_unsupported(self, note: Unsupported) -> None:
-        """The "text only" note — at most once per chat per ``NOTE_INTERVAL_S``: it is
-        sent before access control and rate limits (no turn runs), so a burst of stickers
-        must not become a burst of answers."""
-        log.info("telegram_media_unsupported", chat=note.chat_id, kind=note.kind)
-        now = time.monotonic()
-        last = self._noted.get(note.chat_id)
-        if last is not None and now - last < NOTE_INTERVAL_S:
+        """The "text only" note, through the gateway (``NotesUnreadable``): it answers
+        only someone allowed to talk to the bot, after the same authorization as every
+        message, and stores nothing. At most once per chat per ``NOTE_INTERVAL_S``: a
+        burst of stickers must not become a burst of answers."""
+        chat = note.message.chat_id
+        log.info("telegram_media_unsupported", chat=chat, kind=note.kind)
+        if self._note_hook is None:
             return
-        self._noted[note.chat_id] = now
-        self._noted.move_to_end(note.chat_id)
+        last = self._noted.get(chat)
+        if last is not None and time.monotonic() - last < NOTE_INTERVAL_S:
+            return
+        if await self._note_hook(note.message, UNSUPPORTED_NOTE) is not Submitted.ACCEPTED:
+            return  # not for this person: a stranger's sticker does not silence the chat
+        self._noted[chat] = time.monotonic()
+        self._noted.move_to_end(chat)
         while len(self._noted) > PROGRESS_ROWS:
             self._noted.popitem(last=False)
-        chat = ChatRef(
-            self.name, str(note.chat_id), str(note.thread_id) if note.thread_id is not None else None
-        )
-        try:
-            await self.send(
-                OutboundMessage(chat=chat, text=UNSUPPORTED_NOTE, reply_to_message_id=str(note.message_id))
-            )
-        except PlatformError as e:  # best effort, like a refusal: nothing of it is stored
-            log.warning("telegram_note_not_sent", chat=note.chat_id, error=str(e))
 
     async def _on_webhook(self, request: web.Request) -> web.Response:
         secret = self.settings.webhook_secret

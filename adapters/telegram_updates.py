@@ -4,8 +4,9 @@
 
 * ``Accept(InboundMessage)`` — a message for the bot;
 * ``Unsupported`` — a message addressed to the bot that carries nothing readable (a
-  voice note, a sticker, a caption-less photo…): the adapter answers it with a short
-  note instead of leaving the user in silence, and no turn runs;
+  sticker, a video note…): the adapter has the gateway answer it with a short note
+  instead of leaving the user in silence — if the sender may talk to the bot at all —
+  and no turn runs;
 * ``Ignore(reason)`` — everything else, logged at debug by the caller.
 
 Rules, in order:
@@ -65,13 +66,15 @@ class Accept:
 
 @dataclass(frozen=True, slots=True)
 class Unsupported:
-    """An addressed message with nothing readable in it; answered with a note."""
+    """An addressed message with nothing readable in it; answered with a note, by the
+    gateway, to people allowed to talk to the bot only. ``message`` describes it: no
+    text, its one attachment of the kind that cannot be read."""
 
-    chat_id: int
-    message_id: int
-    thread_id: int | None
-    kind: str
-    in_group: bool
+    message: InboundMessage
+
+    @property
+    def kind(self) -> str:
+        return self.message.attachments[0].kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,17 +116,9 @@ def classify(update: Update, bot: BotIdentity, *, groups_enabled: bool) -> Incom
 
     thread_id = message.message_thread_id if message.is_topic_message else None
     attachment = _attachment(message)
-    if body is None:
-        if attachment is None:
-            return Ignore("service message")
-        if not attachment.ref:
-            return Unsupported(message.chat.id, message.message_id, thread_id, attachment.kind, in_group)
-        body = ""  # a photo or file without a caption: the file is the message
-    text = strip_mention(body, bot)
-    if not text and attachment is None:
-        return Ignore("nothing but a mention")
-    return Accept(
-        InboundMessage(
+
+    def inbound(text: str) -> InboundMessage:
+        return InboundMessage(
             platform="telegram",
             chat_id=str(message.chat.id),
             user_id=str(sender.id),
@@ -137,7 +132,17 @@ def classify(update: Update, bot: BotIdentity, *, groups_enabled: bool) -> Incom
             reply_to=_quoted(message, replied),
             received_at=message.date,
         )
-    )
+
+    if body is None:
+        if attachment is None:
+            return Ignore("service message")
+        if not attachment.ref:
+            return Unsupported(inbound(""))
+        body = ""  # a photo or file without a caption: the file is the message
+    text = strip_mention(body, bot)
+    if not text and attachment is None:
+        return Ignore("nothing but a mention")
+    return Accept(inbound(text))
 
 
 def strip_mention(text: str, bot: BotIdentity) -> str:

@@ -22,6 +22,10 @@
 
 Capabilities are plain attributes, never probed.
 
+``NotesUnreadable`` is an optional port for adapters that answer a message with nothing
+readable in it (a sticker) with a note rather than dropping it: the note goes through
+the gateway, so that it answers only people allowed to talk to the bot.
+
 ``ReportsReachability`` is an optional second port for adapters whose chats can be
 unreachable for a while although the adapter itself is up (the web chat: a reply for a
 closed page). Their ``send`` raises ``PlatformUnavailable`` for such a chat, so the
@@ -51,6 +55,7 @@ from mnemo.gateway.events import Attachment, ChatRef, InboundMessage, OutboundMe
 
 InboundSink = Callable[[InboundMessage], Awaitable[Submitted]]
 ChatReachable = Callable[[ChatRef], Awaitable[None]]
+UnreadableHook = Callable[[InboundMessage, str], Awaitable[Submitted]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,18 @@ class ReportsReachability(Protocol):
     def on_chat_reachable(self, hook: ChatReachable) -> None:
         """Called once by the gateway, before ``start``; the adapter awaits ``hook(chat)``
         whenever a chat it could not deliver to becomes reachable again."""
+        ...
+
+
+@runtime_checkable
+class NotesUnreadable(Protocol):
+    def on_unreadable(self, hook: UnreadableHook) -> None:
+        """Called once by the gateway, before ``start``. The adapter awaits ``hook(msg,
+        note)`` for a message addressed to the bot with nothing readable in it (a
+        sticker): ``msg`` describes it (no text, the unreadable attachment), ``note`` is
+        the answer. The gateway sends ``note`` only when ``msg`` passes the same
+        authorization as every message and stores nothing; the hook returns
+        ``Submitted.ACCEPTED`` when the note was sent."""
         ...
 
 

@@ -43,7 +43,7 @@ from mnemo.gateway.inbound.turn_runner import TurnBudget, TurnRunner
 from mnemo.gateway.llm.client import context_window
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.metrics import Metrics
-from mnemo.gateway.ports import Adapter, ReportsReachability
+from mnemo.gateway.ports import Adapter, NotesUnreadable, ReportsReachability
 from mnemo.gateway.turns.agent import AgentDeps, TurnResult
 from mnemo.gateway.turns.sessions import JobSink, SessionResolver
 from mnemo.memory.manager import MemoryManager
@@ -140,6 +140,8 @@ class Gateway:
         self.adapters[adapter.name] = adapter
         if isinstance(adapter, ReportsReachability):
             adapter.on_chat_reachable(self.delivery.chat_reachable)
+        if isinstance(adapter, NotesUnreadable):
+            adapter.on_unreadable(self.submission.note_unreadable)
 
     async def start(self) -> None:
         if self._started:

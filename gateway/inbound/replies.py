@@ -7,8 +7,8 @@ of the batch done, in that order, so a crash between the two answers again rathe
 never.
 
 ``send_direct`` bypasses the outbox for answers to messages that are never stored: a
-refusal (nothing of an unauthorized user is stored). It is best effort: a failure is
-logged.
+refusal (nothing of an unauthorized user is stored) and the note for a message with
+nothing readable in it. It is best effort: a failure is logged.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class Replies:
             await self.inbox.mark_done(q.inbox_id)
 
     async def send_direct(self, msg: InboundMessage, text: str) -> None:
-        """Straight to the platform, never stored: refusals (see above)."""
+        """Straight to the platform, never stored: refusals and notes (see above)."""
         chat = chat_of(msg)
         adapter = self.adapters.get(chat.platform)
         if adapter is None:

@@ -15,6 +15,11 @@ The cross-cutting concerns, in this order, and why:
    answers while a turn runs); anything else goes to its session's lane;
 6. **typing** — shown by the turn (``agent_turn.py``) while the model works, not here:
    a message waiting in its lane, or a command, shows none.
+
+A message with nothing readable in it (a sticker: ``note_unreadable``) takes steps 1-3
+and is answered with the adapter's note instead of being stored and dispatched. A
+stranger's gets nothing at all — no note, no refusal, no pairing code — so sending
+stickers tells them nothing and stores nothing.
 """
 
 from __future__ import annotations
@@ -96,6 +101,21 @@ class Submission:
                 return Submitted.ACCEPTED
             self.chats.enqueue(Queued(row.id, msg))
             return Submitted.ACCEPTED
+
+    async def note_unreadable(self, msg: InboundMessage, note: str) -> Submitted:
+        """Answer a message with nothing readable in it with ``note``, if its author may
+        talk to the bot here; never stored. ``ACCEPTED`` when the note was sent."""
+        if not (self.access.chat_allowed(msg) and await self.access.user_allowed(msg.speaker)):
+            log.info("unreadable_message_ignored", platform=msg.platform, user=msg.user_id)
+            return Submitted.DROPPED
+        refused = await self._authorize(msg)
+        if refused is not None:
+            return refused
+        with structlog.contextvars.bound_contextvars(
+            platform=msg.platform, chat=msg.chat_id, user=msg.user_id
+        ):
+            await self.replies.send_direct(msg, note)
+        return Submitted.ACCEPTED
 
     async def _authorize(self, msg: InboundMessage) -> Submitted | None:
         """Steps 1-2: None to go on, else what became of the message."""

@@ -337,6 +337,32 @@ async def test_unsupported_media_gets_one_note_and_captions_are_read(rig: Telegr
     assert inbox_texts(app.settings.state_db) == ["", "", "", "what is in this picture?"]
 
 
+STICKER = {
+    "file_id": "st1", "file_unique_id": "ust1", "type": "regular",
+    "width": 512, "height": 512, "is_animated": False, "is_video": False,
+}  # fmt: skip
+
+
+def pairing_rows(db_path: Path) -> int:
+    with sqlite3.connect(db_path) as db:
+        return int(db.execute("SELECT COUNT(*) FROM pairings").fetchone()[0])
+
+
+async def test_the_unsupported_media_note_is_for_allowed_users_only(rig: TelegramRig) -> None:
+    stranger = 6660
+    async with rig.app(**{"access.allowed": (f"telegram:{USER}",)}) as (app, _):
+        rig.fake.push_message(stranger, stranger, sticker=STICKER)
+        rig.fake.push_message(CHAT, USER, sticker=STICKER)
+        [sent] = await rig.fake.wait_for_sent(1)
+        await asyncio.sleep(0.3)  # the stranger's sticker was handled in the same batch
+
+    assert (sent.chat_id, sent.plain_text) == (CHAT, UNSUPPORTED_NOTE)
+    assert len(rig.fake.sent) == 1, "a blocked stranger's sticker gets no reply"
+    assert inbox_texts(app.settings.state_db) == [], "a sticker is never stored"
+    assert pairing_rows(app.settings.state_db) == 0, "nor does it ask for a pairing code"
+    assert rig.emulator.requests == []
+
+
 async def test_edits_are_not_answered_again(rig: TelegramRig) -> None:
     rig.emulator.default = lambda request: Reply(text=f"Re: {last_user_text(request)}")
     async with rig.app():
