@@ -97,9 +97,16 @@ def test_media_without_text_is_unsupported_and_captions_are_text() -> None:
     w = world()
     note = {"file_id": "v", "file_unique_id": "uv", "duration": 2, "length": 240}
     video_note = w.user_message(USER, USER, video_note=note)
-    assert classify(update(video_note), BOT, groups_enabled=False) == Unsupported(
-        USER, video_note["message_id"], None, "video_note", False
+    unsupported = classify(update(video_note), BOT, groups_enabled=False)
+    assert isinstance(unsupported, Unsupported) and unsupported.kind == "video_note"
+    described = unsupported.message  # what the gateway authorizes before the note is sent
+    assert (described.chat_id, described.user_id, described.message_id, described.text) == (
+        str(USER),
+        str(USER),
+        str(video_note["message_id"]),
+        "",
     )
+    assert [(a.kind, a.ref) for a in described.attachments] == [("video_note", "")]
     voice = accepted(update(w.user_message(USER, USER, voice={**note, "mime_type": "audio/ogg"})))
     assert [(a.kind, a.ref, a.media_type) for a in voice.attachments] == [("voice", "v", "audio/ogg")]
     assert voice.text == ""
