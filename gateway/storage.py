@@ -1,4 +1,5 @@
-"""``state.db`` as a whole: the one ordered migration list, and how a process opens it.
+"""The storage seam: ``state.db``'s ordered migration list, and the one typed object a
+process gets its storage from (``StorageBackend``), whichever database it runs on.
 
 Each sub-system owns its tables and keeps their migrations beside its code; this is
 the one place that knows their order (``memory/`` must not import the gateway, so it
@@ -29,10 +30,18 @@ its rows in another repository's transaction (cron finishing a run together with
 outbox delivery) receives it from that repository's ``write`` and passes it to a
 ``…_within(tx, …)`` method; a PostgreSQL backend hands its own connection the same way.
 
-``open_backend(settings)`` is how the application opens its storage: ``database.url``
-unset gives the repositories above on ``state.db``; ``postgresql://…`` gives their
-PostgreSQL twins (``gateway/storage_pg/``, ``memory/pg/``; list ``PG_MIGRATIONS``, the
-same step names where the tables correspond) plus a lock shared by every replica.
+**One seam, no questions.** Features never ask which database they run on: the backend
+builds what differs. ``backend_for(settings)`` is the configured ``Backend`` — what a
+backend is before it is opened: its name, whether replicas share it, the read-only
+probe ``mnemo doctor`` shows and who serves it for ``mnemo status``. ``open_backend``
+(``Backend.open``) gives the ``StorageBackend``: every repository by its port, and the
+per-backend objects for links, budgets, erasure, the people directory and the rate
+limit. ``database.url`` unset is ``$MNEMO_HOME/state.db`` (``storage_sqlite.py``);
+``postgresql://…`` that server (``storage_pg/backend.py``, with ``memory/pg/``; list
+``PG_MIGRATIONS``, the same step names where the tables correspond). Only the storage
+modules (this one, ``storage_sqlite.py``, ``storage_pg/``, ``memory/pg/``,
+``memory/db.py``) know which is which — ``tests/test_storage_seam.py`` counts the
+branches elsewhere: none.
 """
 
 from __future__ import annotations
@@ -42,18 +51,30 @@ import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from mnemo.gateway.budgets.ledger import BudgetRepository, Clock, utc_now
 from mnemo.gateway.budgets.schema import BUDGETS
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.schema import CRON_JOBS
+from mnemo.gateway.cron.store import CronRepository
+from mnemo.gateway.delivery.inbox import InboxRepository
+from mnemo.gateway.delivery.outbox import OutboxRepository
 from mnemo.gateway.delivery.schema import INBOX, OUTBOX, STREAMS
+from mnemo.gateway.delivery.streams import StreamLedger
 from mnemo.gateway.errors import StartupError
+from mnemo.gateway.inbound.access import PairingRepository, RateWindow
 from mnemo.gateway.inbound.schema import PAIRINGS
 from mnemo.gateway.jobs.schema import JOBS, JOBS_DEDUPE_KEY
+from mnemo.gateway.jobs.store import JobStorage
+from mnemo.gateway.people.directory import Directory
+from mnemo.gateway.people.erasure import PersonalData
+from mnemo.gateway.people.links import LinkRepository
 from mnemo.gateway.people.schema import IDENTITY_LINKS
 from mnemo.memory.db import Database
+from mnemo.memory.identity import Identities
 from mnemo.memory.migrations import (
     CJK_VIEW,
     CONTEXTUAL_INDEX,
@@ -61,6 +82,11 @@ from mnemo.memory.migrations import (
     SESSIONS_AND_MESSAGES,
     Migration,
 )
+from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
+
+if TYPE_CHECKING:
+    from mnemo.gateway.storage_pg.heartbeats import PgReplica
+    from mnemo.memory.pg.db import PgDatabase
 
 Transaction: TypeAlias = sqlite3.Connection
 
@@ -87,109 +113,138 @@ def state_database(path: Path | str, **options: Any) -> Database:
     return Database(path, migrations=STATE_MIGRATIONS, **options)
 
 
+class Background(Protocol):
+    """Upkeep a backend runs while this process serves the bot (SQLite: re-indexing and
+    embedding older messages, ``memory/reindex.py``)."""
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 @dataclass
 class StorageBackend:
-    """Every repository of one backend, on one open database: what ``open_app`` builds
-    the agent and the pipeline on, so neither knows which backend it runs on.
+    """Every repository of one backend on one open database, each by its port, and the
+    per-backend objects features use instead of asking which backend this is: what
+    ``open_app``, the CLI and the dashboard are built on. ``close`` closes it all."""
 
-    ``name`` is ``"sqlite"`` (``db`` a ``Database``) or ``"postgresql"`` (``db`` a
-    ``PgDatabase``); ``close`` closes the database."""
-
-    name: str
-    db: Any
-    sessions: Any  # SessionStore | PgSessionStore (SessionRepository + usage/rollover)
-    # SessionSearch | PgSessionSearch (SearchRepository), built on first use of
-    # ``search``: the SQLite retrievers import numpy, which ``mnemo pair`` never needs.
-    make_search: Callable[[], Any]
-    inbox: Any  # InboxRepository
-    outbox: Any  # OutboxRepository
-    jobs: Any  # JobStorage
-    cron: Any  # CronRepository
-    pairings: Any  # PairingRepository
+    name: str  # "sqlite" | "postgresql": shown to people (``mnemo status --json``), never branched on
+    db: Database | PgDatabase  # the open database (tests and ``App.db`` read it directly)
+    sessions: SessionStorage  # bound to ``budgets``: usage and spend commit together
+    # The configured search (``search.semantic``), built on first use of ``search``: the
+    # SQLite retrievers import numpy, which ``mnemo pair`` never needs.
+    make_search: Callable[[], SearchRepository]
+    # Search without an embedding model (a shell command must not load one).
+    make_lexical_search: Callable[[], SearchRepository]
+    inbox: InboxRepository
+    outbox: OutboxRepository
+    jobs: JobStorage
+    cron: CronRepository
+    pairings: PairingRepository
+    budgets: BudgetRepository
+    directory: Directory  # who mnemo knows (``mnemo users``, the dashboard)
+    # This process's map of linked identities, which ``links`` keeps current and
+    # ``files`` resolves a person's USER.md by.
+    identities: Identities
+    files: CuratedRepository  # MEMORY.md and USER.md: files on SQLite, rows on PostgreSQL
+    links: LinkRepository
+    personal_data: PersonalData  # what ``Erasure`` removes of a person
+    rate_limits: RateWindow  # in the process (SQLite) or shared by every replica (PostgreSQL)
     # A lock on a key held across every process of the database (PostgreSQL's advisory
     # locks); None when one process owns the store (SQLite).
     shared_lock: Callable[[str], AbstractAsyncContextManager[None]] | None = None
-    # StreamLedger (gateway/delivery/streams.py): the messages showing replies while
-    # they are generated; None: this backend does not stream replies.
-    streams: Any = None
-    # The curated memory (CuratedRepository, ``memory/ports.py``) for a map of linked
-    # identities: ``MemoryFiles`` on SQLite, ``PgCuratedFiles`` (rows) on PostgreSQL.
-    curated: Callable[[Any], Any] | None = None
-    # Called by ``close`` before the database closes (the curated rows' own pool).
-    closers: list[Callable[[], Any]] = field(default_factory=list)
-    # This process among replicas (``PgReplica``, ``storage_pg/heartbeats.py``: liveness,
-    # heartbeats, leader locks); None on SQLite, where one process owns the store.
-    replica: Any = None
-    # The per-user rate limit's window shared by every replica (``PgRateLimits``,
-    # ``storage_pg/rate_limits.py``); None on SQLite, where it lives in the process.
-    rate_limits: Any = None
-    _search: Any = field(default=None, init=False, repr=False)
+    # The messages showing replies while they are generated; None: no streaming here.
+    streams: StreamLedger | None = None
+    # This process among replicas (``storage_pg/heartbeats.py``: liveness, heartbeats,
+    # leader locks) when it serves the bot on PostgreSQL; None otherwise.
+    replica: PgReplica | None = None
+    background: list[Background] = field(default_factory=list)  # started by ``open(serve=True)``
+    closers: list[Callable[[], None]] = field(default_factory=list)  # blocking; before the database
+    _search: SearchRepository | None = field(default=None, init=False, repr=False)
 
     @property
-    def search(self) -> Any:
+    def search(self) -> SearchRepository:
         if self._search is None:
             self._search = self.make_search()
         return self._search
 
     async def close(self) -> None:
-        for close in self.closers:
-            await asyncio.to_thread(close)
         try:
+            for task in reversed(self.background):
+                await task.stop()
+            for close in self.closers:
+                await asyncio.to_thread(close)
             if self.replica is not None:
                 await self.replica.stop()
         finally:
             await self.db.close()
 
 
-async def open_backend(settings: Settings, *, serve: bool = False) -> StorageBackend:
-    """Open the configured backend: ``database.url`` unset = ``$MNEMO_HOME/state.db``,
-    ``postgresql://…`` = that server. Raises ``StartupError`` (one line, exit 2) when the
-    ``postgres`` extra is missing, the server is unreachable or its schema is newer than
-    this mnemo. ``serve``: this process serves the bot (``open_app``); on PostgreSQL it
-    joins the replicas (``StorageBackend.replica``), a CLI command does not."""
+class ProbeState(Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"  # nothing to check (does not fail ``mnemo doctor``)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One line of ``mnemo doctor``: what was checked, how it went, in words."""
+
+    name: str
+    state: ProbeState
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """Who serves the bot (``mnemo status``): ``replicas`` are the live processes,
+    ``dead`` those that stopped or died recently (each as ``mnemo status --json`` prints
+    it); ``lines`` say it in words."""
+
+    backend: str
+    running: bool
+    replicas: list[dict[str, Any]]
+    dead: list[dict[str, Any]]
+    lines: list[str]
+
+
+class Backend(Protocol):
+    """A backend before it is opened (``backend_for``)."""
+
+    name: str
+    # Several processes may serve the bot on it at once (replicas): no profile lock.
+    replicated: bool
+
+    async def open(self, *, serve: bool = False, clock: Clock = utc_now) -> StorageBackend:
+        """Connect, migrate and build every repository. ``serve``: this process serves
+        the bot (``open_app``): it joins the replicas and starts the backend's upkeep;
+        a CLI command does neither. ``clock``: the budgets' time (tests cross midnight).
+        Raises ``StartupError`` (one line) when it cannot be opened."""
+        ...
+
+    async def probe(self, timeout_s: float) -> Probe:
+        """``mnemo doctor``'s database line: reachable, sound, which schema step —
+        without writing anything (no migration)."""
+        ...
+
+    def probe_memories(self) -> Probe:
+        """``mnemo doctor``'s line on the curated memory as this backend keeps it."""
+        ...
+
+    async def serving(self, lock_holder: Callable[[], int | None]) -> Serving:
+        """Who serves the bot now; ``lock_holder`` is the PID holding the profile lock
+        (``mnemo/profile_lock.py``), which is who serves a store one process owns."""
+        ...
+
+
+def backend_for(settings: Settings) -> Backend:
+    """The configured backend: ``database.url`` unset is ``$MNEMO_HOME/state.db``,
+    ``postgresql://…`` that server. Raises ``StartupError`` when the ``postgres``
+    extra is missing."""
     if not settings.database.is_postgresql:
-        from mnemo.gateway.cron.store import CronStore
-        from mnemo.gateway.delivery.inbox import Inbox
-        from mnemo.gateway.delivery.outbox import Outbox
-        from mnemo.gateway.delivery.streams import StreamRecords
-        from mnemo.gateway.inbound.access import PairingStore
-        from mnemo.gateway.jobs.store import JobStore
-        from mnemo.memory.sessions import SessionStore
+        from mnemo.gateway.storage_sqlite import SqliteBackend
 
-        def sqlite_search() -> Any:
-            from mnemo.memory.search import SessionSearch
-            from mnemo.memory.semantic import configured_retriever
-
-            return SessionSearch(db, retriever=configured_retriever(settings.search.semantic))
-
-        def memory_files(identities: Any = None) -> Any:
-            from mnemo.memory.curated import MemoryFiles
-
-            mem = settings.memory
-            return MemoryFiles(
-                settings.memories_dir, mem.memory_char_limit, mem.user_char_limit, identities=identities
-            )
-
-        db = state_database(settings.state_db)
-        await db.open()
-        outbox = Outbox(db)
-        return StorageBackend(
-            "sqlite",
-            db,
-            SessionStore(db),
-            sqlite_search,
-            Inbox(db),
-            outbox,
-            JobStore(db),
-            CronStore(db, outbox),
-            PairingStore(db),
-            streams=StreamRecords(db),
-            curated=memory_files,
-        )
-    return await _open_postgresql(settings, serve=serve)
-
-
-async def _open_postgresql(settings: Settings, *, serve: bool) -> StorageBackend:
+        return SqliteBackend(settings)
     try:
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
@@ -198,73 +253,11 @@ async def _open_postgresql(settings: Settings, *, serve: bool) -> StorageBackend
             f"database.url is a PostgreSQL URL but {e.name or 'psycopg'} is not installed: "
             "pip install 'mnemo[postgres]' (or unset MNEMO_DATABASE_URL for SQLite)"
         ) from None
-    from mnemo.gateway.storage_pg.cron import PgCronStore
-    from mnemo.gateway.storage_pg.inbox import PgInbox
-    from mnemo.gateway.storage_pg.jobs import PgJobStore
-    from mnemo.gateway.storage_pg.outbox import PgOutbox
-    from mnemo.gateway.storage_pg.pairings import PgPairingStore
-    from mnemo.gateway.storage_pg.rate_limits import PgRateLimits
-    from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
-    from mnemo.gateway.storage_pg.streams import PgStreamRecords
-    from mnemo.memory.errors import StoreError
-    from mnemo.memory.pg.db import PgDatabase
-    from mnemo.memory.pg.search import PgSessionSearch
-    from mnemo.memory.pg.sessions import PgSessionStore
+    from mnemo.gateway.storage_pg.backend import PgBackend
 
-    cfg = settings.database
-    assert cfg.url is not None
-    db = PgDatabase(
-        cfg.url.get_secret_value(),
-        migrations=PG_MIGRATIONS,
-        max_size=cfg.pool_size,
-        connect_timeout_s=cfg.connect_timeout_s,
-    )
-    try:
-        await db.open()
-    except StoreError as e:  # unreachable, schema too new, reordered migrations
-        raise StartupError(str(e)) from e
-    from mnemo.gateway.storage_pg.heartbeats import PgReplica, default_replica_id
+    return PgBackend(settings)
 
-    replica = None
-    if serve:
-        replica = PgReplica(db, cfg.replica_id)
-        try:
-            await replica.start()  # the liveness lock: from here on other replicas see this one alive
-        except StoreError as e:  # a configured replica id held by a running replica
-            await db.close()
-            raise StartupError(str(e)) from e
-    owner = replica.id if replica is not None else cfg.replica_id or default_replica_id()
-    outbox = PgOutbox(db, owner=owner)
-    closers: list[Callable[[], Any]] = []
 
-    def curated_rows(identities: Any = None) -> Any:
-        from mnemo.memory.pg.curated import PgCuratedFiles
-
-        mem = settings.memory
-        rows = PgCuratedFiles(
-            db.url,
-            mem.memory_char_limit,
-            mem.user_char_limit,
-            identities=identities,
-            connect_timeout_s=cfg.connect_timeout_s,
-        )
-        closers.append(rows.close)
-        return rows
-
-    return StorageBackend(
-        "postgresql",
-        db,
-        PgSessionStore(db),
-        lambda: PgSessionSearch(db),
-        PgInbox(db, owner=owner),
-        outbox,
-        PgJobStore(db, owner=owner),
-        PgCronStore(db, outbox),
-        PgPairingStore(db),
-        shared_lock=db.advisory_lock,
-        streams=PgStreamRecords(db),
-        curated=curated_rows,
-        closers=closers,
-        replica=replica,
-        rate_limits=PgRateLimits(db),
-    )
+async def open_backend(settings: Settings, *, serve: bool = False, clock: Clock = utc_now) -> StorageBackend:
+    """``backend_for(settings).open(…)``: see ``Backend.open``."""
+    return await backend_for(settings).open(serve=serve, clock=clock)

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mnemo.memory.errors import InvalidDataset
-from mnemo.memory.sessions import NewMessage, SessionStore
+from mnemo.memory.ports import SessionStorage
+from mnemo.memory.sessions import NewMessage
 
 ASSISTANT_SPEAKERS = frozenset({"assistant", "bot", "ai", "model", "claude", "mnemo", "agent"})
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B %Y", "%B %d, %Y", "%Y/%m/%d %H:%M")
@@ -165,7 +166,7 @@ Progress = Callable[[int, int], None]  # (messages done, messages total)
 
 
 async def import_dataset(
-    store: SessionStore, dataset: Dataset, chat_key: str, *, progress: Progress | None = None
+    store: SessionStorage, dataset: Dataset, chat_key: str, *, progress: Progress | None = None
 ) -> ImportReport:
     """Store every session of ``dataset`` in chat ``chat_key``: one transaction per session."""
     platform = chat_key.split(":", 1)[0] or "import"

@@ -3,8 +3,9 @@ search) implements. ``SessionStore`` (``sessions.py``) and ``SessionSearch``
 (``search.py``) are the SQLite implementations; every backend passes
 ``tests/contract/test_sessions.py``.
 
-Only the core every conversation goes through is here; listing, chains, titles and
-usage counters stay on the SQLite classes until a second backend needs them.
+``SessionRepository`` is the core every conversation goes through; ``SessionStorage``
+adds what the agent, the commands, the CLI and the dashboard use besides (rollover,
+titles, usage, listing, chains), which both backends implement.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mnemo.memory.identity import Identities
 from mnemo.memory.scope import UserRef
 from mnemo.memory.search import SearchResult
 from mnemo.memory.sessions import MessageRow, NewMessage, SessionRow
+from mnemo.memory.usage import Usage
 
 
 class SessionRepository(Protocol):
@@ -64,6 +66,35 @@ class SessionRepository(Protocol):
 
     async def last_activity(self, session_id: str) -> datetime | None:
         """When the newest message of the session was stored (None: no messages)."""
+        ...
+
+
+class SessionStorage(SessionRepository, Protocol):
+    """The whole session store of a backend (``SessionStore``, ``PgSessionStore``): what
+    ``StorageBackend.sessions`` is. The usage counters of ``add_usage`` reach the budget
+    ledger in the same transaction; the backend binds the ledger when it opens."""
+
+    async def switch_session(
+        self, old_id: str, new_id: str, *, pending_source: str, reason: str = "compression"
+    ) -> bool:
+        """The rollover's commit point: ``old_id`` ends and ``new_id`` becomes the chat's
+        session; False when ``old_id`` had already ended (another rollover won)."""
+        ...
+
+    async def set_title(self, session_id: str, title: str | None) -> None: ...
+
+    async def list_sessions(self, chat_key: str | None, limit: int = 20) -> list[SessionRow]:
+        """Newest first; every chat when ``chat_key`` is None."""
+        ...
+
+    async def session_chain(self, session_id: str) -> list[SessionRow]:
+        """The session and its ancestors (``parent_session_id``), oldest first."""
+        ...
+
+    async def add_usage(self, session_id: str, usage: Usage, *, payer: str | None = None) -> None: ...
+
+    async def get_messages(self, ids: Sequence[int]) -> list[MessageRow]:
+        """The messages of ``ids`` that exist, in the order asked for."""
         ...
 
 

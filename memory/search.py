@@ -22,7 +22,7 @@ import sqlite3
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -31,6 +31,9 @@ from mnemo.memory.errors import InvalidSearchQuery
 from mnemo.memory.fts_query import ParsedQuery, Scope, parse
 from mnemo.memory.ranking import ContextRetriever, Retriever, neighbours
 from mnemo.memory.sessions import from_db_time
+
+if TYPE_CHECKING:  # memory/ports.py imports this module
+    from mnemo.memory.ports import SearchRepository
 
 log = structlog.get_logger(__name__)
 
@@ -332,7 +335,7 @@ def result_to_json(result: SearchResult, *, with_snippets: bool = True) -> list[
 
 
 async def run_session_search_tool(
-    search: SessionSearch,
+    search: SearchRepository,
     args: Mapping[str, Any],
     *,
     chat_key: str,

@@ -21,19 +21,19 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mnemo.gateway.budgets.command import usage_command
 from mnemo.gateway.budgets.gate import BudgetGate
-from mnemo.gateway.budgets.ledger import Clock, SqliteBudgets, utc_now
+from mnemo.gateway.budgets.ledger import Clock, utc_now
 from mnemo.gateway.commands import Command
 from mnemo.gateway.config import TRIAL_BANNER, Settings
 from mnemo.gateway.cron.scheduler import CronRunner, CronScheduler
 from mnemo.gateway.cron.service import CronJobs
 from mnemo.gateway.cron.tool import CronCommand, cronjob_tool
 from mnemo.gateway.delivery import Ledgers
-from mnemo.gateway.delivery.inbox import Inbox
-from mnemo.gateway.delivery.outbox import Outbox
+from mnemo.gateway.delivery.inbox import InboxRepository
+from mnemo.gateway.delivery.outbox import OutboxRepository
 from mnemo.gateway.errors import StartupError
 from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.inbound.commands import CommandDeps, CommandRegistry, default_commands
@@ -50,7 +50,7 @@ from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.people.command import ForgetMe
 from mnemo.gateway.people.erasure import Erasure
 from mnemo.gateway.people.link_command import link_command
-from mnemo.gateway.people.links import IdentityLinks
+from mnemo.gateway.people.links import LinkRepository
 from mnemo.gateway.ports import Adapter, Leadership, SoleLeadership, UsesLeadership
 from mnemo.gateway.storage import open_backend
 from mnemo.gateway.supervisor import AdapterSupervisor
@@ -61,17 +61,16 @@ from mnemo.gateway.turns.sessions import SessionResolver
 from mnemo.gateway.turns.skill_tools import SkillsCommand, skill_tools
 from mnemo.gateway.turns.tools import Tool, ToolRegistry, ToolResult, TurnContext
 from mnemo.gateway.webserver import WebServer
-from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.db import Database
 from mnemo.memory.discovery import load_provider
 from mnemo.memory.errors import ProviderError
-from mnemo.memory.identity import Identities
 from mnemo.memory.manager import ManagerLimits, MemoryManager
 from mnemo.memory.memory_tool import MemoryWrite
-from mnemo.memory.reindex import SearchMaintenance
-from mnemo.memory.search import SessionSearch
-from mnemo.memory.sessions import SessionStore
+from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 from mnemo.memory.skills import SkillStore
+
+if TYPE_CHECKING:
+    from mnemo.memory.pg.db import PgDatabase
 
 log = get_logger(__name__)
 
@@ -79,12 +78,12 @@ log = get_logger(__name__)
 @dataclass
 class App:
     settings: Settings
-    db: Database
-    store: SessionStore
-    inbox: Inbox
-    outbox: Outbox
-    files: MemoryFiles
-    search: SessionSearch
+    db: Database | PgDatabase
+    store: SessionStorage
+    inbox: InboxRepository
+    outbox: OutboxRepository
+    files: CuratedRepository
+    search: SearchRepository
     llm: LLMClient
     tools: ToolRegistry
     access: AccessControl
@@ -102,8 +101,8 @@ class App:
     cron_runner: CronRunner | None = None
     scheduler: CronScheduler | None = None  # None when open_app(..., scheduler=False)
     adapter_supervisor: AdapterSupervisor | None = None  # retries adapters unreachable at start
-    budgets: BudgetGate | None = None  # SqliteBudgets or PgBudgets behind the gate
-    links: IdentityLinks | None = None  # linked identities (/link)
+    budgets: BudgetGate | None = None  # the backend's ledger behind the gate
+    links: LinkRepository | None = None  # linked identities (/link)
     replicas: Any = None  # ReplicaMonitor on PostgreSQL (gateway/replicas.py); None on SQLite
 
 
@@ -197,48 +196,24 @@ async def open_app(
     check_startup(settings)
     use_trial = settings.trial_mode and llm_base_url is None if trial is None else trial
     async with AsyncExitStack() as stack:
-        # SQLite state.db or PostgreSQL (database.url): the same repositories either way.
-        backend = await open_backend(settings, serve=True)
+        # SQLite state.db or PostgreSQL (database.url): the same repositories either way,
+        # and the backend builds what differs (links, budgets, erasure, rate limits).
+        backend = await open_backend(settings, serve=True, clock=clock)
         stack.push_async_callback(backend.close)
         db = backend.db
         store = backend.sessions
         inbox = backend.inbox
         outbox = backend.outbox
         # Linked accounts share a USER.md, a budget and a provider scope (gateway/people/links).
-        identities = Identities()
-        # MEMORY.md/USER.md: files on SQLite, rows on PostgreSQL (memory/pg/curated.py).
-        files = backend.curated(identities)
+        identities = backend.identities
+        files = backend.files  # MEMORY.md/USER.md: files on SQLite, rows on PostgreSQL
         search = backend.search
-        budgets = None
-        forget_me = None
-        links: IdentityLinks
-        if backend.name == "sqlite":
-            links = IdentityLinks(db, files, identities)
-        else:
-            from mnemo.gateway.storage_pg.links import PgIdentityLinks
+        links = backend.links
+        # Spend is counted in the same write as the session's usage (gateway/budgets).
+        budgets = BudgetGate(settings.budgets, backend.budgets)
+        from mnemo.backups import scrubber
 
-            links = PgIdentityLinks(db, files, identities)
-        await links.refresh()
-        if backend.name == "sqlite":
-            # Spend is counted in the same write as the session's usage (gateway/budgets).
-            ledger = SqliteBudgets(db, timezone=settings.gateway.timezone, clock=clock)
-            store.record_usage_in(ledger.record_within)
-            budgets = BudgetGate(settings.budgets, ledger)
-            from mnemo.backups import scrubber
-
-            forget_me = ForgetMe(Erasure(db, settings, ledger, scrub=scrubber(settings)))
-        else:
-            from mnemo.gateway.storage_pg.budgets import PgBudgets
-
-            pg_ledger = PgBudgets(db, timezone=settings.gateway.timezone, clock=clock)
-            store.record_usage_in(pg_ledger.record_within)  # in the same transaction as the usage
-            budgets = BudgetGate(settings.budgets, pg_ledger)
-        if backend.name == "sqlite":
-            # Re-indexing of rows older than the contextual index and semantic embedding run
-            # in the background; searches answer meanwhile (memory/reindex.py).
-            search_maintenance = SearchMaintenance(db, search.retriever)
-            search_maintenance.start()
-            stack.push_async_callback(search_maintenance.stop)
+        forget_me = ForgetMe(Erasure(backend.personal_data, settings, scrub=scrubber(settings)))
 
         emulator = None
         if use_trial:
@@ -269,9 +244,9 @@ async def open_app(
             settings=settings,
             on_memory_write=mirror_write,
             digest=LLMSearchDigest(llm, settings.llm.aux_model, store=store),
-            linked_dms=links.linked_dm_keys if links is not None else None,
+            linked_dms=links.linked_dm_keys,
         )
-        access = AccessControl(settings, backend.pairings, shared_rate=backend.rate_limits)
+        access = AccessControl(settings, backend.pairings, rate=backend.rate_limits)
         cron = CronJobs(
             backend.cron,
             settings.cron,
@@ -294,7 +269,7 @@ async def open_app(
                 search_limit=settings.search.default_limit,
                 trial=use_trial,
                 forget_me=forget_me,
-                linked_dms=links.linked_dm_keys if links is not None and settings.search.linked_dms else None,
+                linked_dms=links.linked_dm_keys if settings.search.linked_dms else None,
             ),
             extra=[
                 Command(
@@ -309,8 +284,8 @@ async def open_app(
                     SkillsCommand(skill_store),
                     takes_args=True,
                 ),
-                *([usage_command(budgets)] if budgets is not None else []),
-                *([link_command(links)] if links is not None else []),
+                usage_command(budgets),
+                link_command(links),
             ],
         )
         sessions = SessionResolver(
@@ -416,8 +391,7 @@ async def open_app(
             mount_dashboard(
                 web,
                 settings,
-                sqlite=backend.name == "sqlite",
-                db=db,
+                directory=backend.directory,
                 store=store,
                 search=search,
                 files=files,
@@ -427,7 +401,7 @@ async def open_app(
                 budgets=budgets,
                 health=gateway.health,
                 is_admin=access.is_admin,
-                linked=links.members if links is not None else None,
+                links=links,
             )
             await web.start()
             stack.push_async_callback(web.stop)

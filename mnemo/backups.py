@@ -232,6 +232,7 @@ def scrub_backups(settings: Settings, accounts: Sequence[UserRef], *, delete: bo
     from mnemo.gateway.budgets.ledger import SqliteBudgets
     from mnemo.gateway.config import load_settings
     from mnemo.gateway.people.erasure import Erasure
+    from mnemo.gateway.people.erasure_state import StateData
     from mnemo.gateway.storage import state_database
 
     folder = (
@@ -255,7 +256,7 @@ def scrub_backups(settings: Settings, accounts: Sequence[UserRef], *, delete: bo
                 db = state_database(inner.state_db)
                 await db.open()
                 try:
-                    erasure = Erasure(db, inner, SqliteBudgets(db))
+                    erasure = Erasure(StateData(db, inner, SqliteBudgets(db)), inner)
                     for user in accounts:
                         await erasure.erase(user)
                 finally:

@@ -12,15 +12,20 @@ import asyncio
 import os
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mnemo.adapters.admin.ports import BackupStatus, DayActivity
+from mnemo.gateway.budgets.gate import BudgetGate
+from mnemo.gateway.budgets.ledger import EVERYONE, BudgetRepository
 from mnemo.gateway.config import Settings
-from mnemo.gateway.cron.schedules import zone
-from mnemo.memory.db import Database
+from mnemo.gateway.people.directory import Directory, PersonFacts
 from mnemo.memory.scope import UserRef
+
+if TYPE_CHECKING:
+    from mnemo.adapters.admin.dashboard import AdminDashboard
+    from mnemo.gateway.webserver import WebServer
 
 TOKEN_FILE = "admin_token"
 
@@ -68,67 +73,37 @@ def token_notice(path: Path, token: str, *, terminal: bool) -> str:
 
 
 @dataclass
-class StateReads:
-    """``ProfileReads`` on the profile's database: ``mnemo users``' own queries, the
-    budgets' ``usage_days`` (payer ``*``) and the backups folder."""
+class ProfileStats:
+    """``ProfileReads`` on the configured backend: the people directory (the same reads
+    as ``mnemo users``), the budget ledger's daily totals (payer ``*``) and the backups
+    folder. Nothing here depends on which backend it is."""
 
     settings: Settings
-    db: Database
-    sqlite: bool = True
+    directory: Directory
+    ledger: BudgetRepository
     _verified: tuple[str, float, bool, str] | None = None
 
     async def people(self) -> list[str]:
-        if not self.sqlite:
-            return []
-        from mnemo.cli.users import _people
+        return await self.directory.everyone()
 
-        return await _people(self.db, self.settings)
+    async def person(self, user: UserRef) -> PersonFacts:
+        return await self.directory.facts(user)
 
-    async def person(self, user: UserRef) -> dict[str, int]:
-        if not self.sqlite:
-            return {}
-        from mnemo.cli.users import _facts
-
-        return await _facts(self.db, user)
+    async def has_profile(self, owner: UserRef) -> bool:
+        return await self.directory.has_profile(owner)
 
     async def chats(self) -> list[str]:
-        if not self.sqlite:
-            return []
-        return await self.db.read(
-            lambda c: [r[0] for r in c.execute("SELECT chat_key FROM chats ORDER BY chat_key")]
-        )
+        return await self.directory.chats()
 
     async def daily(self, days: int) -> list[DayActivity]:
-        tz = zone(self.settings.gateway.timezone)
-        today = datetime.now(tz).date()
+        today = self.ledger.local_now().date()
         first = today - timedelta(days=days - 1)
-        if not self.sqlite:
-            return [DayActivity(first + timedelta(days=i), 0, 0.0) for i in range(days)]
-        since = datetime.combine(first, datetime.min.time(), tz).astimezone(zone("UTC")).isoformat()
-
-        def q(conn: Any) -> tuple[list[str], dict[str, float]]:
-            stamps = [
-                r[0] for r in conn.execute("SELECT created_at FROM messages WHERE created_at >= ?", (since,))
-            ]
-            cost = {
-                r[0]: float(r[1])
-                for r in conn.execute(
-                    "SELECT day, cost_usd FROM usage_days WHERE payer = '*' AND day >= ?",
-                    (first.isoformat(),),
-                )
-            }
-            return stamps, cost
-
-        stamps, cost = await self.db.read(q)
-        counts: dict[str, int] = {}
-        for stamp in stamps:
-            day = datetime.fromisoformat(stamp).astimezone(tz).date().isoformat()
-            counts[day] = counts.get(day, 0) + 1
-        out = []
-        for i in range(days):
-            day = (first + timedelta(days=i)).isoformat()
-            out.append(DayActivity(first + timedelta(days=i), counts.get(day, 0), cost.get(day, 0.0)))
-        return out
+        counts = await self.directory.messages_per_day(first, self.settings.gateway.timezone)
+        cost = await self.ledger.days(EVERYONE, first)
+        return [
+            DayActivity(day, counts.get(day, 0), cost.get(day, 0.0))
+            for day in (first + timedelta(days=i) for i in range(days))
+        ]
 
     async def last_backup(self) -> BackupStatus | None:
         from mnemo.backups import backup_dir, list_backups, verify_archive
@@ -151,12 +126,15 @@ class StateReads:
         return await asyncio.to_thread(look)
 
 
-def mount_dashboard(web: Any, settings: Settings, *, sqlite: bool, db: Database, **parts: Any) -> Any:
+def mount_dashboard(
+    web: WebServer, settings: Settings, *, directory: Directory, budgets: BudgetGate, **parts: Any
+) -> AdminDashboard:
     """Add ``/admin`` to the local HTTP server (before it starts). ``parts`` are the
-    ``AdminDeps`` collaborators the app built (store, search, files, skills, cron, jobs,
-    health, is_admin, budgets)."""
+    other ``AdminDeps`` collaborators the app built (store, search, files, skills, cron,
+    jobs, health, is_admin, links)."""
     from mnemo.adapters.admin.dashboard import AdminDashboard
     from mnemo.adapters.admin.ports import AdminDeps
 
-    deps = AdminDeps(settings=settings, reads=StateReads(settings, db, sqlite), **parts)
+    reads = ProfileStats(settings, directory, budgets.ledger)
+    deps = AdminDeps(settings=settings, reads=reads, budgets=budgets, **parts)
     return AdminDashboard(web, deps, token=configured_admin_token(settings))

@@ -52,9 +52,9 @@ from mnemo.gateway.errors import CronError
 from mnemo.gateway.jobs.store import JobState
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.webserver import WebServer, is_loopback
-from mnemo.memory.curated import CuratedFile
 from mnemo.memory.errors import InvalidIdentifier, InvalidSearchQuery
 from mnemo.memory.memory_tool import MemoryCallContext, WriteAttempts, run_memory_tool
+from mnemo.memory.ports import CuratedDocument
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.memory.skills import SkillRefused
 
@@ -279,22 +279,23 @@ class AdminDashboard:
     # --- users ---------------------------------------------------------------------------
     async def _users(self, request: web.Request, session: AdminSession) -> web.Response:
         d = self.deps
-        people = await d.reads.people()
+        await d.links.refresh()  # a link made by another process shows at once
         rows = []
-        for person in people:
+        for person in await d.reads.people():
             try:
                 ref = UserRef.parse(person)
             except InvalidIdentifier:
                 continue
-            spend = await d.budgets.ledger.spend(person) if d.budgets is not None else None
-            profile = await asyncio.to_thread(lambda r=ref: d.files.user(r).path.exists())
+            spend = await d.budgets.ledger.spend(person)
+            owner = d.links.identities.canonical(ref)
+            profile = await d.reads.has_profile(owner)
             rows.append(
                 (
                     f'<a href="{href("/admin/users/" + seg(person))}">{esc(person)}</a>'
                     + (" " + badge("admin", "") if d.is_admin(ref.platform, ref.user_id) else ""),
-                    "yes" if profile else "no",
-                    usd(spend.day_usd) if spend else "—",
-                    usd(spend.month_usd) if spend else "—",
+                    ("yes" if profile else "no") + (f" (kept under {esc(owner)})" if owner != ref else ""),
+                    usd(spend.day_usd),
+                    usd(spend.month_usd),
                 )
             )
         body = table(("Person", "USER.md", "Spend today", "Spend this month"), rows, empty="Nobody yet.")
@@ -309,58 +310,54 @@ class AdminDashboard:
         person = str(ref)
         admin = d.is_admin(ref.platform, ref.user_id)
         facts = await d.reads.person(ref)
-        parts = []
-        if d.budgets is not None:
-            limits = await d.budgets.limits(ref, admin=admin)
-            spend = await d.budgets.ledger.spend(person)
-            own = await d.budgets.ledger.override(person)
-            parts.append(
-                cards(
-                    [
-                        ("Role", "admin" if admin else "user"),
-                        ("Sessions", esc(facts.get("sessions", 0))),
-                        ("Messages written", esc(facts.get("messages", 0))),
-                        ("Today", f"{usd(spend.day_usd)} of {_cap(limits.daily_usd, limits.exempt)}"),
-                        (
-                            "Tokens today",
-                            f"{spend.day_tokens:,} of {_cap(limits.daily_tokens, limits.exempt, money=False)}",
-                        ),
-                        (
-                            "This month",
-                            f"{usd(spend.month_usd)} of {_cap(limits.monthly_usd, limits.exempt)}",
-                        ),
-                        ("Caps", "own" if own else "default"),
-                    ]
-                )
+        limits = await d.budgets.limits(ref, admin=admin)
+        spend = await d.budgets.ledger.spend(person)
+        own = await d.budgets.ledger.override(person)
+        parts = [
+            cards(
+                [
+                    ("Role", "admin" if admin else "user"),
+                    ("Sessions", esc(facts.sessions)),
+                    ("Messages written", esc(facts.messages)),
+                    ("Today", f"{usd(spend.day_usd)} of {_cap(limits.daily_usd, limits.exempt)}"),
+                    (
+                        "Tokens today",
+                        f"{spend.day_tokens:,} of {_cap(limits.daily_tokens, limits.exempt, money=False)}",
+                    ),
+                    ("This month", f"{usd(spend.month_usd)} of {_cap(limits.monthly_usd, limits.exempt)}"),
+                    ("Caps", "own" if own else "default"),
+                ]
             )
-        else:
-            parts.append(
-                cards(
-                    [
-                        ("Sessions", esc(facts.get("sessions", 0))),
-                        ("Messages written", esc(facts.get("messages", 0))),
-                    ]
-                )
-            )
+        ]
+        await d.links.refresh()
+        members = await d.links.members(ref)
+        owner = d.links.identities.canonical(ref)
         try:
-            profile = d.files.user(ref)
+            profile = d.files.user(ref)  # the person's: the canonical account's when linked
         except InvalidIdentifier as e:  # a symlink in the tree pointing elsewhere
             raise web.HTTPNotFound(text=f"{e}\n", headers=_HEADERS) from None
         parts.append("<h2>USER.md</h2>")
-        parts.append(await self._memory_editor(session, profile, target="user", user=person))
-        if d.linked is not None:
-            others = [m for m in await d.linked(ref) if m != ref]
-            parts.append("<h2>Linked identities</h2>")
+        if owner != ref:
             parts.append(
-                "<ul>"
-                + "".join(
-                    f'<li><a href="{href("/admin/users/" + seg(str(m)))}">{esc(m)}</a></li>' for m in others
-                )
-                + "</ul>"
-                + '<p class="muted">Linked accounts share this USER.md and budget.</p>'
-                if others
-                else '<p class="muted">Not linked to another account (/link).</p>'
+                f'<p class="muted">{esc(person)} is linked: this is the shared profile of its person, kept under '
+                f'<a href="{href("/admin/users/" + seg(str(owner)))}">{esc(owner)}</a>.</p>'
             )
+        parts.append(await self._memory_editor(session, profile, target="user", user=person))
+        others = [m for m in members if m != ref]
+        parts.append("<h2>Linked identities</h2>")
+        parts.append(
+            "<ul>"
+            + "".join(
+                f'<li><a href="{href("/admin/users/" + seg(str(m)))}">{esc(m)}</a>'
+                + (" (keeps the profile)" if m == owner else "")
+                + "</li>"
+                for m in others
+            )
+            + "</ul>"
+            + '<p class="muted">Linked accounts share this USER.md and budget.</p>'
+            if others
+            else '<p class="muted">Not linked to another account (/link).</p>'
+        )
         sessions = [
             s
             for s in await d.store.list_sessions(None, limit=500)
@@ -376,7 +373,7 @@ class AdminDashboard:
         return _html(layout("Shared memory (MEMORY.md)", body, active="memory", session=session))
 
     async def _memory_editor(
-        self, session: AdminSession, file: CuratedFile, *, target: str, user: str | None
+        self, session: AdminSession, file: CuratedDocument, *, target: str, user: str | None
     ) -> str:
         snap = await asyncio.to_thread(file.load)
         fields = {"target": target, **({"user": user} if user else {})}
@@ -423,7 +420,7 @@ class AdminDashboard:
             '<p class="muted">Edits go through the memory tool: the same character limit, threat scan and '
             "results. A session sees a change from its next start.</p>"
         )
-        where = _shown_path(file.path, self.deps.settings.home)
+        where = _shown_path(file.location, self.deps.settings.home)
         return (
             f'<section class="memory" data-target="{esc(target)}"><p class="muted">{esc(where)}</p>'
             f"{warn}{usage}{entries}{add}{note}</section>"
@@ -454,6 +451,7 @@ class AdminDashboard:
             is_admin=True,
             shared_write=self.deps.settings.memory.shared_write,
         )
+        await self.deps.links.refresh()  # a linked account's edit goes to its person's USER.md
         result = await run_memory_tool(self.deps.files, args, ctx, WriteAttempts())
         self._audit(
             session,
@@ -788,12 +786,13 @@ class AdminDashboard:
 _OPERATOR = Caller.operator(JobSource.ADMIN)
 
 
-def _shown_path(path: Any, home: Any) -> str:
-    """A file under the profile as ``$MNEMO_HOME/...``."""
+def _shown_path(where: str | Path, home: Path) -> str:
+    """A file under the profile as ``$MNEMO_HOME/...``; anything else (a row on
+    PostgreSQL, a folder elsewhere) as it is."""
     try:
-        return f"$MNEMO_HOME/{path.relative_to(home)}"
+        return f"$MNEMO_HOME/{Path(where).relative_to(home)}"
     except ValueError:
-        return str(path)
+        return str(where)
 
 
 def _stamp(epoch: float | None) -> str:

@@ -1,11 +1,12 @@
 """What the dashboard needs from the rest of mnemo, handed over by the composition root
 (``mnemo/app.py`` → ``mnemo/dashboard.py``).
 
-The objects the CLI and the tools already use (``SessionStore``, ``MemoryFiles``,
-``SkillStore``, ``CronJobs``, ``JobQueue``, ``BudgetGate``) are passed as they are, so
-every write goes through the one code path they share. What lives in the composition
-root (who the people are, the profile's daily totals, the backups) comes through
-``ProfileReads``.
+The objects the CLI and the tools already use (the session store, the curated memory,
+``SkillStore``, ``CronJobs``, ``JobQueue``, ``BudgetGate``, the linked identities) are
+passed as they are, by their ports, so every write goes through the one code path they
+share and every read is the configured backend's. What lives in the composition root
+(who the people are, the profile's daily totals, the backups) comes through
+``ProfileReads``: the same reads as ``mnemo users``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from mnemo.gateway.budgets.gate import BudgetGate
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.service import CronJobs
 from mnemo.gateway.jobs.queue import JobQueue
-from mnemo.memory.curated import MemoryFiles
+from mnemo.gateway.people.directory import PersonFacts
+from mnemo.gateway.people.links import LinkRepository
+from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 from mnemo.memory.scope import UserRef
-from mnemo.memory.search import SessionSearch
-from mnemo.memory.sessions import SessionStore
 from mnemo.memory.skills import SkillStore
 
 
@@ -49,8 +50,12 @@ class ProfileReads(Protocol):
         """Everyone with a session, a profile or spend, as ``PLATFORM:ID``."""
         ...
 
-    async def person(self, user: UserRef) -> dict[str, int]:
-        """``sessions`` and ``messages`` counts of one person (``mnemo users show``)."""
+    async def person(self, user: UserRef) -> PersonFacts:
+        """Sessions and messages written of one account (``mnemo users show``)."""
+        ...
+
+    async def has_profile(self, owner: UserRef) -> bool:
+        """Whether exactly this account keeps a USER.md."""
         ...
 
     async def chats(self) -> list[str]:
@@ -67,16 +72,14 @@ class ProfileReads(Protocol):
 @dataclass(frozen=True)
 class AdminDeps:
     settings: Settings
-    store: SessionStore
-    search: SessionSearch
-    files: MemoryFiles
+    store: SessionStorage
+    search: SearchRepository
+    files: CuratedRepository  # resolves a linked account's USER.md to its person's
     skills: SkillStore
     cron: CronJobs
     jobs: JobQueue
     reads: ProfileReads
     health: Callable[[], Awaitable[dict[str, Any]]]
     is_admin: Callable[[str, str], bool]  # (platform, user_id): an access.admins entry
-    budgets: BudgetGate | None = None  # None on PostgreSQL
-    # Every account of a user's person, the user included (linked identities, /link);
-    # None where accounts are not linked (PostgreSQL).
-    linked: Callable[[UserRef], Awaitable[tuple[UserRef, ...]]] | None = None
+    budgets: BudgetGate
+    links: LinkRepository  # linked identities (/link): who owns a shared USER.md

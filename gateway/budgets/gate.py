@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from mnemo.gateway.budgets.ledger import EVERYONE, Override, Spend, SqliteBudgets
+from mnemo.gateway.budgets.ledger import EVERYONE, BudgetRepository, Override, Spend
 from mnemo.gateway.config import BudgetSettings
 from mnemo.memory.scope import UserRef
 
@@ -85,7 +85,7 @@ def next_month(now: datetime) -> datetime:
 
 
 class BudgetGate:
-    def __init__(self, settings: BudgetSettings, ledger: SqliteBudgets) -> None:
+    def __init__(self, settings: BudgetSettings, ledger: BudgetRepository) -> None:
         self.settings = settings
         self.ledger = ledger
         self._locks: dict[str, asyncio.Lock] = {}

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
@@ -95,16 +95,29 @@ def current_billing() -> Billing | None:
 
 
 class BudgetRepository(Protocol):
-    """The spending ledger and the per-person overrides. ``record_within`` is called by
-    the session store inside its usage write; the budget gate reads ``spend`` before a
-    turn; the CLI and ``/usage`` read and set the rest. Raises ``StoreError`` on a
-    database failure."""
+    """The spending ledger and the per-person overrides, as the storage backend builds
+    it (``StorageBackend.budgets``: ``SqliteBudgets``, ``PgBudgets``). The backend binds
+    its ``record_within`` into the session store's usage write when it opens, so spend
+    is counted in the same transaction as the session's usage; the budget gate reads
+    ``spend`` before a turn; the CLI, ``/usage`` and the dashboard read and set the
+    rest. Raises ``StoreError`` on a database failure."""
 
-    def record_within(self, conn: sqlite3.Connection, payer: str | None, usage: Usage) -> None: ...
+    def local_now(self) -> datetime:
+        """Now in the ledger's timezone (whose days and months it counts)."""
+        ...
 
     async def spend(self, payer: str) -> Spend: ...
 
     async def everyone(self) -> list[PayerSpend]: ...
+
+    async def days(self, payer: str, first: date) -> dict[date, float]:
+        """``payer``'s cost per local day from ``first`` to today (days without spend
+        left out); ``EVERYONE`` is the whole bot."""
+        ...
+
+    async def payer(self, user: str) -> str:
+        """Whose budget ``user``'s requests count against: their canonical account."""
+        ...
 
     async def override(self, payer: str) -> Override | None: ...
 
@@ -178,6 +191,18 @@ class SqliteBudgets:
         out = [PayerSpend(p, await self.spend(p)) for p in await self._db.read(q)]
         out.sort(key=lambda p: (-p.spend.month_usd, -p.spend.day_usd, p.payer))
         return out
+
+    async def days(self, payer: str, first: date) -> dict[date, float]:
+        def q(conn: sqlite3.Connection) -> dict[date, float]:
+            payers = [payer] if payer == EVERYONE else members_within(conn, payer)
+            rows = conn.execute(
+                f"SELECT day, SUM(cost_usd) FROM usage_days WHERE payer IN ({','.join('?' * len(payers))})"
+                " AND day >= ? GROUP BY day",
+                (*payers, first.isoformat()),
+            )
+            return {date.fromisoformat(day): float(cost) for day, cost in rows}
+
+        return await self._db.read(q)
 
     async def override(self, payer: str) -> Override | None:
         def q(conn: sqlite3.Connection) -> Override | None:

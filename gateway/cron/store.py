@@ -13,7 +13,7 @@ Every change of a job goes through this store, whichever process makes it (the g
 * **A run is finished together with its delivery** (``finish_run``): the run row, the
   job's last result and the outbox row are written in one transaction. A run that was
   interrupted (crash, shutdown) has therefore delivered nothing and may run again.
-  The delivery is queued through the outbox's own port (``OutboxQueue.enqueue_within``,
+  The delivery is queued through the outbox's own port (``OutboxWithin.enqueue_within``,
   handed this store's open transaction), never with the outbox's SQL.
 
 The ports are ``CronJobRepository`` (definitions) and ``CronRunRepository`` (runs);
@@ -24,13 +24,14 @@ passes ``tests/contract/test_cron.py``.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from mnemo.gateway.cron.schedules import Schedule, ScheduleKind
-from mnemo.gateway.delivery.outbox import OutboxQueue
+from mnemo.gateway.delivery.outbox import OutboxWithin
 from mnemo.gateway.events import ChatRef, ChatType, OutboundMessage
 from mnemo.memory.db import Database, inserted_id
 
@@ -123,7 +124,7 @@ def _dt(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC)
 
 
-def _job(r: sqlite3.Row) -> CronJob:
+def _job(r: sqlite3.Row | Mapping[str, Any]) -> CronJob:  # a PostgreSQL row too (storage_pg)
     created = _dt(r["created_at"])
     assert created is not None
     return CronJob(
@@ -143,7 +144,7 @@ def _job(r: sqlite3.Row) -> CronJob:
     )
 
 
-def _run(r: sqlite3.Row) -> CronRun:
+def _run(r: sqlite3.Row | Mapping[str, Any]) -> CronRun:
     return CronRun(
         id=r["id"],
         job_id=r["job_id"],
@@ -264,7 +265,7 @@ class CronStore:
     """``CronRepository`` on ``state.db``; deliveries go through ``outbox`` (which must
     be on the same database: they share this store's write transaction)."""
 
-    def __init__(self, db: Database, outbox: OutboxQueue) -> None:
+    def __init__(self, db: Database, outbox: OutboxWithin) -> None:
         self.db = db
         self._outbox = outbox
 

@@ -37,7 +37,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from mnemo.gateway.delivery.streams import StreamLedger
 from mnemo.gateway.errors import Forbidden, PlatformError, PlatformRateLimited
@@ -83,7 +83,7 @@ class OutboxRow:
         )
 
 
-def _row(r: sqlite3.Row) -> OutboxRow:
+def _row(r: sqlite3.Row | Mapping[str, Any]) -> OutboxRow:  # a PostgreSQL row too (storage_pg)
     return OutboxRow(
         id=r["id"],
         chat=ChatRef(r["platform"], r["chat_id"], r["thread_id"]),
@@ -117,21 +117,6 @@ class OutboxQueue(Protocol):
     ) -> int:
         """Queue ``message``; return its row id. Idempotent per ``inbox_id``: a second
         reply to the same inbox row returns the first one's id."""
-        ...
-
-    def enqueue_within(
-        self,
-        tx: sqlite3.Connection,
-        message: OutboundMessage,
-        *,
-        kind: str = "reply",
-        session_id: str | None = None,
-        inbox_id: int | None = None,
-        now: float,
-    ) -> int:
-        """``enqueue`` inside the caller's open write transaction ``tx`` (what the same
-        backend's ``write`` handed it), so the delivery commits or rolls back with the
-        caller's own rows. Runs on the writer; errors propagate and abort ``tx``."""
         ...
 
     async def get(self, row_id: int) -> OutboxRow | None: ...
@@ -168,6 +153,27 @@ class OutboxDelivery(Protocol):
 
 class OutboxRepository(OutboxQueue, OutboxDelivery, Protocol):
     """The whole outbox, as a storage backend implements it."""
+
+
+class OutboxWithin(Protocol):
+    """Queueing inside another repository's open ``state.db`` transaction (cron closing
+    a run with its delivery). Backend-specific, so not part of ``OutboxRepository``:
+    PostgreSQL's twin (``PgOutbox.enqueue_within``) awaits on its own connection type."""
+
+    def enqueue_within(
+        self,
+        tx: sqlite3.Connection,
+        message: OutboundMessage,
+        *,
+        kind: str = "reply",
+        session_id: str | None = None,
+        inbox_id: int | None = None,
+        now: float,
+    ) -> int:
+        """``enqueue`` inside the caller's open write transaction ``tx`` (what the same
+        backend's ``write`` handed it), so the delivery commits or rolls back with the
+        caller's own rows. Runs on the writer; errors propagate and abort ``tx``."""
+        ...
 
 
 def _enqueue(

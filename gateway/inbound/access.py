@@ -18,8 +18,10 @@ of their messages is stored — only the refusal log line.
 
 The per-user rate limit is a sliding window of ``access.rate_limit_per_minute``
 messages; the first message over it gets a clear "slow down" reply, further ones are
-dropped silently until the window frees up. On SQLite the window is kept in the process
-(``RateLimiter``); on PostgreSQL it is shared by every replica (``SharedRateWindow``).
+dropped silently until the window frees up. The window is a ``RateWindow`` the storage
+backend builds (``StorageBackend.rate_limits``): kept in the process on SQLite, where
+one process serves the bot (``RateLimiter``), shared by every replica on PostgreSQL
+(``PgRateLimits``).
 """
 
 from __future__ import annotations
@@ -186,53 +188,61 @@ class RateVerdict:
     first_refusal: bool = False  # this refusal is the one that gets the "slow down" notice
 
 
-class SharedRateWindow(Protocol):
-    """The rate limit's window kept outside the process, shared by every replica of the
-    bot (``PgRateLimits``, ``gateway/storage_pg/rate_limits.py``): the same rules as
-    ``RateLimiter``, with the first-refusal notice sent once across replicas."""
+class RateWindow(Protocol):
+    """The per-user rate limit's window, built by the storage backend: ``RateLimiter``
+    in this process (SQLite: one process serves the bot) or ``PgRateLimits`` shared by
+    every replica (``gateway/storage_pg/rate_limits.py``). Same rules either way: a
+    message is allowed while the key has fewer than ``limit`` allowed messages in the
+    last 60 s (a refused one is not counted); the first refusal gets the notice, once."""
 
     async def hit(self, key: str, limit: int) -> RateVerdict:
         """Count one message of ``key`` against ``limit`` per minute (0: no limit)."""
         ...
 
 
+WINDOW_S = 60.0
+
+
 class RateLimiter:
-    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.per_minute = per_minute
+    """``RateWindow`` kept in this process."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._hits: dict[str, deque[float]] = {}
         self._warned: set[str] = set()
 
-    def check(self, key: str) -> tuple[bool, float]:
-        """(allowed, seconds until a slot frees). Disabled when per_minute is 0."""
-        if self.per_minute <= 0:
-            return True, 0.0
+    async def hit(self, key: str, limit: int) -> RateVerdict:
+        if limit <= 0:
+            return RateVerdict(True)
         now = self._clock()
         hits = self._hits.setdefault(key, deque())
-        while hits and hits[0] <= now - 60.0:
+        while hits and hits[0] <= now - WINDOW_S:
             hits.popleft()
-        if len(hits) < self.per_minute:
+        if len(hits) < limit:
             hits.append(now)
             self._warned.discard(key)
-            return True, 0.0
-        return False, max(0.0, hits[0] + 60.0 - now)
-
-    def first_refusal(self, key: str) -> bool:
-        if key in self._warned:
-            return False
+            return RateVerdict(True)
+        first = key not in self._warned
         self._warned.add(key)
-        return True
+        return RateVerdict(False, max(0.0, hits[0] + WINDOW_S - now), first_refusal=first)
+
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s window (erasure: nothing of the person stays, even here)."""
+        self._hits.pop(key, None)
+        self._warned.discard(key)
 
 
 class AccessControl:
     def __init__(
         self,
         settings: Settings,
-        pairings: PairingStore,
+        pairings: PairingRepository,
         *,
         clock: Callable[[], float] = time.monotonic,
-        shared_rate: SharedRateWindow | None = None,
+        rate: RateWindow | None = None,
     ) -> None:
+        """``rate``: the storage backend's window (``StorageBackend.rate_limits``); None
+        keeps one in this process on ``clock``."""
         self.settings = settings
         self.pairings = pairings
         self._admins = frozenset(settings.access.admins)
@@ -244,8 +254,7 @@ class AccessControl:
             platform, _, user_id = entry.partition(":")
             self._allow[platform] = self._allow.get(platform, frozenset()) | {user_id}
         self._channels = {"discord": frozenset(settings.discord.allowed_channels)}
-        self.rate = RateLimiter(settings.access.rate_limit_per_minute, clock)
-        self.shared_rate = shared_rate  # set: the window is shared (PostgreSQL), not kept here
+        self.rate: RateWindow = rate if rate is not None else RateLimiter(clock)
         self._clock = clock
         self._refused_at: dict[str, float] = {}
 
@@ -277,17 +286,13 @@ class AccessControl:
             return await self._refuse(msg, user)
         if self.is_admin(msg.platform, msg.user_id) and msg.platform in LOOPBACK_PLATFORMS:
             return AccessDecision(Verdict.ALLOW)
-        if self.shared_rate is not None:
-            shared = await self.shared_rate.hit(key, self.settings.access.rate_limit_per_minute)
-            ok, wait, first = shared.allowed, shared.wait_s, shared.first_refusal
-        else:
-            ok, wait = self.rate.check(key)
-            first = not ok and self.rate.first_refusal(key)
-        if not ok:
-            if first:
+        verdict = await self.rate.hit(key, self.settings.access.rate_limit_per_minute)
+        if not verdict.allowed:
+            if verdict.first_refusal:
                 return AccessDecision(
                     Verdict.REFUSE,
-                    f"You're sending messages faster than I can answer. Please wait {int(wait) + 1} s and try again.",
+                    f"You're sending messages faster than I can answer. Please wait {int(verdict.wait_s) + 1} s"
+                    " and try again.",
                     reason="rate limited",
                 )
             return AccessDecision(Verdict.DROP, reason="rate limited")

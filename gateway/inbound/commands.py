@@ -22,14 +22,12 @@ from typing import TYPE_CHECKING, Protocol
 from mnemo.gateway.commands import ChatControl, Command, CommandCall, Handler
 from mnemo.gateway.events import InboundMessage
 from mnemo.gateway.ports import CommandInfo
-from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import UserRef
 
 if TYPE_CHECKING:
     from mnemo.gateway.inbound.access import PairingRepository
-    from mnemo.memory.search import SessionSearch
-    from mnemo.memory.sessions import SessionStore
+    from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 
 
 class JobStatus(Protocol):
@@ -40,10 +38,10 @@ class JobStatus(Protocol):
 class CommandDeps:
     """The stores the built-in commands read and write, bound once by the app."""
 
-    store: SessionStore
-    files: MemoryFiles
+    store: SessionStorage
+    files: CuratedRepository
     pairings: PairingRepository
-    search: SessionSearch | None = None
+    search: SearchRepository | None = None
     jobs: JobStatus | None = None
     search_limit: int = 5
     trial: bool = False  # scripted replies: no cost to show

@@ -1,16 +1,20 @@
-"""Erasure: forget one person in every layer, and out of the database files.
+"""Erasure: forget one person in every layer, with a receipt, on either backend.
 
-What goes (``Receipt.counts`` names each layer):
+What goes (``Receipt.counts`` names each layer, the same on SQLite and PostgreSQL):
 
-* ``profile`` — their USER.md folder (``memories/users/P/ID``: the file, its ``.lock``
-  and any temp file of an interrupted write);
+* ``profile`` — their USER.md (the folder ``memories/users/P/ID`` with its ``.lock`` and
+  any temp file on SQLite; the ``curated_memory`` row on PostgreSQL);
 * ``sessions`` / ``messages`` — their own sessions (the DM, their per-member group
-  sessions, cron runs in them) with every message, job and queued reply of those
-  sessions, and the chats' search scope rows;
+  sessions, cron runs in them) with every message (and so its search index entries);
 * ``shared_messages`` — what they wrote in shared-room sessions (the others' stay);
 * ``inbox`` / ``outbox`` — their inbound messages and what was sent to them or for them;
+* ``jobs`` — the background jobs of their sessions and the queued or finished provider
+  writes that carry their words (``provider_write`` payloads in their scope);
 * ``pairing``, ``cron_jobs`` (jobs that speak for them), ``usage`` (counters, caps);
-* ``facts`` — holographic facts owned by them (``facts.db``);
+* ``rate_limits`` — their rate-limit window (rows on PostgreSQL; in the process on SQLite,
+  where nothing is stored and the count is 0);
+* ``facts`` — holographic facts owned by them (``facts.db``, or the ``holographic``
+  schema on PostgreSQL);
 * ``links`` — their identity links and pending ``/link`` codes;
 * ``skills`` — their own skills (``skills/users/P/ID``) and those skills' history;
 * ``media`` — files they sent (``media/``, named in their messages' ``meta``) that no
@@ -20,7 +24,9 @@ What goes (``Receipt.counts`` names each layer):
   ``…/users/P/ID/`` and ``…/.history/users/P:ID/`` folder;
 * ``backups`` — the backup archives (``backup.dir``), each restored into a scratch
   folder, erased there the same way and written again (``scrub`` from the app:
-  ``mnemo/backups.py``; the gateway cannot import it);
+  ``mnemo/backups.py``; the gateway cannot import it). A backend whose archives cannot
+  be scrubbed yet says why (``PersonalData.backups_note``): the receipt then lists the
+  layer as not erased, with that reason — never a silent 0;
 * ``provider`` — for an external provider (``memory.provider``), one durable
   ``forget_user`` write (``memory/durable.py``) per account, queued in the same
   transaction as the deletions: the worker sends the provider's delete call, retried
@@ -29,12 +35,11 @@ What goes (``Receipt.counts`` names each layer):
 A person whose accounts are linked (``links.py``) is erased whole: every linked
 account goes, since they share one profile, budget and provider scope.
 
-All state.db rows go in one transaction with ``secure_delete`` on; deleting through SQL
-fires the FTS triggers, but an FTS5 delete only records a tombstone, so each index is
-merged (``optimize``) for their words to leave it. Then ``VACUUM`` rebuilds the file and
-``wal_checkpoint(TRUNCATE)`` empties the WAL, so no page of the file still holds their
-text. External providers are never called from here: their delete waits in the job
-queue (``provider`` above) and the worker sends it.
+The rows and the backend's own files are the backend's (``PersonalData``: ``StateData``
+in ``erasure_state.py`` for state.db, ``PgPersonalData`` in ``storage_pg/erasure.py``),
+which deletes them in one transaction and then compacts what it touched (SQLite:
+``VACUUM`` and a truncated WAL; PostgreSQL: ``VACUUM`` of each touched table). Skills,
+media and copies are files under the home on either backend and go here.
 """
 
 from __future__ import annotations
@@ -43,20 +48,13 @@ import asyncio
 import glob
 import json
 import shutil
-import sqlite3
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from mnemo.gateway.config import Settings
 from mnemo.gateway.logs import get_logger
-from mnemo.gateway.people.links import members_within
-from mnemo.memory.curated import MemoryFiles
-from mnemo.memory.db import Database
-from mnemo.memory.migrations import context_sql
-from mnemo.memory.provider_config import provider_dir
 from mnemo.memory.scope import UserRef
 
 log = get_logger(__name__)
@@ -68,9 +66,11 @@ LAYERS = (
     "shared_messages",
     "inbox",
     "outbox",
+    "jobs",
     "pairing",
     "cron_jobs",
     "usage",
+    "rate_limits",
     "facts",
     "links",
     "skills",
@@ -82,93 +82,102 @@ LAYERS = (
 # (accounts, delete) → archives (to be) rewritten; ``mnemo/backups.py`` ``scrub_backups``.
 Scrub = Callable[[tuple[UserRef, ...], bool], Awaitable[int]]
 PROVIDER_WRITE = "provider_write"  # the job kind of durable provider writes (gateway/jobs/provider_writes.py)
-_FTS_INDEXES = ("messages_fts", "messages_cjk", "messages_ctx")
 
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
     counts: dict[str, int] = field(default_factory=dict)
+    # Layers this backend could not erase, with the reason (shown, never a silent 0).
+    not_erased: dict[str, str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
-        return [f"  {layer}: {self.counts.get(layer, 0)}" for layer in LAYERS]
+        return [
+            f"  {layer}: not erased — {self.not_erased[layer]}"
+            if layer in self.not_erased
+            else f"  {layer}: {self.counts.get(layer, 0)}"
+            for layer in LAYERS
+        ]
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
 
-# Their own sessions: their DMs (P:dm:CHAT — on Discord the chat is a DM channel, not
-# their id) and per-member group sessions (…:ID as the last part of a group key that
-# has more parts than P:group:CHAT).
-_OWN_SESSIONS = """
-SELECT id FROM sessions WHERE platform = :p AND user_id = :u AND (
-    substr(chat_key, 1, length(:p) + 4) = :p || ':dm:'
-    OR (chat_key LIKE :p || ':group:%' AND substr(chat_key, -length(:u) - 1) = ':' || :u
-        AND length(chat_key) - length(replace(chat_key, ':', '')) >= 3)
-)"""
+@dataclass
+class Found:
+    """One account's data in a backend: a count per layer, the media files only its
+    messages name (removed with the rows), and the folders the backend erases itself
+    (the SQLite profile folder), which are therefore no ``copies``."""
+
+    counts: dict[str, int]
+    media: list[str] = field(default_factory=list)
+    folders: tuple[Path, ...] = ()
 
 
-class BudgetRows(Protocol):
-    """A person's spend and caps (``SqliteBudgets``), deleted inside the erasure's
-    transaction. A port, so that people/ does not import budgets/ (which imports
-    people/ for the linked accounts a budget is shared by)."""
+class PersonalData(Protocol):
+    """One person's rows and backend-kept files, as a storage backend holds them
+    (``StorageBackend.personal_data``). Called by ``Erasure`` only; raises ``StoreError``."""
 
-    def erase_within(self, conn: sqlite3.Connection, payer: str) -> int: ...
+    # Why this backend cannot scrub the backup archives yet; None: ``scrub`` applies.
+    backups_note: str | None
+
+    async def accounts(self, user: UserRef) -> tuple[UserRef, ...]:
+        """``user`` and every account linked with it (they are erased together)."""
+        ...
+
+    async def count(self, account: UserRef) -> Found:
+        """What ``delete`` would remove of ``account``, removing nothing."""
+        ...
+
+    async def delete(
+        self, accounts: Sequence[UserRef], *, keep: tuple[str, str] | None = None
+    ) -> list[Found]:
+        """Remove every account's rows in one transaction (and queue the provider's
+        ``forget_user``), then the backend's own files of them (profile, facts), then
+        compact what was touched. ``keep``: (chat id, message id) of the inbox row of a
+        ``/forget me CODE`` being answered, which the pipeline still marks done."""
+        ...
 
 
 class Erasure:
-    def __init__(
-        self, db: Database, settings: Settings, budgets: BudgetRows, *, scrub: Scrub | None = None
-    ) -> None:
-        self.db = db
+    def __init__(self, data: PersonalData, settings: Settings, *, scrub: Scrub | None = None) -> None:
+        self.data = data
         self.settings = settings
-        self.budgets = budgets
         self.scrub = scrub
-
-    def _profile_dir(self, user: UserRef) -> Path:
-        return MemoryFiles(self.settings.memories_dir).user(user).path.parent
-
-    def _facts_db(self) -> Path:
-        return provider_dir(self.settings.home, "holographic") / "facts.db"
 
     async def accounts(self, user: UserRef) -> tuple[UserRef, ...]:
         """Who an erasure of ``user`` removes: ``user`` and every account linked with it."""
-        rows = await self.db.read(lambda conn: members_within(conn, str(user)))
-        return tuple(UserRef.parse(m) for m in rows)
+        return await self.data.accounts(user)
 
     async def count(self, user: UserRef) -> Receipt:
         """The receipt of ``erase`` without deleting anything (``--dry-run``)."""
         total: dict[str, int] = {}
-        for account in await self.accounts(user):
-            media: list[str] = []
-            counts = await self.db.read(
-                lambda conn, a=account, m=media: self._rows(conn, a, delete=False, media=m)
-            )
-            _add(total, await self._files(account, counts, media, delete=False))
-        if self.scrub is not None:
-            total["backups"] = await self.scrub(await self.accounts(user), False)
-        return Receipt(total)
+        accounts = await self.accounts(user)
+        for account in accounts:
+            found = await self.data.count(account)
+            _add(total, await self._files(account, found, delete=False))
+        return await self._backups(accounts, total, delete=False)
 
     async def erase(self, user: UserRef, *, keep: tuple[str, str] | None = None) -> Receipt:
         """``keep``: (chat id, message id) of the ``/forget me CODE`` being answered, whose
         inbox row the pipeline still marks done (it holds only the command)."""
         accounts = await self.accounts(user)
-
-        media: list[list[str]] = [[] for _ in accounts]
-
-        def tx(conn: sqlite3.Connection) -> list[dict[str, int]]:
-            return [
-                self._rows(conn, a, delete=True, keep=keep, media=m)
-                for a, m in zip(accounts, media, strict=True)
-            ]
-
         total: dict[str, int] = {}
-        for account, counts, files in zip(accounts, await self.db.write(tx), media, strict=True):
-            _add(total, await self._files(account, counts, files, delete=True))
-        await asyncio.to_thread(_compact, self.db.path)
-        if self.scrub is not None:
-            total["backups"] = await self.scrub(accounts, True)
+        for account, found in zip(accounts, await self.data.delete(accounts, keep=keep), strict=True):
+            _add(total, await self._files(account, found, delete=True))
+        receipt = await self._backups(accounts, total, delete=True)
         log.info("user_erased", user=str(user), accounts=len(accounts), **total)
+        return receipt
+
+    async def _backups(
+        self, accounts: tuple[UserRef, ...], total: dict[str, int], *, delete: bool
+    ) -> Receipt:
+        note = self.data.backups_note
+        if note is not None:
+            total["backups"] = 0
+            return Receipt(total, {"backups": note})
+        if self.scrub is not None:
+            total["backups"] = await self.scrub(accounts, delete)
         return Receipt(total)
 
     def _skill_dirs(self, user: UserRef) -> list[Path]:
@@ -176,164 +185,26 @@ class Erasure:
         root = self.settings.skills_dir
         return [root / "users" / user.platform / user.user_id, root / ".history" / "users" / str(user)]
 
-    async def _files(
-        self, user: UserRef, counts: dict[str, int], media: list[str], *, delete: bool
-    ) -> dict[str, int]:
-        from mnemo.providers.holographic.erasure import count_owner, erase_owner
-
-        folder = self._profile_dir(user)
-        counts["profile"] = sum(1 for p in folder.iterdir() if p.is_file()) if folder.is_dir() else 0
-        facts = self._facts_db()
-        counts["facts"] = await asyncio.to_thread(erase_owner if delete else count_owner, facts, str(user))
-        skills = [d for d in self._skill_dirs(user) if d.is_dir()]
-        own = self._skill_dirs(user)[0]  # their skills now; their history goes with them
+    async def _files(self, user: UserRef, found: Found, *, delete: bool) -> dict[str, int]:
+        counts = dict(found.counts)
+        own, history = self._skill_dirs(user)
+        skills = [d for d in (own, history) if d.is_dir()]
         counts["skills"] = sum(1 for _ in own.glob("*/SKILL.md")) if own.is_dir() else 0
-        sent = [self.settings.home / "media" / name for name in media]
+        sent = [self.settings.home / "media" / name for name in found.media]
         counts["media"] = sum(1 for p in sent if p.is_file())
-        live = {folder, *self._skill_dirs(user)}
+        live = {*found.folders, own, history}
         copies = [d for d in await asyncio.to_thread(_copies, self.settings.home, user) if d not in live]
         counts["copies"] = len(copies)
         if delete:
 
             def remove() -> None:
-                for d in [folder, *skills, *copies]:
+                for d in [*skills, *copies]:
                     if d.is_dir():
                         shutil.rmtree(d)
                 for p in sent:
                     p.unlink(missing_ok=True)
 
             await asyncio.to_thread(remove)
-        return counts
-
-    def _forget_at_provider(self, conn: sqlite3.Connection, user: UserRef, *, delete: bool) -> int:
-        """Queue the external provider's delete for ``user`` (``forget_user``); 1 if queued."""
-        name = self.settings.memory.provider
-        if not name or name == "holographic":  # the built-in facts are erased above
-            return 0
-        if not delete:
-            return 1
-        from mnemo.memory.durable import forget_user
-
-        # A row as gateway/jobs/provider_writes.py queues it: no session, the write's
-        # dedupe key, single flight on that key (a later erasure is sent again).
-        payload = forget_user(str(user))
-        key, now = f"{name}:{payload['key']}", time.time()
-        busy = conn.execute(
-            "SELECT 1 FROM jobs WHERE dedupe_key = ? AND state IN ('queued', 'running')", (key,)
-        ).fetchone()
-        if busy is None:
-            conn.execute(
-                "INSERT INTO jobs(kind, session_id, dedupe_key, payload, not_before, created_at, updated_at)"
-                " VALUES (?,?,?,?,?,?,?)",
-                (PROVIDER_WRITE, "", key, json.dumps({"provider": name, "payload": payload}), now, now, now),
-            )
-        return 1
-
-    def _rows(
-        self,
-        conn: sqlite3.Connection,
-        user: UserRef,
-        *,
-        delete: bool,
-        keep: tuple[str, str] | None = None,
-        media: list[str] | None = None,
-    ) -> dict[str, int]:
-        """Count (and with ``delete`` remove) their rows; the media files only their
-        messages refer to are appended to ``media`` for ``_files``."""
-        p, u = user.platform, user.user_id
-        kc, km = keep or (None, None)
-        who = {"p": p, "u": u, "kc": kc, "km": km}
-        own = [r[0] for r in conn.execute(_OWN_SESSIONS, who)]
-        own_msgs = f"SELECT id FROM messages WHERE session_id IN ({_OWN_SESSIONS})"
-        shared_msgs = (
-            "SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id WHERE s.platform = :p"
-            f" AND m.author_id = :u AND m.role = 'user' AND m.session_id NOT IN ({_OWN_SESSIONS})"
-        )
-        inbox = (
-            "SELECT id FROM inbox WHERE platform = :p AND (json_extract(payload, '$.user_id') = :u"
-            " OR (chat_id = :u AND json_extract(payload, '$.chat_type') = 'dm'))"
-            " AND NOT (chat_id IS :kc AND message_id IS :km)"
-        )
-        outbox = (
-            f"SELECT id FROM outbox WHERE session_id IN ({_OWN_SESSIONS})"
-            " OR (platform = :p AND (mention_user_id = :u OR chat_id = :u))"
-        )
-        cron = "SELECT id FROM cron_jobs WHERE platform = :p AND user_id = :u"
-        pairing = "SELECT code FROM pairings WHERE platform = :p AND user_id = :u"
-
-        def n(sql: str) -> int:
-            return int(conn.execute(f"SELECT COUNT(*) FROM ({sql})", who).fetchone()[0])
-
-        counts = {
-            "sessions": len(own),
-            "messages": n(own_msgs),
-            "shared_messages": n(shared_msgs),
-            "inbox": n(inbox),
-            "outbox": n(outbox),
-            "pairing": n(pairing),
-            "cron_jobs": n(cron),
-            "usage": n("SELECT day FROM usage_days WHERE payer = :p || ':' || :u"),
-            "links": n("SELECT member FROM identity_links WHERE member = :p || ':' || :u")
-            + n("SELECT code_hash FROM link_codes WHERE user = :p || ':' || :u"),
-            "provider": self._forget_at_provider(conn, user, delete=delete),
-        }
-        if media is not None:
-            media += _their_media(conn, [r[0] for r in conn.execute(f"{own_msgs} UNION {shared_msgs}", who)])
-        if not delete:
-            return counts
-        conn.execute("PRAGMA secure_delete=ON")
-        try:
-            chats = [
-                r[0]
-                for r in conn.execute(
-                    f"SELECT DISTINCT chat_no FROM sessions WHERE id IN ({_OWN_SESSIONS})", who
-                )
-            ]
-            names = [
-                r[0]
-                for r in conn.execute(
-                    f"SELECT DISTINCT author_name FROM messages WHERE id IN ({shared_msgs}) AND"
-                    " author_name IS NOT NULL",
-                    who,
-                )
-            ]
-            conn.execute(
-                f"DELETE FROM message_vectors WHERE id IN ({own_msgs}) OR id IN ({shared_msgs})", who
-            )
-            _delete_messages(conn, [r[0] for r in conn.execute(f"{own_msgs} UNION {shared_msgs}", who)])
-            conn.execute(f"DELETE FROM outbox WHERE id IN ({outbox})", who)
-            conn.execute(f"DELETE FROM inbox WHERE id IN ({inbox})", who)
-            conn.execute(f"DELETE FROM jobs WHERE session_id IN ({_OWN_SESSIONS})", who)
-            conn.execute(f"UPDATE cron_runs SET session_id = NULL WHERE session_id IN ({_OWN_SESSIONS})", who)
-            conn.execute(f"DELETE FROM cron_jobs WHERE id IN ({cron})", who)
-            conn.execute(f"DELETE FROM sessions WHERE id IN ({_OWN_SESSIONS})", who)
-            # A shared room they happened to open stays the room's; it no longer names them.
-            conn.execute("UPDATE sessions SET user_id = NULL WHERE platform = :p AND user_id = :u", who)
-            for chat_no in chats:
-                if (
-                    conn.execute("SELECT 1 FROM sessions WHERE chat_no = ? LIMIT 1", (chat_no,)).fetchone()
-                    is None
-                ):
-                    conn.execute("DELETE FROM chat_speakers WHERE chat_no = ?", (chat_no,))
-                    conn.execute("DELETE FROM chats WHERE id = ?", (chat_no,))
-            for name in names:  # their name as a speaker of shared rooms where nobody else bears it
-                conn.execute(
-                    "DELETE FROM chat_speakers WHERE name = ? AND NOT EXISTS (SELECT 1 FROM messages m"
-                    " WHERE m.chat_no = chat_speakers.chat_no AND m.author_name = ?)",
-                    (name, name),
-                )
-            conn.execute(f"DELETE FROM pairings WHERE code IN ({pairing})", who)
-            self.budgets.erase_within(conn, str(user))
-            conn.execute("DELETE FROM identity_links WHERE member = ?", (str(user),))
-            conn.execute("DELETE FROM link_codes WHERE user = ?", (str(user),))
-            conn.execute("UPDATE identity_generation SET n = n + 1 WHERE id = 1")
-            present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            for index in (
-                i for i in _FTS_INDEXES if i in present
-            ):  # merge the segments: the tombstoned terms leave the index
-                conn.execute(f"INSERT INTO {index}({index}) VALUES ('optimize')")
-        finally:
-            conn.execute("PRAGMA secure_delete=OFF")
         return counts
 
 
@@ -360,14 +231,16 @@ def _copies(home: Path, user: UserRef) -> list[Path]:
     return sorted(set(found))
 
 
-def _their_media(conn: sqlite3.Connection, ids: list[int]) -> list[str]:
-    """The media files named by messages ``ids`` that no other message names (a file
-    is named by its content's hash, so two people may share one)."""
-    gone = json.dumps(ids)
+def _add(total: dict[str, int], counts: dict[str, int]) -> None:
+    for layer, n in counts.items():
+        total[layer] = total.get(layer, 0) + n
+
+
+def media_names(metas: Sequence[str | None]) -> set[str]:
+    """The media file names the messages' ``meta`` JSON refers to (plain names only: a
+    name with a path separator or a leading dot is not one mnemo wrote)."""
     names: set[str] = set()
-    for (meta,) in conn.execute(
-        "SELECT meta FROM messages WHERE id IN (SELECT value FROM json_each(?))", (gone,)
-    ):
+    for meta in metas:
         try:
             refs = json.loads(meta or "{}").get("media") or []
         except (ValueError, AttributeError):
@@ -382,68 +255,4 @@ def _their_media(conn: sqlite3.Connection, ids: list[int]) -> list[str]:
                 and not name.startswith(".")
             ):
                 names.add(name)
-    return sorted(
-        name
-        for name in names
-        if conn.execute(
-            "SELECT 1 FROM messages WHERE instr(meta, ?) > 0 AND id NOT IN (SELECT value FROM json_each(?)) LIMIT 1",
-            (json.dumps(name), gone),
-        ).fetchone()
-        is None
-    )
-
-
-def _add(total: dict[str, int], counts: dict[str, int]) -> None:
-    for layer, n in counts.items():
-        total[layer] = total.get(layer, 0) + n
-
-
-def _delete_messages(conn: sqlite3.Connection, ids: list[int]) -> None:
-    """Delete messages so that the contextual index forgets them too.
-
-    ``messages_ctx`` is contentless: a row is removed by repeating the values it was
-    indexed with, and its context holds the previous turn of the session. So rows go
-    newest first (each one's previous turn still there when its delete recomputes the
-    context), and a message that stays but follows a deleted one (the next speaker in a
-    shared room) is re-indexed, since its context quoted the erased text."""
-    gone = set(ids)
-    ctx = context_sql("m")
-    follow = [
-        r[0]
-        for r in conn.execute(
-            "SELECT m.id FROM messages m WHERE (SELECT p.id FROM messages p WHERE p.session_id = m.session_id"
-            " AND p.id < m.id ORDER BY p.id DESC LIMIT 1) IN (SELECT value FROM json_each(?))",
-            (json.dumps(sorted(gone)),),
-        )
-        if r[0] not in gone
-    ]
-    reindex = (
-        f"INSERT INTO messages_ctx(messages_ctx, rowid, content, context, scope) SELECT 'delete', m.id,"
-        f" m.content, {ctx}, 'c' || m.chat_no FROM messages m WHERE m.id = ?"
-    )
-    for mid in follow:
-        conn.execute(reindex, (mid,))
-    for mid in sorted(gone, reverse=True):
-        conn.execute("DELETE FROM messages WHERE id = ?", (mid,))
-    for mid in follow:
-        conn.execute(
-            f"INSERT INTO messages_ctx(rowid, content, context, scope) SELECT m.id, m.content, {ctx},"
-            " 'c' || m.chat_no FROM messages m WHERE m.id = ?",
-            (mid,),
-        )
-
-
-def _compact(path: Path) -> None:
-    """VACUUM, then checkpoint and truncate the WAL; readers of the running gateway may
-    briefly hold it, so the checkpoint is retried until it completes."""
-    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
-    try:
-        conn.execute("VACUUM")
-        for _ in range(100):
-            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if not busy:
-                return
-            time.sleep(0.05)
-        log.warning("erase_checkpoint_incomplete", path=str(path))
-    finally:
-        conn.close()
+    return names

@@ -9,11 +9,11 @@ expired code links nothing and says so.
 from __future__ import annotations
 
 from mnemo.gateway.commands import Command, CommandCall
-from mnemo.gateway.people.links import CODE_TTL_S, IdentityLinks, Redeemed, normalize_code
+from mnemo.gateway.people.links import CODE_TTL_S, LinkRepository, Redeemed, normalize_code
 
 
 class LinkCommand:
-    def __init__(self, links: IdentityLinks) -> None:
+    def __init__(self, links: LinkRepository) -> None:
         self.links = links
 
     async def __call__(self, call: CommandCall) -> str:
@@ -53,7 +53,7 @@ class LinkCommand:
         return f"Linked: this account and {others} are now one person to me — one profile, one budget.{note}"
 
 
-def link_command(links: IdentityLinks) -> Command:
+def link_command(links: LinkRepository) -> Command:
     return Command(
         "link",
         "link your accounts on other platforms (/link, then /link CODE there)",

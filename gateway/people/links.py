@@ -24,6 +24,11 @@ account becomes canonical and receives the profile.
 ``Identities`` (``memory/identity.py``) is this process's copy of the table for the
 sync readers; every change bumps ``identity_generation`` and ``refresh`` re-reads the
 table when the generation moved (another process, e.g. ``mnemo users link``).
+
+``LinkRepository`` is the port; the storage backend builds it (``StorageBackend.links``):
+``IdentityLinks`` here on ``state.db``, ``PgIdentityLinks`` (``storage_pg/links.py``) on
+PostgreSQL. Both share ``LinkRules`` — the profile merge, the copies, what follows a
+commit — and differ only in their SQL.
 """
 
 from __future__ import annotations
@@ -37,11 +42,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Protocol
 
 from mnemo.gateway.logs import get_logger
-from mnemo.memory.curated import MemoryFiles
+from mnemo.memory.db import Database
 from mnemo.memory.identity import Identities
+from mnemo.memory.ports import CuratedRepository
 from mnemo.memory.scope import UserRef
 
 log = get_logger(__name__)
@@ -114,19 +120,117 @@ def _bump(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE identity_generation SET n = n + 1 WHERE id = 1")
 
 
-class IdentityLinks:
-    """The linked identities on ``state.db``; keeps ``identities`` (this process's map)
-    up to date after its own changes and, through ``refresh``, after others'."""
+class LinkRepository(Protocol):
+    """Linked identities, as a storage backend keeps them. Called by ``/link``, ``mnemo
+    users link|unlink|show``, the session resolver (``refresh`` before a session starts),
+    erasure and the dashboard. ``identities`` is this process's map, kept current by
+    every change made here and by ``refresh``. Raises ``StoreError``; ``link`` raises
+    ``ValueError`` for an account linked with itself and ``OSError`` when a profile to
+    merge cannot be read (nothing is linked then)."""
+
+    identities: Identities
+
+    async def refresh(self) -> None:
+        """Re-read the links when another process (or this one) changed them."""
+        ...
+
+    async def issue_code(self, user: UserRef) -> str:
+        """A new one-time code for ``user`` (their previous one stops working)."""
+        ...
+
+    async def redeem(self, code: str, user: UserRef) -> LinkResult:
+        """Link ``user`` with the account that asked for ``code`` (used up once)."""
+        ...
+
+    async def link(self, a: UserRef, b: UserRef, *, by: str = "admin") -> LinkResult:
+        """Link ``b``'s person into ``a``'s (``a``'s canonical account stays canonical)."""
+        ...
+
+    async def unlink(self, user: UserRef) -> UnlinkResult:
+        """Split ``user`` off their person; they keep a copy of the shared profile."""
+        ...
+
+    async def members(self, user: UserRef) -> tuple[UserRef, ...]:
+        """Every account of ``user``'s person, ``user`` included, oldest link first."""
+        ...
+
+    async def rows(self, user: UserRef) -> list[LinkRow]:
+        """The link rows of ``user``'s person ([] when not linked)."""
+        ...
+
+    async def linked_dm_keys(self, user: UserRef) -> tuple[str, ...]:
+        """The DM chats (session keys) of ``user``'s other linked accounts."""
+        ...
+
+
+class LinkRules:
+    """What every backend's links share: the profile merge and copies (through the
+    curated repository: files or rows) and what follows a committed change."""
 
     def __init__(
-        self, db: Any, files: MemoryFiles, identities: Identities, *, clock: Callable[[], float] = time.time
+        self, files: CuratedRepository, identities: Identities, *, clock: Callable[[], float] = time.time
     ) -> None:
-        """``db``: the ``Database`` of state.db (a ``PgDatabase`` for ``PgIdentityLinks``)."""
-        self.db = db
         self.files = files
         self.identities = identities
         self.clock = clock
         self._refreshing = asyncio.Lock()
+
+    async def refresh(self) -> None:
+        raise NotImplementedError  # each backend reads its own table
+
+    def _merge(self, into: UserRef, other: UserRef) -> tuple[int, int]:
+        """Add ``other``'s USER.md entries to ``into``'s (blocking; inside the links'
+        transaction). Returns (entries added, entries left out)."""
+        source, target = self.files.own(other), self.files.own(into)
+        theirs = source.load()
+        if not theirs.readable:
+            raise OSError(f"the profile of {other} cannot be read: {'; '.join(theirs.warnings)}")
+        mine = target.load()
+        if not mine.readable:
+            raise OSError(f"the profile of {into} cannot be read: {'; '.join(mine.warnings)}")
+        new = [e for e in theirs.entries if e not in mine.entries]
+        if not new:
+            return 0, 0
+        if mine.entries:
+            day = datetime.fromtimestamp(self.clock(), UTC).date().isoformat()
+            target.add(
+                f"On {day} the profiles of {into} and {other} (the same person on two accounts) were "
+                "merged; where entries below disagree, ask them which one holds."
+            )
+        merged = sum(1 for entry in new if target.add(entry).changed)
+        return merged, len(new) - merged
+
+    def _copy(self, source: UserRef, dest: UserRef) -> None:
+        """``dest``'s own USER.md becomes a copy of ``source``'s (removed if there is none):
+        files or rows, whichever the curated repository keeps (``memory/ports.py``)."""
+        self.files.copy_own(source, dest)
+
+    async def _after(self, result: LinkResult, plan: list[tuple[UserRef, UserRef]]) -> None:
+        for other, into in plan if result.status is Redeemed.LINKED else ():
+            await asyncio.to_thread(self.files.drop_own, other)
+            log.info(
+                "identity_linked",
+                canonical=str(into),
+                joined=str(other),
+                merged=result.merged,
+                left_out=result.left_out,
+            )
+        await self.refresh()
+
+
+class IdentityLinks(LinkRules):
+    """``LinkRepository`` on ``state.db``."""
+
+    def __init__(
+        self,
+        db: Database,
+        files: CuratedRepository,
+        identities: Identities,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(files, identities, clock=clock)
+        self.db = db
 
     # --- this process's map ----------------------------------------------------------
     async def refresh(self) -> None:
@@ -236,28 +340,6 @@ class IdentityLinks:
         members = tuple(UserRef.parse(m) for m in members_within(conn, ca))
         return LinkResult(Redeemed.LINKED, into, members, merged, left_out)
 
-    def _merge(self, into: UserRef, other: UserRef) -> tuple[int, int]:
-        """Add ``other``'s USER.md entries to ``into``'s (writer thread, inside the links'
-        transaction). Returns (entries added, entries left out)."""
-        source, target = self.files.own(other), self.files.own(into)
-        theirs = source.load()
-        if not theirs.readable:
-            raise OSError(f"the profile of {other} cannot be read: {'; '.join(theirs.warnings)}")
-        mine = target.load()
-        if not mine.readable:
-            raise OSError(f"the profile of {into} cannot be read: {'; '.join(mine.warnings)}")
-        new = [e for e in theirs.entries if e not in mine.entries]
-        if not new:
-            return 0, 0
-        if mine.entries:
-            day = datetime.fromtimestamp(self.clock(), UTC).date().isoformat()
-            target.add(
-                f"On {day} the profiles of {into} and {other} (the same person on two accounts) were "
-                "merged; where entries below disagree, ask them which one holds."
-            )
-        merged = sum(1 for entry in new if target.add(entry).changed)
-        return merged, len(new) - merged
-
     async def unlink(self, user: UserRef) -> UnlinkResult:
         """Split ``user`` off their person; they keep a copy of the shared profile."""
 
@@ -290,23 +372,6 @@ class IdentityLinks:
         if result.was_linked:
             log.info("identity_unlinked", user=str(user), canonical=str(result.canonical))
         return result
-
-    def _copy(self, source: UserRef, dest: UserRef) -> None:
-        """``dest``'s own USER.md becomes a copy of ``source``'s (removed if there is none):
-        files or rows, whichever the curated repository keeps (``memory/ports.py``)."""
-        self.files.copy_own(source, dest)
-
-    async def _after(self, result: LinkResult, plan: list[tuple[UserRef, UserRef]]) -> None:
-        for other, into in plan if result.status is Redeemed.LINKED else ():
-            await asyncio.to_thread(self.files.drop_own, other)
-            log.info(
-                "identity_linked",
-                canonical=str(into),
-                joined=str(other),
-                merged=result.merged,
-                left_out=result.left_out,
-            )
-        await self.refresh()
 
     # --- reading -----------------------------------------------------------------------
     async def members(self, user: UserRef) -> tuple[UserRef, ...]:

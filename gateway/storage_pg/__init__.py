@@ -2,11 +2,15 @@
 
 One module per sub-system, each implementing the same port as its SQLite twin and passing
 the same contract suite (``tests/contract/``): ``inbox.py``, ``outbox.py``, ``jobs.py``,
-``cron.py``, ``pairings.py``; ``schema.py`` holds their tables and the one ordered
-migration list (``PG_MIGRATIONS``). Sessions and search are in ``memory/pg/``.
+``cron.py``, ``pairings.py``, ``budgets.py``, ``links.py``, ``rate_limits.py``,
+``streams.py``, the people directory (``people.py``) and a person's data for erasure
+(``erasure.py``); ``schema.py`` holds their tables and the one ordered migration list
+(``PG_MIGRATIONS``); ``backend.py`` opens them all as one ``StorageBackend``. Sessions,
+search and the curated memory rows are in ``memory/pg/``.
 
 Several replicas may share one database, so whatever a process claims carries its
 ``owner`` (``database.replica_id``): start-up recovery only takes back its own claims,
 and a claim of another replica is taken over once its lease has expired.
-Needs the ``postgres`` extra; imported only by ``gateway/storage.py:open_backend``.
+Needs the ``postgres`` extra; opened through ``gateway/storage.py:backend_for`` (``mnemo
+migrate`` reads ``schema.py`` too).
 """

@@ -17,11 +17,11 @@ counters (``gateway/storage_pg/links.py``).
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 from mnemo.gateway.budgets.ledger import EVERYONE, Clock, Override, PayerSpend, Spend, utc_now
-from mnemo.gateway.storage_pg.links import _canonical, _members
+from mnemo.gateway.storage_pg.links import canonical_of, members_of
 from mnemo.memory.pg.db import Connection, PgDatabase, PgMigration
 from mnemo.memory.usage import Usage
 
@@ -53,7 +53,7 @@ CREATE TABLE budget_notices (
 
 
 class PgBudgets:
-    """The spending ledger and per-person overrides on PostgreSQL."""
+    """``BudgetRepository`` (``gateway/budgets/ledger.py``) on PostgreSQL."""
 
     def __init__(self, db: PgDatabase, *, timezone: str = "UTC", clock: Clock = utc_now) -> None:
         self._db = db
@@ -67,7 +67,7 @@ class PgBudgets:
         day = self.local_now().date().isoformat()
         tokens = usage.prompt_tokens + usage.output_tokens
         if payer is not None and payer != EVERYONE:
-            payer = await _canonical(conn, payer)
+            payer = await canonical_of(conn, payer)
         for who in (EVERYONE,) if payer is None or payer == EVERYONE else (payer, EVERYONE):
             await conn.execute(
                 "INSERT INTO usage_days (payer, day, cost_usd, tokens, requests) VALUES (%s, %s, %s, %s, 1)"
@@ -81,7 +81,7 @@ class PgBudgets:
         today, first = date.isoformat(), date.replace(day=1).isoformat()
 
         async def q(conn: Connection) -> Spend:
-            payers = [payer] if payer == EVERYONE else await _members(conn, payer)
+            payers = [payer] if payer == EVERYONE else await members_of(conn, payer)
             row = await (
                 await conn.execute(
                     "SELECT COALESCE(SUM(CASE WHEN day = %s THEN cost_usd END), 0) AS day_usd,"
@@ -121,12 +121,26 @@ class PgBudgets:
         out.sort(key=lambda p: (-p.spend.month_usd, -p.spend.day_usd, p.payer))
         return out
 
+    async def days(self, payer: str, first: date) -> dict[date, float]:
+        async def q(conn: Connection) -> dict[date, float]:
+            payers = [payer] if payer == EVERYONE else await members_of(conn, payer)
+            rows = await (
+                await conn.execute(
+                    "SELECT day, SUM(cost_usd) AS cost FROM usage_days WHERE payer = ANY(%s) AND day >= %s"
+                    " GROUP BY day",
+                    (payers, first.isoformat()),
+                )
+            ).fetchall()
+            return {date.fromisoformat(r["day"]): float(r["cost"]) for r in rows}
+
+        return await self._db.read(q)
+
     async def override(self, payer: str) -> Override | None:
         async def q(conn: Connection) -> Override | None:
             row = await (
                 await conn.execute(
                     "SELECT daily_usd, monthly_usd, daily_tokens FROM budget_overrides WHERE payer = %s",
-                    (await _canonical(conn, payer),),
+                    (await canonical_of(conn, payer),),
                 )
             ).fetchone()
             if row is None:
@@ -138,7 +152,7 @@ class PgBudgets:
 
     async def set_override(self, payer: str, override: Override | None) -> None:
         async def tx(conn: Connection) -> None:
-            who = await _canonical(conn, payer)
+            who = await canonical_of(conn, payer)
             if override is None:
                 await conn.execute("DELETE FROM budget_overrides WHERE payer = %s", (who,))
                 return
@@ -166,7 +180,7 @@ class PgBudgets:
 
     async def payer(self, user: str) -> str:
         """Whose budget ``user``'s requests count against: their canonical account."""
-        return await self._db.read(lambda conn: _canonical(conn, user))
+        return await self._db.read(lambda conn: canonical_of(conn, user))
 
     async def erase_within(self, conn: Connection, payer: str) -> int:
         n = 0

@@ -46,7 +46,12 @@ STALE_AFTER_S = 10.0  # mnemo status: a heartbeat older than this is a dead repl
 FORGET_AFTER_S = 86_400.0
 LEADER_RETRY_S = 1.0  # how often a follower tries a free leader lock
 # libpq keepalives on the replica connection: a vanished host's locks free within ~11 s.
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
+KEEPALIVES: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
 
 REPLICAS = PgMigration(
     "pg_replicas",

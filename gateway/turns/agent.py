@@ -48,7 +48,8 @@ from mnemo.gateway.turns.model_input import ModelInput, model_input
 from mnemo.gateway.turns.tools import ToolRegistry, TurnContext
 from mnemo.memory.compressor import CompressionPolicy, ContextCompressor, Row, rows_tokens
 from mnemo.memory.fence import strip_fences
-from mnemo.memory.sessions import MessageRow, NewMessage, SessionRow, SessionStore, ToolCall
+from mnemo.memory.ports import SessionStorage
+from mnemo.memory.sessions import MessageRow, NewMessage, SessionRow, ToolCall
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
 from mnemo.memory.usage import Usage
 
@@ -94,7 +95,7 @@ class TurnResult:
 @dataclass(frozen=True)
 class AgentDeps:
     llm: LLMClient
-    store: SessionStore
+    store: SessionStorage
     tools: ToolRegistry
     sessions: SessionSettings
     memory: MemorySettings

@@ -14,13 +14,12 @@ from typing import Any
 
 from mnemo.gateway.config import Settings
 from mnemo.gateway.turns.tools import Tool, ToolRegistry, ToolResult, TurnContext
-from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.memory_tool import MEMORY_TOOL_SCHEMA, MemoryCallContext, MemoryWrite, run_memory_tool
+from mnemo.memory.ports import CuratedRepository, SearchRepository
 from mnemo.memory.scope import UserRef
 from mnemo.memory.search import (
     SESSION_SEARCH_TOOL_SCHEMA,
     SearchDigest,
-    SessionSearch,
     run_session_search_tool,
 )
 
@@ -29,7 +28,7 @@ OnWrite = Callable[[MemoryWrite, TurnContext], Awaitable[None]]
 LinkedDms = Callable[[UserRef], Awaitable[Sequence[str]]]
 
 
-def memory_tool(files: MemoryFiles, settings: Settings, on_write: OnWrite | None = None) -> Tool:
+def memory_tool(files: CuratedRepository, settings: Settings, on_write: OnWrite | None = None) -> Tool:
     async def handler(args: Mapping[str, Any], ctx: TurnContext) -> ToolResult:
         call_ctx = MemoryCallContext(
             speaker=ctx.speaker,
@@ -52,7 +51,7 @@ def memory_tool(files: MemoryFiles, settings: Settings, on_write: OnWrite | None
 
 
 def session_search_tool(
-    search: SessionSearch,
+    search: SearchRepository,
     settings: Settings,
     digest: SearchDigest | None = None,
     linked_dms: LinkedDms | None = None,
@@ -80,8 +79,8 @@ def session_search_tool(
 def register_builtin_tools(
     registry: ToolRegistry,
     *,
-    files: MemoryFiles,
-    search: SessionSearch,
+    files: CuratedRepository,
+    search: SearchRepository,
     settings: Settings,
     on_memory_write: OnWrite | None = None,
     digest: SearchDigest | None = None,

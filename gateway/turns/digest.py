@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from mnemo.gateway.budgets.ledger import current_billing
 from mnemo.gateway.llm.client import LLMClient
+from mnemo.memory.ports import SessionStorage
 from mnemo.memory.search import SearchResult
-from mnemo.memory.sessions import SessionStore
 
 DIGEST_MAX_TOKENS = 600
 _HITS_CHARS = 12_000
@@ -25,7 +25,7 @@ INSTRUCTION = (
 
 
 class LLMSearchDigest:
-    def __init__(self, llm: LLMClient, model: str, *, store: SessionStore | None = None) -> None:
+    def __init__(self, llm: LLMClient, model: str, *, store: SessionStorage | None = None) -> None:
         self.llm = llm
         self.model = model
         self.store = store  # counts the digest's usage against the turn's session and person

@@ -27,9 +27,9 @@ from mnemo.gateway.config import Settings
 from mnemo.gateway.events import InboundMessage, is_shared_room
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.turns.prompt import PromptParts, render_system_prompt
-from mnemo.memory.curated import MemoryFiles
+from mnemo.memory.ports import CuratedRepository, SessionStorage
 from mnemo.memory.scope import AgentContext
-from mnemo.memory.sessions import SessionRow, SessionStore
+from mnemo.memory.sessions import SessionRow
 from mnemo.memory.skills import SkillStore
 from mnemo.memory.skills.index import render_index
 
@@ -70,8 +70,8 @@ class SessionResolver:
     def __init__(
         self,
         settings: Settings,
-        store: SessionStore,
-        files: MemoryFiles,
+        store: SessionStorage,
+        files: CuratedRepository,
         *,
         providers: PromptBlockSource | None = None,
         jobs: JobSink | None = None,

@@ -125,7 +125,7 @@ class PgCuratedFile(CuratedFile):
                     " WHERE target = %s AND owner = %s AND version = %s",
                     (content, str(self.target), self._owner, version),
                 )
-            return cur.rowcount == 1
+            return bool(cur.rowcount == 1)
 
     def _read(self) -> tuple[str, ...]:
         return self._read_row()[0]

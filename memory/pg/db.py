@@ -38,6 +38,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -229,6 +230,14 @@ class PgDatabase:
         async with pool.connection() as conn, conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             return await fn(conn)
+
+    async def vacuum(self, tables: Sequence[str]) -> None:
+        """``VACUUM`` each of ``tables``: dead rows' space is reclaimed for reuse and their index entries removed
+        now, not at autovacuum's leisure. Outside any transaction, as VACUUM must be."""
+        pool = self._require()
+        async with pool.connection() as conn:  # the pool's connections are autocommit
+            for table in tables:
+                await conn.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
 
 
 async def migrate(

@@ -33,12 +33,12 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mnemo.cli.terminal import spinner
 from mnemo.gateway.config import Settings
-from mnemo.gateway.storage import state_database
+from mnemo.gateway.errors import StartupError
+from mnemo.gateway.storage import Probe, backend_for
 from mnemo.memory.errors import ProviderError, StoreError
 
 if TYPE_CHECKING:  # aiohttp is imported by the network checks, so `mnemo doctor --help` stays quick
@@ -48,7 +48,6 @@ ANTHROPIC_API = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 DISCORD_API = "https://discord.com/api/v10"
 TIMEOUT_S = 3.0  # per check, whole: every check runs at once, so doctor takes about this long
-QUICK_CHECK_SHOWN = 3
 
 
 class Status(Enum):
@@ -67,7 +66,7 @@ class Check:
     detail: str
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "doctor", help="check config, file permissions, database and every configured endpoint"
     )
@@ -120,165 +119,28 @@ def check_dotenv(settings: Settings) -> Check:
     return Check(".env", Status.PASS, f"{path} (mode {mode:04o})")
 
 
+def _check(probe: Probe) -> Check:
+    return Check(probe.name, Status[probe.state.name], probe.detail)
+
+
 def check_memories(settings: Settings) -> Check:
-    if settings.database.is_postgresql:
-        return Check(
-            "memories",
-            Status.SKIP,
-            "MEMORY.md and USER.md are rows on PostgreSQL (curated_memory), not files here",
-        )
-    root = settings.memories_dir
-    if not root.exists():
-        return Check("memories", Status.PASS, f"{root} not created yet (made on the first memory write)")
-    shared = root / "MEMORY.md"
-    profiles = sorted((root / "users").glob("*/*/USER.md"))
-    chars = 0
-    for path in ([shared] if shared.exists() else []) + profiles:
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as e:
-            return Check("memories", Status.FAIL, f"cannot read {path}: {e}")
-        if path == shared:
-            chars = len(text)
-    return Check(
-        "memories", Status.PASS, f"{root} readable (MEMORY.md {chars:,} chars, {len(profiles)} user profiles)"
-    )
-
-
-def quick_check(path: Path, limit: int = 20) -> list[str]:
-    """SQLite's ``PRAGMA quick_check`` on a read-only connection: its first ``limit``
-    error lines, ``[]`` when the file is sound. Raises ``sqlite3.Error`` for a file that
-    is not a database at all."""
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    """MEMORY.md and the USER.md files, as the configured backend keeps them."""
     try:
-        rows = conn.execute(f"PRAGMA quick_check({int(limit)})").fetchall()
-    finally:
-        conn.close()
-    lines = [line.strip() for r in rows if r[0] != "ok" for line in str(r[0]).splitlines()]
-    # "*** in database main ***" heads the list: which file, not what is wrong.
-    return [line for line in lines if line and not line.startswith("***")]
+        backend = backend_for(settings)
+    except StartupError as e:  # the postgres extra is missing: the database check says so
+        return Check("memories", Status.SKIP, str(e))
+    return _check(backend.probe_memories())
 
 
 async def check_database(settings: Settings, timeout_s: float = TIMEOUT_S) -> Check:
-    if settings.database.is_postgresql:
-        return await check_postgresql(settings, timeout_s)
-    if not settings.home.is_dir():
-        return Check("state.db", Status.SKIP, "no home folder yet")
-    if settings.state_db.is_file():
-        # Before open (which migrates, i.e. writes): a damaged page opens fine and fails later.
-        try:
-            problems = await asyncio.to_thread(quick_check, settings.state_db)
-        except sqlite3.Error as e:
-            return Check(
-                "state.db",
-                Status.FAIL,
-                f"{settings.state_db} is damaged ({e}) — restore a backup "
-                "(`mnemo import`), or move it aside to start afresh",
-            )
-        if problems:
-            shown = "; ".join(problems[:QUICK_CHECK_SHOWN])
-            more = (
-                f" (+{len(problems) - QUICK_CHECK_SHOWN} more)" if len(problems) > QUICK_CHECK_SHOWN else ""
-            )
-            return Check(
-                "state.db",
-                Status.FAIL,
-                f"{settings.state_db} is damaged: {shown}{more} — restore a "
-                "backup (`mnemo import`), or stop mnemo and try: sqlite3 state.db .recover",
-            )
-    db = state_database(settings.state_db)
+    """The configured database, read-only: SQLite's ``state.db`` (``quick_check``, then
+    opened), or ``database.url``'s server (reachable, its version, the schema step
+    against this mnemo's; nothing is written)."""
     try:
-        await db.open()
-        return Check(
-            "state.db",
-            Status.PASS,
-            f"{settings.state_db} opens, passes quick_check, schema version {db.schema_version}",
-        )
-    except (StoreError, sqlite3.Error, OSError) as e:
-        return Check("state.db", Status.FAIL, f"{settings.state_db}: {e}")
-    finally:
-        await db.close()
-
-
-async def check_postgresql(settings: Settings, timeout_s: float = TIMEOUT_S) -> Check:
-    """``database.url``'s server: reachable, version 15 or later, and how far its schema
-    is against this mnemo's steps. Read-only: pending steps are left to the next start
-    (which applies them), as is a database that has none yet."""
-    assert settings.database.url is not None
-    try:
-        import psycopg
-
-        from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
-        from mnemo.memory.pg.db import MIN_SERVER_VERSION, redact
-    except ImportError as e:
-        return Check(
-            "postgresql",
-            Status.FAIL,
-            f"database.url is a PostgreSQL URL but {e.name or 'psycopg'} is "
-            "not installed: pip install 'mnemo[postgres]'",
-        )
-    url = settings.database.url.get_secret_value()
-    where = redact(url)
-    try:
-        async with asyncio.timeout(timeout_s):
-            conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-            try:
-                version = conn.info.server_version
-                cur = await conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL")
-                row = await cur.fetchone()
-                steps: list[tuple[int, str]] = []
-                if row is not None and row[0]:
-                    cur = await conn.execute("SELECT version, name FROM schema_migrations ORDER BY version")
-                    steps = [(int(v), str(n)) for v, n in await cur.fetchall()]
-            finally:
-                await conn.close()
-    except TimeoutError:
-        return Check("postgresql", Status.FAIL, f"{where} unreachable: no answer within {timeout_s:g} s")
-    except psycopg.ProgrammingError as e:
-        return Check("postgresql", Status.FAIL, f"database.url is not a valid PostgreSQL URL: {_line(e)}")
-    except (psycopg.Error, OSError) as e:
-        return Check("postgresql", Status.FAIL, f"{where} unreachable: {_line(e)}")
-    shown = f"PostgreSQL {version // 10000}.{version % 10000}"
-    if version < MIN_SERVER_VERSION:
-        return Check(
-            "postgresql",
-            Status.FAIL,
-            f"{where} runs {shown}; mnemo needs {MIN_SERVER_VERSION // 10000} or later",
-        )
-    known = len(PG_MIGRATIONS)
-    if not steps:
-        return Check(
-            "postgresql",
-            Status.PASS,
-            f"{where} reachable, {shown}; no mnemo schema yet ({known} steps are applied at the first start)",
-        )
-    at, name = steps[-1]
-    if at > known:
-        return Check(
-            "postgresql",
-            Status.FAIL,
-            f"{where}: schema step {at} ({name}) is newer than this mnemo "
-            f"(it knows {known}): upgrade mnemo on this host",
-        )
-    mine = [(i + 1, m.name) for i, m in enumerate(PG_MIGRATIONS[:at])]
-    if steps != mine:
-        return Check(
-            "postgresql",
-            Status.FAIL,
-            f"{where}: the applied schema steps differ from this mnemo's "
-            "(another build wrote them): use the mnemo that created this database",
-        )
-    pending = f"; {known - at} step(s) pending, applied at the next start" if at < known else ""
-    return Check(
-        "postgresql",
-        Status.PASS,
-        f"{where} reachable, {shown}, schema step {at} of {known} ({name}){pending}",
-    )
-
-
-def _line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+        backend = backend_for(settings)
+    except StartupError as e:
+        return Check("postgresql", Status.FAIL, str(e))
+    return _check(await backend.probe(timeout_s))
 
 
 # --- network checks -----------------------------------------------------------------------

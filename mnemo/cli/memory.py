@@ -4,9 +4,14 @@ The edits go through the same ``memory`` tool the model uses, acting as an admin
 primary context, so the same limits, threat scan and result texts apply; the tool's JSON
 result is printed. Exit codes: 0 success, 1 refused, 2 usage error.
 
-The configured backend is used: files under ``memories/`` on SQLite, rows when
-``database.url`` is PostgreSQL (``memory/pg/curated.py``; the server is checked and its
-schema migrated first, as ``mnemo run`` does).
+The configured backend is used (``open_backend``): files under ``memories/`` on SQLite,
+rows when ``database.url`` is PostgreSQL (``memory/pg/curated.py``; the server is checked
+and its schema migrated first, as ``mnemo run`` does).
+
+``--user`` names an account; a linked account (``mnemo users link``, ``/link``) has no
+USER.md of its own: show, add, replace and remove act on its person's shared profile,
+and say which account keeps it (on stdout for ``show``, on stderr for the edits, whose
+stdout is the tool's JSON).
 """
 
 from __future__ import annotations
@@ -15,17 +20,18 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
-from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.memory_tool import MemoryCallContext, WriteAttempts, run_memory_tool
 from mnemo.memory.scope import AgentContext, UserRef
 
 if TYPE_CHECKING:
-    from mnemo.memory.ports import CuratedDocument, CuratedRepository
+    from mnemo.gateway.storage import StorageBackend
+    from mnemo.memory.ports import CuratedDocument
 
 
 def register(subparsers: Any) -> None:
@@ -62,28 +68,26 @@ def _target_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--user", metavar="PLATFORM:ID", help="whose USER.md (required with --target user)")
 
 
-def _files(settings: Settings) -> CuratedRepository:
-    """The curated memory of the configured backend; ``_close`` it when done."""
-    if not settings.database.is_postgresql:
-        return MemoryFiles(
-            settings.memories_dir, settings.memory.memory_char_limit, settings.memory.user_char_limit
-        )
+def _with_backend(settings: Settings, body: Callable[[StorageBackend], Awaitable[int]]) -> int:
+    """Run ``body`` on the configured backend (one clear line if unreachable or too new)."""
     from mnemo.gateway.storage import open_backend
 
-    async def rows() -> CuratedRepository:
-        backend = await open_backend(settings)  # one clear line if unreachable or too new
+    async def main() -> int:
+        backend = await open_backend(settings)
         try:
-            return backend.curated(None)  # blocking rows on their own small pool
+            return await body(backend)
         finally:
             await backend.close()
 
-    return asyncio.run(rows())
+    return asyncio.run(main())
 
 
-def _close(files: CuratedRepository) -> None:
-    close = getattr(files, "close", None)
-    if close is not None:
-        close()
+def _owner_note(backend: StorageBackend, ref: UserRef) -> str | None:
+    """Who keeps ``ref``'s USER.md when ``ref`` is a linked account (None: ``ref`` itself)."""
+    owner = backend.identities.canonical(ref)
+    if owner == ref:
+        return None
+    return f"{ref} is linked: its USER.md is the shared profile of its person, kept under {owner}"
 
 
 def _user_ref(text: str | None) -> UserRef | None:
@@ -109,18 +113,23 @@ def _print_file(file: CuratedDocument) -> bool:
 
 def _show(args: argparse.Namespace, settings: Settings) -> int:
     ref = _user_ref(args.user)
-    files = _files(settings)
-    try:
-        ok = _print_file(files.shared())
+
+    async def body(backend: StorageBackend) -> int:
+        files = backend.files
+        ok = await asyncio.to_thread(_print_file, files.shared())
         if ref is not None:
             print()
             try:
-                ok = _print_file(files.user(ref)) and ok
+                profile = files.user(ref)
             except InvalidIdentifier as e:
                 raise CommandError(f"--user: {e}", EXIT_USAGE) from None
-    finally:
-        _close(files)
-    return EXIT_OK if ok else EXIT_REFUSED
+            note = _owner_note(backend, ref)
+            if note is not None:
+                print(note)
+            ok = await asyncio.to_thread(_print_file, profile) and ok
+        return EXIT_OK if ok else EXIT_REFUSED
+
+    return _with_backend(settings, body)
 
 
 def _edit(args: argparse.Namespace, settings: Settings) -> int:
@@ -140,12 +149,14 @@ def _edit(args: argparse.Namespace, settings: Settings) -> int:
         is_admin=True,
         shared_write=settings.memory.shared_write,
     )
-    from mnemo.adapters.terminal import printable_json
+    from mnemo.adapters.terminal import printable, printable_json
 
-    files = _files(settings)
-    try:
-        result = asyncio.run(run_memory_tool(files, tool_args, ctx, WriteAttempts()))
-    finally:
-        _close(files)
-    print(printable_json(json.dumps(result, ensure_ascii=False, indent=2)))
-    return EXIT_OK if result["success"] else EXIT_REFUSED
+    async def body(backend: StorageBackend) -> int:
+        note = _owner_note(backend, ref) if ref is not None else None
+        if note is not None:
+            print(printable(f"note: {note}"), file=sys.stderr)
+        result = await run_memory_tool(backend.files, tool_args, ctx, WriteAttempts())
+        print(printable_json(json.dumps(result, ensure_ascii=False, indent=2)))
+        return EXIT_OK if result["success"] else EXIT_REFUSED
+
+    return _with_backend(settings, body)

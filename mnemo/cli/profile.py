@@ -111,7 +111,7 @@ def _is_database(rel: PurePosixPath, path: Path) -> bool:
 def verify_database(rel: PurePosixPath, path: Path) -> None:
     """Refuse a database that is not SQLite, fails ``quick_check``, or (``state.db``)
     is not a mnemo state database."""
-    from mnemo.cli.doctor import quick_check
+    from mnemo.gateway.storage_sqlite import quick_check
 
     if not _is_sqlite(path):
         raise BackupRefused(

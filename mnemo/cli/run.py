@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the app and the web server (aiohttp) are imported by the co
 log = get_logger(__name__)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run the bot with every configured adapter")
     p.set_defaults(handler=run)
 
@@ -132,11 +132,12 @@ async def _serve(
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from mnemo.app import check_startup
+    from mnemo.gateway.storage import backend_for
     from mnemo.profile_lock import serving
 
     check_startup(settings)  # a configuration error is exit 2 even when the profile is busy
-    # SQLite: one process per profile; PostgreSQL: replicas may share the home.
-    with serving(settings.home, shared_database=settings.database.is_postgresql):
+    # One process per profile, unless the backend is shared by replicas (PostgreSQL).
+    with serving(settings.home, shared_database=backend_for(settings).replicated):
         from mnemo.dashboard import admin_token_path, ensure_admin_token, token_notice
 
         generated = ensure_admin_token(settings)  # /admin's sign-in token, the first time only

@@ -77,17 +77,6 @@ def _run(settings: Settings, body: Callable[[StorageBackend], Awaitable[T]]) -> 
     return asyncio.run(main())
 
 
-async def _all_chat_keys(backend: StorageBackend) -> list[str]:
-    """Every chat the store knows (both backends keep them in a ``chats`` table)."""
-    if backend.name == "sqlite":
-        return await backend.db.read(lambda c: [r[0] for r in c.execute("SELECT chat_key FROM chats")])
-
-    async def q(conn: Any) -> list[str]:
-        return [r["chat_key"] for r in await (await conn.execute("SELECT chat_key FROM chats")).fetchall()]
-
-    return await backend.db.read(q)
-
-
 def _session_line(s: SessionRow) -> str:
     state = f"ended ({s.end_reason})" if s.is_ended else "active"
     title = f"  {s.title}" if s.title else ""
@@ -152,13 +141,8 @@ def _search(args: argparse.Namespace, settings: Settings) -> int:
     from mnemo.adapters.terminal import printable, printable_json
 
     async def body(backend: StorageBackend) -> int:
-        keys = list(args.chat) if args.chat else await _all_chat_keys(backend)
-        if backend.name == "sqlite":  # the contextual retriever: no numpy for a shell search
-            from mnemo.memory.search import SessionSearch
-
-            searcher: Any = SessionSearch(backend.db)
-        else:
-            searcher = backend.search
+        keys = list(args.chat) if args.chat else await backend.directory.chats()
+        searcher = backend.make_lexical_search()  # no embedding model for a shell search
         result = await searcher.search(args.query, chat_keys=keys, limit=args.limit)
         if args.json:
             print(

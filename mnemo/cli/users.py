@@ -8,11 +8,13 @@
     mnemo users link PLATFORM:ID PLATFORM:ID [--json]   one person (the first one's profile is kept)
     mnemo users unlink PLATFORM:ID [--json]             split off; it keeps a copy of the profile
 
-Every action but ``erase`` works on the configured backend (``open_backend``): the
-SQLite ``state.db`` and memory files, or with ``database.url`` the PostgreSQL server
-that every replica shares (sessions, spend, caps, links and USER.md rows). ``erase``
-works on SQLite only for now. Exit codes: 0 done, 1 refused (nothing to show, erase not
-confirmed), 2 usage error.
+Every action works on the configured backend (``open_backend``), through its
+repositories — the same reads as the dashboard: the SQLite ``state.db`` and memory
+files, or with ``database.url`` the PostgreSQL server that every replica shares
+(sessions, spend, caps, links, USER.md rows). ``erase`` prints a receipt per layer on
+either; a layer the backend cannot erase (the backup archives on PostgreSQL, for now)
+is listed as not erased, with the reason. Exit codes: 0 done, 1 refused (nothing to
+show, erase not confirmed), 2 usage error.
 """
 
 from __future__ import annotations
@@ -22,15 +24,19 @@ import asyncio
 import json
 import sys
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import UserRef
 
+if TYPE_CHECKING:
+    from mnemo.gateway.people.links import LinkRepository
+    from mnemo.gateway.storage import StorageBackend
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("users", help="people: list, usage and budgets, erasure")
     actions = p.add_subparsers(dest="users_action", metavar="ACTION", required=True)
     ls = actions.add_parser("list", help="everyone with a session, a profile or spend")
@@ -64,12 +70,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    if settings.database.is_postgresql and args.users_action == "erase":
-        raise CommandError(
-            "erasure on PostgreSQL is not supported yet: mnemo users erase scrubs the SQLite state.db and the "
-            "memory files, not the server's rows (list, show, usage, budget, link and unlink work)",
-            EXIT_USAGE,
-        )
     return asyncio.run(_run(args, settings))
 
 
@@ -85,160 +85,140 @@ def _out(args: argparse.Namespace, data: Any, lines: list[str]) -> None:
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from mnemo.gateway.budgets.gate import BudgetGate
-    from mnemo.gateway.budgets.ledger import SqliteBudgets
-    from mnemo.gateway.inbound.access import AccessControl
     from mnemo.gateway.storage import open_backend
 
     backend = await open_backend(settings)  # state.db, or database.url's PostgreSQL (one line if unreachable)
-    db = backend.db
     try:
-        ledger: Any
-        if backend.name == "postgresql":
-            from mnemo.gateway.storage_pg.budgets import PgBudgets
-
-            ledger = PgBudgets(db, timezone=settings.gateway.timezone)
-        else:
-            ledger = SqliteBudgets(db, timezone=settings.gateway.timezone)
-        gate = BudgetGate(settings.budgets, ledger)
-        access = AccessControl(settings, backend.pairings)
-        action = args.users_action
-        if action == "usage":
-            rows = [{"user": p.payer, **asdict(p.spend)} for p in await ledger.everyone()]
-            _out(
-                args,
-                rows,
-                [
-                    f"{r['user']}  today ${r['day_usd']:.4f} ({r['day_tokens']:,} tokens)  month ${r['month_usd']:.4f}"
-                    for r in rows
-                ]
-                or ["no spend this month"],
-            )
-            return EXIT_OK
-        if action == "list":
-            people = await (_pg_people(db) if backend.name == "postgresql" else _people(db, settings))
-            _out(args, people, people or ["nobody yet"])
-            return EXIT_OK
-        if action == "erase":
-            from mnemo.gateway.people.erasure import Erasure
-
-            user = _user(args.user)
-            from mnemo.backups import scrubber
-
-            erasure = Erasure(db, settings, ledger, scrub=scrubber(settings))
-            receipt = await erasure.count(user)
-            if not args.dry_run and not args.yes:
-                if not sys.stdin.isatty():
-                    raise CommandError(
-                        "erase needs --yes when not run interactively (or --dry-run)", EXIT_REFUSED
-                    )
-                answer = input(
-                    f"Erase everything of {user}? This cannot be undone. Type 'erase' to confirm: "
-                )
-                if answer.strip() != "erase":
-                    print("not erased")
-                    return EXIT_REFUSED
-            if not args.dry_run:
-                receipt = await erasure.erase(user)
-            _out(
-                args,
-                {"user": str(user), "dry_run": args.dry_run, "removed": receipt.counts},
-                [f"{'would remove' if args.dry_run else 'removed'} for {user}:", *receipt.lines()],
-            )
-            return EXIT_OK
-        if action in ("link", "unlink"):
-            return await _link(args, _links(backend))
-        user = _user(args.user)
-        admin = access.is_admin(user.platform, user.user_id)
-        if action == "budget":
-            from mnemo.gateway.budgets.ledger import Override
-
-            values = (args.daily_usd, args.monthly_usd, args.daily_tokens)
-            if any(v is not None and v < 0 for v in values):
-                raise CommandError("caps must be zero or more", EXIT_USAGE)
-            if args.clear:
-                await ledger.set_override(str(user), None)
-            elif any(v is not None for v in values):
-                old = await ledger.override(str(user)) or Override()
-                await ledger.set_override(
-                    str(user),
-                    Override(
-                        args.daily_usd if args.daily_usd is not None else old.daily_usd,
-                        args.monthly_usd if args.monthly_usd is not None else old.monthly_usd,
-                        args.daily_tokens if args.daily_tokens is not None else old.daily_tokens,
-                    ),
-                )
-        limits = await gate.limits(user, admin=admin)
-        spend = await ledger.spend(str(user))
-        data: dict[str, Any] = {
-            "user": str(user),
-            "admin": admin,
-            "limits": asdict(limits),
-            "own_limits": asdict(o) if (o := await ledger.override(str(user))) else None,
-            "spend": asdict(spend),
-        }
-        lines = [
-            f"{user}{' (admin, exempt from the per-user caps)' if limits.exempt else ''}",
-            f"caps: daily {_usd(limits.daily_usd)}, monthly {_usd(limits.monthly_usd)}, "
-            f"daily tokens {_cap(limits.daily_tokens)}" + (" (own)" if data["own_limits"] else " (default)"),
-            f"spend: today ${spend.day_usd:.4f} ({spend.day_tokens:,} tokens), month ${spend.month_usd:.4f}",
-        ]
-        if action == "show":
-            facts = await (_pg_facts(db, user) if backend.name == "postgresql" else _facts(db, user))
-            data.update(facts)
-            linked = await _links(backend).rows(user)
-            data["linked"] = [
-                {
-                    "user": str(r.member),
-                    "canonical": r.member == r.canonical,
-                    "linked_at": r.linked_at.isoformat(),
-                    "linked_by": r.linked_by,
-                }
-                for r in linked
-            ]
-            # Linked accounts share the canonical account's profile.
-            owner = linked[0].canonical if linked else user
-            profile = (
-                await _pg_profile(db, owner)
-                if backend.name == "postgresql"
-                else _profile(settings, owner).exists()
-            )
-            lines.append(
-                f"sessions: {facts['sessions']}, messages written: {facts['messages']}, "
-                f"profile: {'yes' if profile else 'no'}"
-            )
-            if linked:
-                lines.append(
-                    "linked: "
-                    + ", ".join(
-                        f"{r.member}{' (profile)' if r.member == r.canonical else ''}" for r in linked
-                    )
-                )
-            if not facts["sessions"] and not spend.month_usd and not profile and not linked:
-                _out(args, data, [*lines, "(mnemo knows nothing of this person)"])
-                return EXIT_REFUSED
-        _out(args, data, lines)
-        return EXIT_OK
+        return await _act(args, settings, backend)
     finally:
         await backend.close()
 
 
-def _links(backend: Any) -> Any:
-    """The backend's linked identities, merging and copying its USER.md files (rows)."""
-    from mnemo.memory.identity import Identities
+async def _act(args: argparse.Namespace, settings: Settings, backend: StorageBackend) -> int:
+    from mnemo.gateway.budgets.gate import BudgetGate
+    from mnemo.gateway.inbound.access import AccessControl
 
-    assert backend.curated is not None
-    files = backend.curated(None)
-    if backend.name == "postgresql":
-        from mnemo.gateway.storage_pg.links import PgIdentityLinks
+    ledger = backend.budgets
+    gate = BudgetGate(settings.budgets, ledger)
+    access = AccessControl(settings, backend.pairings)
+    action = args.users_action
+    if action == "usage":
+        rows = [{"user": p.payer, **asdict(p.spend)} for p in await ledger.everyone()]
+        _out(
+            args,
+            rows,
+            [
+                f"{r['user']}  today ${r['day_usd']:.4f} ({r['day_tokens']:,} tokens)  month ${r['month_usd']:.4f}"
+                for r in rows
+            ]
+            or ["no spend this month"],
+        )
+        return EXIT_OK
+    if action == "list":
+        people = await backend.directory.everyone()
+        _out(args, people, people or ["nobody yet"])
+        return EXIT_OK
+    if action == "erase":
+        return await _erase(args, settings, backend)
+    if action in ("link", "unlink"):
+        return await _link(args, backend.links)
+    user = _user(args.user)
+    admin = access.is_admin(user.platform, user.user_id)
+    if action == "budget":
+        from mnemo.gateway.budgets.ledger import Override
 
-        return PgIdentityLinks(backend.db, files, Identities())
-    from mnemo.gateway.people.links import IdentityLinks
+        values = (args.daily_usd, args.monthly_usd, args.daily_tokens)
+        if any(v is not None and v < 0 for v in values):
+            raise CommandError("caps must be zero or more", EXIT_USAGE)
+        if args.clear:
+            await ledger.set_override(str(user), None)
+        elif any(v is not None for v in values):
+            old = await ledger.override(str(user)) or Override()
+            await ledger.set_override(
+                str(user),
+                Override(
+                    args.daily_usd if args.daily_usd is not None else old.daily_usd,
+                    args.monthly_usd if args.monthly_usd is not None else old.monthly_usd,
+                    args.daily_tokens if args.daily_tokens is not None else old.daily_tokens,
+                ),
+            )
+    limits = await gate.limits(user, admin=admin)
+    spend = await ledger.spend(str(user))
+    data: dict[str, Any] = {
+        "user": str(user),
+        "admin": admin,
+        "limits": asdict(limits),
+        "own_limits": asdict(o) if (o := await ledger.override(str(user))) else None,
+        "spend": asdict(spend),
+    }
+    lines = [
+        f"{user}{' (admin, exempt from the per-user caps)' if limits.exempt else ''}",
+        f"caps: daily {_usd(limits.daily_usd)}, monthly {_usd(limits.monthly_usd)}, "
+        f"daily tokens {_cap(limits.daily_tokens)}" + (" (own)" if data["own_limits"] else " (default)"),
+        f"spend: today ${spend.day_usd:.4f} ({spend.day_tokens:,} tokens), month ${spend.month_usd:.4f}",
+    ]
+    if action == "show":
+        facts = await backend.directory.facts(user)
+        data.update(asdict(facts))
+        linked = await backend.links.rows(user)
+        data["linked"] = [
+            {
+                "user": str(r.member),
+                "canonical": r.member == r.canonical,
+                "linked_at": r.linked_at.isoformat(),
+                "linked_by": r.linked_by,
+            }
+            for r in linked
+        ]
+        # Linked accounts share the canonical account's profile.
+        owner = linked[0].canonical if linked else user
+        profile = await backend.directory.has_profile(owner)
+        lines.append(
+            f"sessions: {facts.sessions}, messages written: {facts.messages}, "
+            f"profile: {'yes' if profile else 'no'}" + (f" (kept under {owner})" if owner != user else "")
+        )
+        if linked:
+            lines.append(
+                "linked: "
+                + ", ".join(f"{r.member}{' (profile)' if r.member == r.canonical else ''}" for r in linked)
+            )
+        if not facts.sessions and not spend.month_usd and not profile and not linked:
+            _out(args, data, [*lines, "(mnemo knows nothing of this person)"])
+            return EXIT_REFUSED
+    _out(args, data, lines)
+    return EXIT_OK
 
-    return IdentityLinks(backend.db, files, Identities())
+
+async def _erase(args: argparse.Namespace, settings: Settings, backend: StorageBackend) -> int:
+    from mnemo.backups import scrubber
+    from mnemo.gateway.people.erasure import Erasure
+
+    user = _user(args.user)
+    erasure = Erasure(backend.personal_data, settings, scrub=scrubber(settings))
+    receipt = await erasure.count(user)
+    if not args.dry_run and not args.yes:
+        if not sys.stdin.isatty():
+            raise CommandError("erase needs --yes when not run interactively (or --dry-run)", EXIT_REFUSED)
+        answer = input(f"Erase everything of {user}? This cannot be undone. Type 'erase' to confirm: ")
+        if answer.strip() != "erase":
+            print("not erased")
+            return EXIT_REFUSED
+    if not args.dry_run:
+        receipt = await erasure.erase(user)
+    _out(
+        args,
+        {
+            "user": str(user),
+            "dry_run": args.dry_run,
+            "removed": receipt.counts,
+            "not_erased": receipt.not_erased,
+        },
+        [f"{'would remove' if args.dry_run else 'removed'} for {user}:", *receipt.lines()],
+    )
+    return EXIT_OK
 
 
-async def _link(args: argparse.Namespace, links: Any) -> int:
+async def _link(args: argparse.Namespace, links: LinkRepository) -> int:
     user = _user(args.user)
     if args.users_action == "unlink":
         done = await links.unlink(user)
@@ -259,7 +239,7 @@ async def _link(args: argparse.Namespace, links: Any) -> int:
     if other == user:
         raise CommandError(f"{user} cannot be linked with itself", EXIT_USAGE)
     result = await links.link(user, other)
-    data = {
+    data: dict[str, Any] = {
         "user": str(user),
         "other": str(other),
         "linked": result.status.value == "linked",
@@ -287,84 +267,3 @@ def _cap(value: float | None) -> str:
 
 def _usd(value: float | None) -> str:
     return "none" if value is None else f"${value:g}"
-
-
-def _profile(settings: Settings, user: UserRef) -> Any:
-    from mnemo.memory.curated import MemoryFiles
-
-    return MemoryFiles(settings.memories_dir).user(user).path
-
-
-async def _facts(db: Any, user: UserRef) -> dict[str, int]:
-    def q(conn: Any) -> dict[str, int]:
-        sessions = conn.execute(
-            "SELECT COUNT(*) FROM sessions WHERE platform = ? AND user_id = ?", (user.platform, user.user_id)
-        ).fetchone()[0]
-        messages = conn.execute(
-            "SELECT COUNT(*) FROM messages m JOIN sessions s ON s.id = m.session_id"
-            " WHERE s.platform = ? AND m.author_id = ? AND m.role = 'user'",
-            (user.platform, user.user_id),
-        ).fetchone()[0]
-        return {"sessions": int(sessions), "messages": int(messages)}
-
-    return await db.read(q)
-
-
-async def _people(db: Any, settings: Settings) -> list[str]:
-    def q(conn: Any) -> set[str]:
-        found = {
-            f"{r[0]}:{r[1]}"
-            for r in conn.execute(
-                "SELECT DISTINCT platform, user_id FROM sessions WHERE user_id IS NOT NULL AND source != 'cron'"
-            )
-        }
-        found |= {r[0] for r in conn.execute("SELECT DISTINCT payer FROM usage_days WHERE payer != '*'")}
-        return found
-
-    people = await db.read(q)
-    users_dir = settings.memories_dir / "users"
-    if users_dir.is_dir():
-        people |= {f"{p.parent.name}:{p.name}" for p in users_dir.glob("*/*") if (p / "USER.md").exists()}
-    return sorted(people)
-
-
-async def _pg_facts(db: Any, user: UserRef) -> dict[str, int]:
-    async def q(conn: Any) -> dict[str, int]:
-        who = (user.platform, user.user_id)
-        sessions = await (
-            await conn.execute("SELECT count(*) AS n FROM sessions WHERE platform = %s AND user_id = %s", who)
-        ).fetchone()
-        messages = await (
-            await conn.execute(
-                "SELECT count(*) AS n FROM messages m JOIN sessions s ON s.id = m.session_id"
-                " WHERE s.platform = %s AND m.author_id = %s AND m.role = 'user'",
-                who,
-            )
-        ).fetchone()
-        return {"sessions": int(sessions["n"]), "messages": int(messages["n"])}
-
-    return await db.read(q)
-
-
-async def _pg_people(db: Any) -> list[str]:
-    """Everyone with a session, spend or a USER.md row on PostgreSQL."""
-
-    async def q(conn: Any) -> list[str]:
-        cur = await conn.execute(
-            "SELECT platform || ':' || user_id AS who FROM sessions WHERE user_id IS NOT NULL AND source != 'cron'"
-            " UNION SELECT payer FROM usage_days WHERE payer != '*'"
-            " UNION SELECT owner FROM curated_memory WHERE target = 'user'"
-        )
-        return sorted(r["who"] for r in await cur.fetchall())
-
-    return await db.read(q)
-
-
-async def _pg_profile(db: Any, user: UserRef) -> bool:
-    async def q(conn: Any) -> bool:
-        cur = await conn.execute(
-            "SELECT 1 FROM curated_memory WHERE target = 'user' AND owner = %s", (str(user),)
-        )
-        return await cur.fetchone() is not None
-
-    return await db.read(q)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 
 def count_owner(path: Path, owner: str) -> int:
+    """How many facts ``owner`` has in ``facts.db`` (0 when there is no such file)."""
     if not path.exists():
         return 0
     conn = sqlite3.connect(path)
@@ -49,16 +50,23 @@ def erase_owner(path: Path, owner: str) -> int:
         conn.close()
 
 
+def _scalar(row: tuple[object, ...] | None) -> object:
+    assert row is not None  # a scalar query always answers one row
+    return row[0]
+
+
 def count_owner_pg(url: str, owner: str) -> int:
     """``count_owner`` for the facts on PostgreSQL (``pg_store``)."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        if conn.execute("SELECT to_regclass('holographic.facts')").fetchone()[0] is None:
+        if _scalar(conn.execute("SELECT to_regclass('holographic.facts')").fetchone()) is None:
             return 0
-        return int(
-            conn.execute("SELECT COUNT(*) FROM holographic.facts WHERE owner = %s", (owner,)).fetchone()[0]
+        n = _scalar(
+            conn.execute("SELECT COUNT(*) FROM holographic.facts WHERE owner = %s", (owner,)).fetchone()
         )
+        assert isinstance(n, int)
+        return n
 
 
 def erase_owner_pg(url: str, owner: str) -> int:
@@ -70,7 +78,7 @@ def erase_owner_pg(url: str, owner: str) -> int:
     from mnemo.providers.holographic.pg_store import WRITE_LOCK
 
     with psycopg.connect(url, autocommit=True) as conn:
-        if conn.execute("SELECT to_regclass('holographic.facts')").fetchone()[0] is None:
+        if _scalar(conn.execute("SELECT to_regclass('holographic.facts')").fetchone()) is None:
             return 0
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (WRITE_LOCK,))

@@ -116,7 +116,7 @@ class PgConn:
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> psycopg.Cursor[Any]:
         params = tuple(p.replace("\x00", "\ufffd") if isinstance(p, str) else p for p in parameters)
-        return self.conn.execute(sql.replace("?", "%s"), params or None)  # type: ignore[arg-type]
+        return self.conn.execute(sql.replace("?", "%s"), params or None)
 
 
 def apply_schema(conn: psycopg.Connection[Any], where: str) -> int:

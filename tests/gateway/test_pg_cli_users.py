@@ -1,6 +1,6 @@
-"""``mnemo users list|show|usage|budget|link|unlink`` and ``mnemo doctor`` on PostgreSQL:
-with ``database.url`` they read and write the server every replica shares, never a
-``state.db``; ``erase`` is refused in one clear line. Each command runs as a real process."""
+"""``mnemo users list|show|usage|budget|link|unlink|erase`` and ``mnemo doctor`` on
+PostgreSQL: with ``database.url`` they read and write the server every replica shares,
+never a ``state.db``. Each command runs as a real process."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.gateway.test_cli_errors import mnemo, one_clear_line
+from tests.gateway.test_cli_errors import mnemo
 from tests.gateway.test_cli_sessions import CHAT
 from tests.support.pgcluster import Cluster
 
@@ -93,9 +93,7 @@ def test_users_list_show_usage_and_budget_on_postgresql(
     assert local.returncode == 0 and local.stdout.strip() == "nobody yet"
 
 
-def test_users_link_and_unlink_on_postgresql_and_erase_is_refused(
-    pg_cluster: Cluster, home: Path, tmp_path: Path
-) -> None:
+def test_users_link_unlink_and_erase_on_postgresql(pg_cluster: Cluster, home: Path, tmp_path: Path) -> None:
     url = pg_cluster.fresh_database()
     env = _seed(url, home, tmp_path)
     linked = mnemo(home, "users", "link", "telegram:9", "telegram:7", "--json", **env)
@@ -128,10 +126,16 @@ def test_users_link_and_unlink_on_postgresql_and_erase_is_refused(
     not_linked = mnemo(home, "users", "unlink", "telegram:7", **env)
     assert not_linked.returncode == 1 and "is not linked" in not_linked.stdout
 
-    erase = mnemo(home, "users", "erase", "telegram:7", "--yes", **env)
-    one_clear_line(erase, 2, "erasure on PostgreSQL is not supported yet")
+    erase = mnemo(home, "users", "erase", "telegram:7", "--yes", "--json", **env)
+    assert erase.returncode == 0, erase.stderr
+    receipt = json.loads(erase.stdout)
+    assert receipt["removed"]["sessions"] == 2 and receipt["removed"]["profile"] == 1
+    assert "not scrubbed on PostgreSQL" in receipt["not_erased"]["backups"]
     with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (2,), "nothing was erased"
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM curated_memory WHERE owner = 'telegram:7'").fetchone() == (
+            0,
+        )
     assert not (home / "state.db").exists()
 
 

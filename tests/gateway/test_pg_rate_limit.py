@@ -13,7 +13,7 @@ import pytest
 
 from mnemo.gateway.config import Settings, load_settings
 from mnemo.gateway.events import InboundMessage
-from mnemo.gateway.inbound.access import AccessControl, Verdict
+from mnemo.gateway.inbound.access import AccessControl, RateLimiter, Verdict
 from mnemo.gateway.storage import open_backend
 from mnemo.gateway.storage_pg.pairings import PgPairingStore
 from mnemo.gateway.storage_pg.rate_limits import PgRateLimits
@@ -55,7 +55,7 @@ async def replicas(pg_cluster: Cluster) -> AsyncIterator[tuple[str, list[PgDatab
 
 
 def _access(settings: Settings, db: PgDatabase, clock: Clock | None = None) -> AccessControl:
-    return AccessControl(settings, PgPairingStore(db), shared_rate=PgRateLimits(db, clock=clock))
+    return AccessControl(settings, PgPairingStore(db), rate=PgRateLimits(db, clock=clock))
 
 
 async def test_two_replicas_share_one_window_and_one_notice(replicas, home: Path) -> None:
@@ -127,7 +127,7 @@ async def test_the_backend_shares_the_window_on_postgresql_only(pg_cluster: Clus
         await backend.close()
     local = await open_backend(_settings(home, 2))
     try:
-        assert local.rate_limits is None  # SQLite: the window stays in the process
+        assert isinstance(local.rate_limits, RateLimiter)  # SQLite: the window stays in the process
     finally:
         await local.close()
 

@@ -173,11 +173,11 @@ async def test_two_replicas_answer_one_session_in_order_and_once(
         assert roles == ["user", "assistant"] * 6
 
 
-async def test_forget_me_on_postgresql_says_erasure_is_unavailable_and_removes_nothing(
+async def test_forget_me_on_postgresql_asks_for_a_code_and_removes_nothing_until_then(
     app_factory: AppFactory, emulator: Emulator, pg_cluster: Cluster
 ) -> None:
-    """Erasure is SQLite-only: "/forget me" must not fall through to "/forget TEXT" and
-    remove the profile entry that happens to contain "me"."""
+    """ "/forget me" offers erasure on PostgreSQL as on SQLite (a code first) and never
+    falls through to "/forget TEXT", removing the profile entry that contains "me"."""
     emulator.default = lambda req: Reply(text="ok")
     adapter = LoopbackAdapter()
     async with app_factory(adapter, **{"database.url": pg_cluster.fresh_database()}) as app:
@@ -185,5 +185,5 @@ async def test_forget_me_on_postgresql_says_erasure_is_unavailable_and_removes_n
         assert (await asyncio.to_thread(profile.add, "Call me Ishmael")).success
         await adapter.say("/forget me", user="u1")
         reply = (await adapter.wait_sent(1))[-1].text
-        assert "not available" in reply and "Nothing was removed" in reply
+        assert "This will erase everything" in reply and "/forget me " in reply
         assert [e for e in (await asyncio.to_thread(profile.load)).entries] == ["Call me Ishmael"]
