@@ -4,6 +4,7 @@ touches the network beyond 127.0.0.1."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -51,3 +52,21 @@ async def emulator() -> AsyncIterator[Emulator]:
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
+
+
+@dataclass(frozen=True)
+class BackendUnderTest:
+    name: str  # "sqlite" | "postgresql"
+    url: str | None = None  # database.url (PostgreSQL)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, home: Path) -> BackendUnderTest:
+    """Run a feature test on each backend: nothing configured (``state.db``), or
+    ``database.url`` in ``home``'s config.yaml pointing at a fresh database of the
+    throw-away cluster — so every process that opens ``home`` (the app, the CLI) uses it."""
+    if request.param == "sqlite":
+        return BackendUnderTest("sqlite")
+    url = request.getfixturevalue("pg_cluster").fresh_database()
+    (home / "config.yaml").write_text(f"database:\n  url: {url}\n", encoding="utf-8")
+    return BackendUnderTest("postgresql", url)

@@ -107,8 +107,7 @@ _COUNTS = {
     "links": "SELECT member FROM identity_links WHERE member = %(who)s"
     " UNION ALL SELECT code_hash FROM link_codes WHERE usr = %(who)s",
     "profile": "SELECT owner FROM curated_memory WHERE target = 'user' AND owner = %(who)s",
-    "rate_limits": "SELECT key FROM rate_limit_users WHERE key = %(who)s"
-    " UNION ALL SELECT key FROM rate_limit_hits WHERE key = %(who)s",
+    "rate_limits": "SELECT key FROM rate_limit_users WHERE key = %(who)s",  # their window (hits go with it)
 }
 
 
