@@ -37,9 +37,9 @@ probe ``mnemo doctor`` shows and who serves it for ``mnemo status``. ``open_back
 (``Backend.open``) gives the ``StorageBackend``: every repository by its port, and the
 per-backend objects for links, budgets, erasure, the people directory and the rate
 limit. ``database.url`` unset is ``$MNEMO_HOME/state.db`` (``storage_sqlite.py``);
-``postgresql://…`` that server (``storage_pg/backend.py``, with ``memory/pg/``; list
+``postgresql://…`` that server (``storage_postgresql.py`` over ``storage_pg/`` and ``memory/pg/``; list
 ``PG_MIGRATIONS``, the same step names where the tables correspond). Only the storage
-modules (this one, ``storage_sqlite.py``, ``storage_pg/``, ``memory/pg/``,
+modules (this one, ``storage_sqlite.py``, ``storage_postgresql.py``, ``storage_pg/``, ``memory/pg/``,
 ``memory/db.py``) know which is which — ``tests/test_storage_seam.py`` counts the
 branches elsewhere: none.
 """
@@ -253,7 +253,7 @@ def backend_for(settings: Settings) -> Backend:
             f"database.url is a PostgreSQL URL but {e.name or 'psycopg'} is not installed: "
             "pip install 'mnemo[postgres]' (or unset MNEMO_DATABASE_URL for SQLite)"
         ) from None
-    from mnemo.gateway.storage_pg.backend import PgBackend
+    from mnemo.gateway.storage_postgresql import PgBackend
 
     return PgBackend(settings)
 

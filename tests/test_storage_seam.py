@@ -21,6 +21,7 @@ PACKAGES = ("mnemo", "gateway", "adapters", "memory", "providers")
 STORAGE = (
     "gateway/storage.py",
     "gateway/storage_sqlite.py",
+    "gateway/storage_postgresql.py",
     "gateway/storage_pg/",
     "memory/pg/",
     "memory/db.py",

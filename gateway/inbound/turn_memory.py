@@ -23,8 +23,8 @@ from mnemo.gateway.turns.agent import TurnResult
 from mnemo.gateway.turns.model_input import turn_notes
 from mnemo.gateway.turns.sessions import JobSink
 from mnemo.gateway.turns.tools import TurnContext
-from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.manager import MemoryManager
+from mnemo.memory.ports import CuratedRepository
 from mnemo.memory.sessions import SessionRow
 
 TurnListener = Callable[[TurnContext, TurnResult], Awaitable[None]]
@@ -33,7 +33,7 @@ TurnListener = Callable[[TurnContext, TurnResult], Awaitable[None]]
 class SpeakerProfiles(Protocol):
     """Whether a chat is a shared room, and the curated files (``SessionResolver``)."""
 
-    files: MemoryFiles
+    files: CuratedRepository
 
     def shared_room(self, msg: InboundMessage) -> bool: ...
 

@@ -19,10 +19,9 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
-from mnemo.gateway.budgets.ledger import SqliteBudgets
 from mnemo.gateway.config import Settings
-from mnemo.gateway.inbound.access import RateLimiter
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.people.erasure import PROVIDER_WRITE, Found, media_names
 from mnemo.gateway.people.links import members_within
@@ -55,13 +54,27 @@ _PROVIDER_JOBS = (
 )
 
 
+class BudgetRows(Protocol):
+    """A person's spend and caps (``SqliteBudgets``), deleted inside the erasure's
+    transaction. A port, so that people/ does not import budgets/ (which imports
+    people/ for the linked accounts a budget is shared by)."""
+
+    def erase_within(self, conn: sqlite3.Connection, payer: str) -> int: ...
+
+
+class LocalWindow(Protocol):
+    """This process's rate-limit window (``RateLimiter``, ``gateway/inbound/access.py``)."""
+
+    def forget(self, key: str) -> None: ...
+
+
 class StateData:
     """``PersonalData`` on ``state.db`` and the files beside it."""
 
     backups_note: str | None = None  # the archives are SQLite homes: ``scrub`` applies
 
     def __init__(
-        self, db: Database, settings: Settings, budgets: SqliteBudgets, *, rate: RateLimiter | None = None
+        self, db: Database, settings: Settings, budgets: BudgetRows, *, rate: LocalWindow | None = None
     ) -> None:
         """``rate``: this process's rate-limit window, which forgets the person too."""
         self.db = db
