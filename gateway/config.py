@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
-from mnemo.gateway.errors import ConfigError
+from mnemo.gateway.errors import ConfigError, StartupError
 
 DEFAULT_HOME = Path("~/.mnemo")
 
@@ -404,6 +404,15 @@ class Settings(Section):
     def trial_mode(self) -> bool:
         """Nothing configured: loopback adapters and the scripted offline model."""
         return not self.has_llm_endpoint and not self.platform_tokens
+
+    def check_can_serve(self) -> None:
+        """A public bot never answers with the scripted trial model: a platform token
+        without an LLM key or base URL is a start-up error (``StartupError``, exit 2)."""
+        if self.platform_tokens and not self.has_llm_endpoint:
+            raise StartupError(
+                f"{', '.join(self.platform_tokens)} token configured but no ANTHROPIC_API_KEY or "
+                "ANTHROPIC_BASE_URL: refusing to answer a public chat with the scripted trial model."
+            )
 
     def secret_values(self) -> tuple[str, ...]:
         """Every configured secret, for log redaction."""

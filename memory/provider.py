@@ -157,6 +157,9 @@ class MemoryProvider(ABC):
     # Pre-compress checkpoint contract: 1 = best effort; 2 = fail-closed, i.e. the
     # provider durably captures what it is given and a failure stops compression.
     checkpoint_version: ClassVar[int] = 1
+    # True for a provider that keeps its data in the bot's own database when that is
+    # PostgreSQL: it is then initialized with ``database_url`` so replicas share it.
+    shares_database: ClassVar[bool] = False
 
     @property
     def display_label(self) -> str:

@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("mnemo", "gateway", "adapters", "memory", "providers")
 OLD_TOP_LEVEL = ("gateway", "adapters", "memory", "providers")
-COMPOSITION_ROOT = ("mnemo.cli", "mnemo.app", "mnemo.__main__")
+COMPOSITION_ROOT = ("mnemo.cli", "mnemo.app", "mnemo.wiring", "mnemo.__main__")
 
 
 def imports_of(path: Path, *, top_level_only: bool = False) -> set[str]:
@@ -111,7 +111,7 @@ def test_the_emulator_is_imported_lazily_and_only_by_trial_mode_and_demo() -> No
                 users.append(f"{rel} (at import time)")
             elif any(within(n, ("mnemo.gateway.emulator",)) for n in imports_of(path)):
                 users.append(rel)
-    assert sorted(users) == ["mnemo/app.py", "mnemo/cli/demo.py"]
+    assert sorted(users) == ["mnemo/cli/demo.py", "mnemo/wiring/model.py"]
 
 
 def test_the_rule_checker_sees_imports(tmp_path: Path) -> None:

@@ -71,11 +71,11 @@ def chat_url(settings: Settings, server: WebServer) -> str:
 
 
 async def _run(settings: Settings) -> int:
-    from mnemo.app import check_startup, open_app
+    from mnemo.app import open_app
     from mnemo.gateway.metrics import Metrics
     from mnemo.gateway.webserver import WebServer
 
-    check_startup(settings)
+    settings.check_can_serve()
     server = WebServer(settings.web, Metrics())
     adapters = build_adapters(settings, server)
     stop = asyncio.Event()
@@ -131,11 +131,10 @@ async def _serve(
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from mnemo.app import check_startup
     from mnemo.gateway.storage import backend_for
     from mnemo.profile_lock import serving
 
-    check_startup(settings)  # a configuration error is exit 2 even when the profile is busy
+    settings.check_can_serve()  # a configuration error is exit 2 even when the profile is busy
     # One process per profile, unless the backend is shared by replicas (PostgreSQL).
     with serving(settings.home, shared_database=backend_for(settings).replicated):
         from mnemo.dashboard import admin_token_path, ensure_admin_token, token_notice

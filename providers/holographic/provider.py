@@ -30,7 +30,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
 
@@ -135,7 +135,7 @@ class HolographicProvider(MemoryProvider):
     description = (
         "Local fact store: SQLite + FTS5 + HRR vectors; probe, reason, contradict (no service needed)"
     )
-    shares_database = True  # takes database.url as ``database_url`` (see the module text)
+    shares_database: ClassVar[bool] = True  # takes database.url as ``database_url`` (see the module text)
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock

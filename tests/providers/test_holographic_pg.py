@@ -216,8 +216,8 @@ def test_a_changed_dimension_re_encodes_the_shared_facts(home: Path, pg_url: str
 
 
 def test_the_composition_root_passes_the_database_url(home: Path, pg_url: str) -> None:
-    from mnemo.app import shared_database_config
     from mnemo.gateway.config import load_settings
+    from mnemo.gateway.turns.providers import shared_database_config
 
     on_pg = load_settings(home, environ={"MNEMO_DATABASE_URL": pg_url})
     on_sqlite = load_settings(home, environ={})
@@ -310,8 +310,8 @@ async def test_mnemo_migrate_reports_the_copied_facts(home: Path, pg_url: str) -
 
 
 async def test_open_providers_puts_the_bots_facts_in_its_postgresql_database(home: Path, pg_url: str) -> None:
-    from mnemo.app import open_providers
     from mnemo.gateway.config import load_settings
+    from mnemo.gateway.turns.providers import open_providers
 
     settings = load_settings(
         home, environ={"MNEMO_DATABASE_URL": pg_url}, overrides={"memory.provider": "holographic"}

@@ -1,0 +1,53 @@
+"""Background work on the persisted job queue: external providers' durable writes,
+housekeeping (flush, compression, memory review, session ends), and skill review
+after tool-heavy turns. The queue starts before the gateway and stops after it, so
+jobs the last turns enqueue are persisted and running ones get their drain time."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+from mnemo.gateway.config import Settings
+from mnemo.gateway.inbound.access import AccessControl
+from mnemo.gateway.inbound.pipeline import Gateway
+from mnemo.gateway.jobs.housekeeping import Housekeeping
+from mnemo.gateway.jobs.provider_hooks import ProviderSessionHooks
+from mnemo.gateway.jobs.provider_writes import register_provider_writes
+from mnemo.gateway.jobs.queue import JobQueue
+from mnemo.gateway.jobs.skill_review import SkillReview
+from mnemo.gateway.turns.agent import AgentDeps
+from mnemo.gateway.turns.sessions import SessionResolver
+from mnemo.memory.manager import MemoryManager
+from mnemo.memory.skills import SkillStore
+
+
+def register_background(
+    settings: Settings,
+    jobs: JobQueue,
+    *,
+    gateway: Gateway,
+    sessions: SessionResolver,
+    agent: AgentDeps,
+    access: AccessControl,
+    providers: MemoryManager,
+    skills: SkillStore,
+) -> Housekeeping:
+    register_provider_writes(jobs, providers)
+    housekeeping = Housekeeping(
+        settings,
+        sessions=sessions,
+        agent=agent,
+        access=access,
+        hooks=ProviderSessionHooks(providers, settings.home),
+    )
+    housekeeping.register(jobs)
+    # After a turn with many tool calls, a background pass may keep it as a skill.
+    skill_review = SkillReview(settings, agent=agent, skills=skills, access=access)
+    skill_review.register(jobs)
+    gateway.turn_listeners.append(skill_review.after_turn)
+    return housekeeping
+
+
+async def start_jobs(stack: AsyncExitStack, jobs: JobQueue) -> None:
+    await jobs.start()
+    stack.push_async_callback(jobs.stop)

@@ -1,0 +1,45 @@
+"""The LLM client, and in trial mode the scripted emulator it talks to."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+from mnemo.gateway.config import TRIAL_BANNER, Settings
+from mnemo.gateway.llm.client import LLMClient
+from mnemo.gateway.logs import get_logger
+from mnemo.gateway.metrics import Metrics
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Model:
+    llm: LLMClient
+    # The in-process scripted model (``gateway/emulator``) in trial mode; else None.
+    emulator: object | None
+
+
+async def open_model(
+    stack: AsyncExitStack,
+    settings: Settings,
+    metrics: Metrics,
+    *,
+    trial: bool,
+    base_url: str | None,
+    api_key: str | None,
+) -> Model:
+    emulator = None
+    if trial:
+        # The emulator stays off the runtime path: imported only here and in the demo.
+        from mnemo.gateway.emulator import Emulator
+
+        emulator = Emulator(record_limit=100)
+        await emulator.start()
+        stack.push_async_callback(emulator.stop)
+        base_url = emulator.base_url
+        api_key = api_key or "trial-mode"
+        log.info("trial_mode", banner=TRIAL_BANNER)  # the commands print TRIAL_BANNER once themselves
+    llm = LLMClient(settings.llm, base_url=base_url, api_key=api_key, metrics=metrics)
+    stack.push_async_callback(llm.aclose)
+    return Model(llm, emulator)
