@@ -24,6 +24,11 @@ counts code points (Discord's 2,000 is in code points); Telegram counts UTF-16 c
 so an emoji outside the Basic Multilingual Plane counts twice: pass ``length=utf16_len``.
 ``length`` must be additive (the length of a concatenation is the sum of the lengths),
 which both are; the planner relies on it to measure prefixes in O(1).
+
+Cost: one pass over the text to measure it, then per chunk a bisection into the sorted
+cut positions and a look at the candidates near the window's end, so splitting is linear
+in the reply's length. ``Layout``'s callbacks must keep it so: each answers in about
+O(1) (or the length of the range it is asked about), never by re-reading the whole text.
 """
 
 from __future__ import annotations
@@ -66,7 +71,9 @@ class Layout:
     they can. ``closing(p)`` is appended to a chunk ending at ``p`` and ``reopening(p)``
     prepended to the chunk starting at ``p`` (both empty outside blocks). ``can_cut(p)``
     says whether a cut at an arbitrary ``p`` is allowed at all (e.g. not inside a tag).
-    ``is_blank`` decides that a chunk body carries nothing worth sending.
+    ``is_blank(start, end)`` decides that ``text[start:end]`` carries nothing worth
+    sending (it is asked about the rest of the text before each chunk: it must not cost
+    more than finding the first visible character).
     """
 
     text: str
@@ -75,7 +82,7 @@ class Layout:
     closing: Callable[[int], str]
     reopening: Callable[[int], str]
     can_cut: Callable[[int], bool]
-    is_blank: Callable[[str], bool]
+    is_blank: Callable[[int, int], bool]
 
 
 def pack(layout: Layout, limit: int, *, length: Length = len) -> list[str]:
@@ -91,14 +98,17 @@ class _Planner:
         self.text = layout.text
         self.limit = limit
         self.length = length
-        # cum[i] = length(text[:i]); valid because ``length`` is additive.
-        self.cum = list(accumulate((length(ch) for ch in self.text), initial=0))
+        # cum[i] = length(text[:i]); valid because ``length`` is additive. Measured once
+        # per distinct character: a reply has a few hundred, and a call per character
+        # would cost more than the rest of the split.
+        widths = {ch: length(ch) for ch in set(self.text)}
+        self.cum = list(accumulate(map(widths.__getitem__, self.text), initial=0))
         self.block_starts = [start for start, _ in layout.blocks]
 
     def run(self) -> list[str]:
         chunks: list[str] = []
         pos, n = 0, len(self.text)
-        while pos < n and not self.layout.is_blank(self.text[pos:]):
+        while pos < n and not self.layout.is_blank(pos, n):
             end = n if self._fits(pos, n) else self._choose_cut(pos)
             chunk = self._assemble(pos, end)
             if chunk is not None:
@@ -118,14 +128,13 @@ class _Planner:
         return bisect_right(self.cum, self.cum[pos] + budget) - 1
 
     def _assemble(self, pos: int, end: int) -> str | None:
+        if self.layout.is_blank(pos, end):
+            return None
         prefix = self.layout.reopening(pos)
         body = self.text[pos:end]
         if not prefix:
             body = body.lstrip("\n")
-        body = body.rstrip()
-        if self.layout.is_blank(body):
-            return None
-        return prefix + body + self.layout.closing(end)
+        return prefix + body.rstrip() + self.layout.closing(end)
 
     # -- choosing --------------------------------------------------------------------
 
@@ -194,6 +203,7 @@ class _Planner:
 _FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<marker>`{3,}|~{3,})(?P<info>.*)$")
 _SENTENCE_END = re.compile(r"[.!?…。！？][\"')\]»”’]*[ \t]+")
 _SPACES = re.compile(r"[ \t]+")
+_INK = re.compile(r"\S")  # a character that shows: not blank (what ``str.strip`` keeps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +365,7 @@ def _markdown_layout(text: str, limit: int, length: Length) -> Layout:
         closing=closing,
         reopening=reopening,
         can_cut=can_cut,
-        is_blank=lambda body: not body.strip(),
+        is_blank=lambda start, end: _INK.search(text, start, end) is None,
     )
 
 

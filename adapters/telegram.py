@@ -25,10 +25,12 @@ messages, captions, quotes; edits ignored; unreadable media answered with a note
 Updates of one batch are handled concurrently across chats and in order within a chat.
 
 Sending. The model's Markdown becomes Telegram HTML split at 4,096 UTF-16 units
-(``adapters.telegram_format.render_chunks``); a chunk Telegram still refuses with "can't
-parse entities" is re-sent as its plain-text twin. In groups the first chunk replies
-to the user's message (``allow_sending_without_reply``: a deleted message does not
-block the answer); forum replies stay in their topic. A flood wait of at most
+(``adapters.telegram_format.render_chunks``; a reply over ``SPLIT_IN_THREAD_CHARS`` is
+rendered and split in a worker thread, so other chats are not held while it is cut); a
+chunk Telegram still refuses with "can't parse entities" is re-sent as its plain-text
+twin. In groups the first chunk replies to the user's message
+(``allow_sending_without_reply``: a deleted message does not block the answer); forum
+replies stay in their topic. A flood wait of at most
 ``max_inline_wait_s`` is slept inside ``send``; a longer one becomes
 ``PlatformRateLimited`` and the outbox retries the reply later — the delivery loop
 sends one reply at a time, so a long in-send wait would hold every other chat's
@@ -120,6 +122,9 @@ ALLOWED_UPDATES = ("message", "edited_message")
 MAX_INLINE_WAITS = 3
 PROGRESS_ROWS = 1024  # outbox rows whose partial progress is remembered (and chats noted)
 NOTE_INTERVAL_S = 60.0
+# Rendering and splitting cost about 0.5 µs per character (bench/telegram_html.py):
+# below this a reply takes the loop for a few ms at most, less than a thread hop's worth.
+SPLIT_IN_THREAD_CHARS = 8_000
 _COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -507,7 +512,11 @@ class TelegramAdapter:
     async def send(self, message: OutboundMessage) -> list[str]:
         bot = self._bot()
         target = _Target.of(message)
-        chunks = render_chunks(label(message) + message.text, self.max_message_len)
+        text = label(message) + message.text
+        if len(text) > SPLIT_IN_THREAD_CHARS:
+            chunks = await asyncio.to_thread(render_chunks, text, self.max_message_len)
+        else:
+            chunks = render_chunks(text, self.max_message_len)
         row = message.outbox_id
         ids = list(self._progress.get(row, ())) if row is not None else []
         try:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections import Counter
 from dataclasses import dataclass
 from html import escape
 
@@ -57,9 +58,11 @@ _ATTRIBUTES = {
     "blockquote": {"expandable"},
 }
 _BLOCKS = frozenset({"pre", "blockquote"})
+_CODE = frozenset({"pre", "code"})
 _INLINE = frozenset(_ENTITY_TYPES) - _BLOCKS
 _LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")
 _NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
+_MARKUP = re.compile(r"[<&]")  # where a run of plain text ends
 _REFERENCE = re.compile(r"&(?:#(?P<dec>[0-9]+)|#[xX](?P<hex>[0-9a-fA-F]+)|(?P<name>[a-zA-Z]+))(?P<semi>;?)")
 
 
@@ -96,10 +99,33 @@ class ParsedHtml:
     entities: tuple[Entity, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class _Open:
+    """A start tag and, through ``parent``, every tag open around it: the stack of open
+    tags as a linked list, so recording the stack after each tag costs O(1), however
+    deep the nesting (a tuple per tag would make parsing quadratic in the depth)."""
+
     name: str
     raw: str  # the start tag as written, attributes included, to reopen it verbatim
+    parent: _Open | None
+    blocks: int  # how many of this chain are pre/blockquote
+    in_code: bool  # this chain holds a pre or code
+
+    @classmethod
+    def push(cls, name: str, raw: str, parent: _Open | None) -> _Open:
+        block = name in _BLOCKS
+        if parent is None:
+            return cls(name, raw, None, int(block), name in _CODE)
+        return cls(name, raw, parent, parent.blocks + block, parent.in_code or name in _CODE)
+
+    def chain(self) -> list[_Open]:
+        """The open tags, innermost first."""
+        out: list[_Open] = []
+        node: _Open | None = self
+        while node is not None:
+            out.append(node)
+            node = node.parent
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,14 +134,21 @@ class _Tag:
     end: int  # source span of the tag itself
     name: str
     closing: bool
-    stack_after: tuple[_Open, ...]  # start tags still open once this tag is read
+    stack_after: _Open | None  # the innermost tag still open once this tag is read
+
+
+@dataclass(frozen=True, slots=True)
+class _Reference:
+    start: int
+    end: int  # source span of a &...; reference
+    char: str  # what it stands for
 
 
 @dataclass(frozen=True, slots=True)
 class _Scan:
     parsed: ParsedHtml
     tags: tuple[_Tag, ...]
-    references: tuple[tuple[int, int], ...]  # source spans of &...; references
+    references: tuple[_Reference, ...]
 
 
 def parse_telegram_html(html: str, *, strict: bool = True) -> ParsedHtml:
@@ -167,9 +200,11 @@ class _Parser:
         self.text: list[str] = []
         self.utf16 = 0
         self.stack: list[tuple[_Open, int, dict[str, str | None]]] = []  # tag, text offset, attrs
+        self.open_names: Counter[str] = Counter()  # of the stack, for the nesting rules in O(1)
+        self.inline_open = 0
         self.entities: list[Entity] = []
         self.tags: list[_Tag] = []
-        self.references: list[tuple[int, int]] = []
+        self.references: list[_Reference] = []
 
     def error(self, message: str, at: int | None = None) -> TelegramHtmlError:
         if at is not None:
@@ -194,15 +229,14 @@ class _Parser:
                     i += 1
                 else:
                     assert match is not None
-                    self.references.append((i, match.end()))
+                    self.references.append(_Reference(i, match.end(), char))
                     self.emit(char)
                     i = match.end()
             elif c == "<":
                 i = self.end_tag(i) if html.startswith("</", i) else self.start_tag(i)
             else:
-                j = i
-                while j < self.n and html[j] not in "<&":
-                    j += 1
+                markup = _MARKUP.search(html, i)
+                j = markup.start() if markup is not None else self.n
                 run = html[i:j]
                 if self.strict and ">" in run:
                     raise self.error('Unescaped ">"', i + run.index(">"))
@@ -265,8 +299,11 @@ class _Parser:
                 attrs[attr] = None
         end = i + 1
         self.check_start(name, attrs, begin)
-        self.stack.append((_Open(name, html[begin:end]), self.utf16, attrs))
-        self.tags.append(_Tag(begin, end, name, False, tuple(t for t, _, _ in self.stack)))
+        node = _Open.push(name, html[begin:end], self.stack[-1][0] if self.stack else None)
+        self.stack.append((node, self.utf16, attrs))
+        self.open_names[name] += 1
+        self.inline_open += name in _INLINE
+        self.tags.append(_Tag(begin, end, name, False, node))
         return end
 
     def check_start(self, name: str, attrs: dict[str, str | None], begin: int) -> None:
@@ -279,15 +316,14 @@ class _Parser:
         unknown = sorted(set(attrs) - _ATTRIBUTES.get(name, set()))
         if unknown:
             raise self.error(f'Unsupported attribute "{unknown[0]}" in the tag "{name}"', begin)
-        open_names = [t.name for t, _, _ in self.stack]
-        parent = open_names[-1] if open_names else None
+        parent = self.stack[-1][0].name if self.stack else None
         if parent == "code" or (parent == "pre" and name != "code"):
             raise self.error(f'Tag "{name}" can\'t be nested in the tag "{parent}"', begin)
         if name == "code" and attrs.get("class") is not None and parent != "pre":
             raise self.error('Tag "code" can have a language class only inside "pre"', begin)
-        if name in open_names and name in ("a", "blockquote"):
+        if self.open_names[name] and name in ("a", "blockquote"):
             raise self.error(f'Tag "{name}" can\'t be nested in itself', begin)
-        if name in _BLOCKS and any(n in _INLINE for n in open_names):
+        if name in _BLOCKS and self.inline_open:
             raise self.error(f'Block tag "{name}" can\'t be nested in an inline tag', begin)
         if name == "a" and not (attrs.get("href") or "").lower().startswith(_LINK_SCHEMES):
             raise self.error('Tag "a" needs an http, https, tg or mailto href', begin)
@@ -310,8 +346,10 @@ class _Parser:
                 f'expected "</{tag.name}>", found "</{found}>"'
             )
         self.stack.pop()
+        self.open_names[tag.name] -= 1
+        self.inline_open -= tag.name in _INLINE
         self.add_entity(tag.name, attrs, offset)
-        self.tags.append(_Tag(begin, i + 1, tag.name, True, tuple(t for t, _, _ in self.stack)))
+        self.tags.append(_Tag(begin, i + 1, tag.name, True, self.stack[-1][0] if self.stack else None))
         return i + 1
 
     def add_entity(self, name: str, attrs: dict[str, str | None], offset: int) -> None:
@@ -345,6 +383,7 @@ def _scan(html: str, strict: bool) -> _Scan:
 _SENTENCE_END = re.compile(r"[.!?…][\"')\]»”’]*[ \t]+")
 _SPACES = re.compile(r"[ \t]+")
 _NEWLINES = re.compile(r"\n+")
+_INK = re.compile(r"\S")
 
 
 def split_html(html: str, limit: int = TELEGRAM_MESSAGE_LIMIT, *, length: Length = utf16_len) -> list[str]:
@@ -358,49 +397,107 @@ def split_html(html: str, limit: int = TELEGRAM_MESSAGE_LIMIT, *, length: Length
     A chunk must hold the tags it reopens, the longest tag and the closing tags. When
     the tags open at some point cost too much for that (absurdly deep nesting, a huge
     link next to a small limit), the formatting is dropped and the plain text is split.
+
+    Linear in the length of ``html``: it is parsed once, and every question the planner
+    asks (which tags are open at a cut, is a position inside markup, is a range blank)
+    is a bisection into what that parse recorded.
     """
     scan = _scan(html, strict=False)
-    tags = scan.tags
-    heaviest = max((length("".join(o.raw for o in t.stack_after)) for t in tags), default=0)
-    if 3 * heaviest + 16 > limit:
+    if 3 * _heaviest(scan.tags, length) + 16 > limit:
         scan = _scan(html := escape_text(scan.parsed.text), strict=False)
-        tags = ()
-    tag_starts = [t.start for t in tags]
-    reference_starts = [start for start, _ in scan.references]
+    return pack(_html_layout(html, scan), limit, length=length)
 
-    def stack_at(position: int) -> tuple[_Open, ...]:
-        """Tags open at a cut just before ``html[position]``."""
+
+def _heaviest(tags: tuple[_Tag, ...], length: Length) -> int:
+    """The most the tags open at any one point cost to reopen, in one pass: each start
+    tag's chain costs its parent's plus its own."""
+    cost: dict[int, int] = {}
+    heaviest = 0
+    for tag in tags:
+        node = tag.stack_after
+        if tag.closing or node is None:
+            continue
+        below = cost[id(node.parent)] if node.parent is not None else 0
+        cost[id(node)] = chain = below + length(node.raw)
+        heaviest = max(heaviest, chain)
+    return heaviest
+
+
+def _html_layout(html: str, scan: _Scan) -> Layout:
+    tags, references = scan.tags, scan.references
+    tag_starts = [t.start for t in tags]
+    reference_starts = [r.start for r in references]
+
+    def stack_at(position: int) -> _Open | None:
+        """The innermost tag open at a cut just before ``html[position]``."""
         i = bisect_right(tag_starts, position - 1) - 1  # the last tag starting before it
-        return tags[i].stack_after if i >= 0 else ()
+        return tags[i].stack_after if i >= 0 else None
+
+    def tag_at(position: int) -> _Tag | None:
+        """The tag whose source holds ``html[position]``."""
+        i = bisect_right(tag_starts, position) - 1
+        return tags[i] if i >= 0 and position < tags[i].end else None
+
+    def reference_at(position: int) -> _Reference | None:
+        i = bisect_right(reference_starts, position) - 1
+        return references[i] if i >= 0 and position < references[i].end else None
 
     def in_markup(position: int) -> bool:
         """Inside a tag or a character reference, where nothing may be cut."""
-        for starts, spans in ((tag_starts, tags), (reference_starts, scan.references)):
-            i = bisect_right(starts, position) - 1
-            if i >= 0:
-                span = spans[i]
-                start, end = (span.start, span.end) if isinstance(span, _Tag) else span
-                if start < position < end:
-                    return True
-        return False
+        tag, ref = tag_at(position), reference_at(position)
+        return (tag is not None and tag.start < position) or (ref is not None and ref.start < position)
 
-    def inside(stack: tuple[_Open, ...], names: frozenset[str]) -> bool:
-        return any(o.name in names for o in stack)
+    def is_blank(start: int, end: int) -> bool:
+        """No visible character in ``html[start:end]``: skips tags, and references that
+        stand for spaces, until the first character that shows."""
+        position = start
+        while (match := _INK.search(html, position, end)) is not None:
+            position = match.start()
+            tag = tag_at(position)
+            if tag is not None:
+                position = tag.end
+                continue
+            ref = reference_at(position)
+            if ref is None or not ref.char.isspace():
+                return False
+            position = ref.end
+        return True
+
+    closings: dict[int, str] = {}
+    reopenings: dict[int, str] = {}
+
+    def closing(position: int) -> str:
+        node = stack_at(position)
+        if node is None:
+            return ""
+        if id(node) not in closings:
+            closings[id(node)] = "".join(f"</{o.name}>" for o in node.chain())
+        return closings[id(node)]
+
+    def reopening(position: int) -> str:
+        node = stack_at(position)
+        if node is None:
+            return ""
+        if id(node) not in reopenings:
+            reopenings[id(node)] = "".join(o.raw for o in reversed(node.chain()))
+        return reopenings[id(node)]
 
     boundaries: dict[Boundary, list[int]] = {kind: [] for kind in Boundary}
     for match in _NEWLINES.finditer(html):
         cut = match.end()
         if in_markup(match.start()):
             continue
-        if inside(stack_at(cut), _BLOCKS):
+        node = stack_at(cut)
+        if node is not None and node.blocks:
             boundaries[Boundary.BLOCK_LINE].append(cut)
         else:
             boundaries[Boundary.PARAGRAPH if len(match[0]) > 1 else Boundary.LINE].append(cut)
-    code = frozenset({"pre", "code"})
     for kind, pattern in ((Boundary.SENTENCE, _SENTENCE_END), (Boundary.WORD, _SPACES)):
         for match in pattern.finditer(html):
             cut = match.end()
-            if in_markup(match.start()) or (kind is Boundary.SENTENCE and inside(stack_at(cut), code)):
+            if in_markup(match.start()):
+                continue
+            if kind is Boundary.SENTENCE and (node := stack_at(cut)) is not None and node.in_code:
                 continue
             boundaries[kind].append(cut)
 
@@ -410,22 +507,21 @@ def split_html(html: str, limit: int = TELEGRAM_MESSAGE_LIMIT, *, length: Length
     for tag in tags:
         if tag.name not in _BLOCKS:
             continue
-        depth = sum(o.name in _BLOCKS for o in tag.stack_after)
+        depth = tag.stack_after.blocks if tag.stack_after is not None else 0
         if not tag.closing and depth == 1:
             block_start = tag.start
         elif tag.closing and depth == 0:
             blocks.append((block_start, tag.end))
 
-    layout = Layout(
+    return Layout(
         text=html,
         boundaries={kind: sorted(set(cuts)) for kind, cuts in boundaries.items()},
         blocks=blocks,
-        closing=lambda p: "".join(f"</{o.name}>" for o in reversed(stack_at(p))),
-        reopening=lambda p: "".join(o.raw for o in stack_at(p)),
+        closing=closing,
+        reopening=reopening,
         can_cut=lambda p: not in_markup(p),
-        is_blank=lambda body: not html_to_plain(body).strip(),
+        is_blank=is_blank,
     )
-    return pack(layout, limit, length=length)
 
 
 def escape_text(text: str) -> str:

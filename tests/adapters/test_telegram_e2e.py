@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -116,6 +117,34 @@ async def test_a_10000_character_reply_is_split_into_valid_complete_chunks(rig: 
     seen = "".join("".join(s.plain_text for s in sent).split())
     assert seen == "".join(to_plain_text(markdown).split()), "every character arrives, in order"
     assert any("def handler_39(x):" in s.plain_text for s in sent)
+
+
+async def test_a_long_reply_is_split_in_a_worker_thread_not_on_the_event_loop(rig: TelegramRig) -> None:
+    long_reply = "**Point.** Check `the_value` & move on; see [docs](https://example.org). " * 400
+    assert len(long_reply) > 20_000  # a few ms of splitting that would hold every other chat
+    expected = render_chunks(long_reply, 4096)
+    rig.emulator.script(Reply(text="short answer"), Reply(text=long_reply))
+    splits = render_chunks.__code__
+    on_loop: list[int] = []
+
+    def probe(frame: FrameType, event: str, arg: object) -> None:
+        # sys.setprofile watches this thread only: the one running the event loop.
+        if event == "call" and frame.f_code is splits:
+            on_loop.append(len(frame.f_locals.get("markdown", "")))
+
+    async with rig.app(**{"llm.max_tokens": 16000}):
+        previous = sys.getprofile()
+        sys.setprofile(probe)
+        try:
+            rig.fake.push_text(CHAT, USER, "short please")
+            await rig.fake.wait_for_sent(1)
+            rig.fake.push_text(CHAT, USER, "now a long one")
+            sent = await rig.fake.wait_for_sent(1 + len(expected), timeout=30)
+        finally:
+            sys.setprofile(previous)
+
+    assert on_loop == [len("short answer")], "a short reply is split in place, a long one is not"
+    assert [s.text for s in sent[1:]] == [c.html for c in expected]
 
 
 async def test_html_refused_by_telegram_is_resent_as_plain_text(rig: TelegramRig) -> None:

@@ -4,6 +4,9 @@ chunk valid on its own."""
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Callable
+from types import FrameType
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +16,7 @@ from mnemo.adapters.splitting import utf16_len
 from mnemo.adapters.telegram_html import (
     Entity,
     TelegramHtmlError,
+    _Parser,
     html_to_plain,
     is_valid_telegram_html,
     parse_telegram_html,
@@ -222,3 +226,79 @@ def test_any_valid_html_splits_into_valid_chunks(html: str, extra: int) -> None:
         assert html_to_plain(chunk).strip()
     words = "".join(html_to_plain(html).split())
     assert "".join("".join(html_to_plain(c).split()) for c in chunks) == words
+
+
+def _formatting(html: str) -> list[tuple[str, frozenset[tuple[str, str | None, str | None]]]]:
+    """Each visible character of ``html`` with the entities covering it (type, url,
+    language), in order; whitespace is left out (a cut may drop it)."""
+    parsed = parse_telegram_html(html)
+    units: list[int] = []  # the UTF-16 offset of each character
+    offset = 0
+    for ch in parsed.text:
+        units.append(offset)
+        offset += utf16_len(ch)
+    out = []
+    for ch, at in zip(parsed.text, units, strict=True):
+        if ch.isspace():
+            continue
+        covering = frozenset(
+            (e.type, e.url, e.language) for e in parsed.entities if e.offset <= at < e.offset + e.length
+        )
+        out.append((ch, covering))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(html=_document, extra=st.integers(min_value=0, max_value=400))
+def test_a_split_keeps_every_characters_formatting_and_telegrams_count(html: str, extra: int) -> None:
+    limit = 3 * _open_chain_cost(html) + 16 + extra
+    chunks = split_html(html, limit)
+    for chunk in chunks:
+        # What Telegram counts (the text once entities are parsed) is within the limit too.
+        assert utf16_len(parse_telegram_html(chunk).text) <= utf16_len(chunk) <= limit
+    assert [f for c in chunks for f in _formatting(c)] == _formatting(html)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    html=_document,
+    link=st.integers(min_value=40, max_value=300),
+    limit=st.integers(min_value=16, max_value=200),
+)
+def test_when_the_tags_cost_too_much_the_plain_text_is_split_whole(html: str, link: int, limit: int) -> None:
+    html = f'<a href="https://x.org/{"p" * link}">{html}</a>'
+    chunks = split_html(html, limit)
+    for chunk in chunks:
+        assert utf16_len(chunk) <= limit
+        assert is_valid_telegram_html(chunk), chunk
+    words = "".join(html_to_plain(html).split())
+    assert "".join("".join(html_to_plain(c).split()) for c in chunks) == words
+
+
+def _parses_while(split: Callable[[], object]) -> int:
+    """How many times the HTML parser runs on this thread while ``split`` runs."""
+    parser_run = _Parser.run.__code__
+    runs = 0
+
+    def probe(frame: FrameType, event: str, arg: object) -> None:
+        nonlocal runs
+        if event == "call" and frame.f_code is parser_run:
+            runs += 1
+
+    previous = sys.getprofile()
+    sys.setprofile(probe)
+    try:
+        split()
+    finally:
+        sys.setprofile(previous)
+    return runs
+
+
+def test_a_long_reply_is_parsed_once_not_once_per_chunk() -> None:
+    # The split used to strip the whole rest of the reply to plain text before each
+    # chunk: one parse per chunk, so time grew with the square of the length.
+    paragraph = "<b>Step</b> one: set <code>x</code> &amp; check <i>the docs</i> again. " * 8
+    html = "\n\n".join(paragraph for _ in range(80))
+    chunks = split_html(html)
+    assert len(chunks) >= 10
+    assert _parses_while(lambda: split_html(html)) == 1
