@@ -19,7 +19,6 @@ for the user who made it.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
@@ -30,11 +29,12 @@ from typing import Any
 from urllib.parse import unquote
 
 from mnemo.gateway.events import Attachment
+from mnemo.gateway.images import ImageRefused, Refusal, media_type_of
+from mnemo.gateway.media import clean_file_name
 
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 KEEP_S = 24 * 3600
 UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
-_IMAGE_FORMATS = {"JPEG", "PNG", "GIF", "WEBP"}
 _CHUNK = 64 * 1024
 
 
@@ -58,28 +58,22 @@ def too_large(size: int) -> UploadRefused:
 
 
 def file_name(raw: str) -> str:
-    """The uploaded file's name as shown to the model: no folders, no control characters."""
-    name = unquote(raw or "").replace("\\", "/").rsplit("/", 1)[-1]
-    name = "".join(ch for ch in name if ch.isprintable()).strip()
-    return name[:200] or "upload"
+    """The uploaded file's name as shown to the model (``gateway.media.clean_file_name``
+    of the URI-decoded header)."""
+    return clean_file_name(unquote(raw or "")) or "upload"
+
+
+_REFUSAL_STATUS = {Refusal.TOO_LARGE: 413, Refusal.FORMAT: 415, Refusal.DAMAGED: 400}
 
 
 def check_image(data: bytes) -> str:
-    """The image's media type; raises ``UploadRefused`` for a damaged file or a format
-    the model cannot take."""
-    from PIL import Image, UnidentifiedImageError
-
+    """The image's media type, from its header (nothing is decoded); raises
+    ``UploadRefused`` for a damaged file, a format the model cannot take, or an image
+    too large to read (``gateway.images``)."""
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            fmt = img.format or ""
-            img.verify()
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
-        raise UploadRefused(400, "the image is damaged or not an image") from e
-    if fmt not in _IMAGE_FORMATS:
-        raise UploadRefused(
-            415, f"an image format I can't read ({fmt or 'unknown'}; JPEG, PNG, GIF and WebP are)"
-        )
-    return "image/webp" if fmt == "WEBP" else f"image/{fmt.lower()}"
+        return media_type_of(data)
+    except ImageRefused as e:
+        raise UploadRefused(_REFUSAL_STATUS[e.refusal], str(e)) from e
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,13 +3,20 @@
 An adapter downloads an attachment through its platform's API (``ports.FetchesMedia``);
 ``MediaStore.prepare`` decides what the model can take of it:
 
-* **images** (JPEG, PNG, GIF, WebP) are checked by decoding them (Pillow), scaled so
-  the long side is at most ``MAX_IMAGE_SIDE`` px (Claude scales larger images down
-  anyway; sending them costs upload time and tokens for nothing), and stored;
-* **PDFs** up to ``MAX_PDF_BYTES`` are stored and sent as document blocks;
+* **images** (JPEG, PNG, GIF, WebP) are checked (``gateway.images``: what a decode would
+  cost is read from the header before anything is decoded, so no image can take more
+  than ``images.MAX_DECODE_BYTES``), scaled so the long side is at most
+  ``MAX_IMAGE_SIDE`` px (Claude scales larger images down anyway; sending them costs
+  upload time and tokens for nothing), and stored;
+* **PDFs** up to ``MAX_PDF_BYTES`` and ``pdfs.MAX_PDF_PAGES`` pages (counted from the
+  bytes within a memory bound, ``gateway.pdfs``) are stored and sent as document blocks;
 * **text-like files** (txt, md, csv, json, source code) are inlined into the turn's text
   up to ``MAX_INLINE_CHARS``, with a note when cut;
-* anything else, or anything broken, becomes a short note in the turn's text.
+* anything else, or anything broken, becomes a short note in the turn's text: no file
+  can fail the turn, its caption is always answered.
+
+Every platform's file name goes through ``clean_file_name`` before it is stored or
+shown (the adapters call it when they build an ``Attachment``; ``prepare`` again).
 
 Files live under ``$MNEMO_HOME/media/`` (directory 0700, files 0600), named by the
 content's hash, and are referenced from the user message's ``meta["media"]`` — written
@@ -22,14 +29,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import os
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MAX_IMAGE_SIDE = 1568
+from mnemo.gateway.images import MAX_IMAGE_SIDE, ImageRefused, read_image
+from mnemo.gateway.logs import get_logger
+from mnemo.gateway.pdfs import MAX_PDF_PAGES, PdfUnreadable, count_pages
+
+log = get_logger(__name__)
+
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
 MAX_PDF_BYTES = 32 * 1024 * 1024  # the Messages API's request size limit for a PDF
 MAX_INLINE_CHARS = 50_000
@@ -38,7 +50,11 @@ IMAGE_TOKENS_UNKNOWN = 1600  # an image of about 1.2 megapixels, the API's usual
 PDF_PAGE_TOKENS = 1500  # text and page image of one PDF page
 
 IMAGE_TYPES = {"image/jpeg": "jpg", "image/png": "png", "image/gif": "gif", "image/webp": "webp"}
-_PIL_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp"}
+MAX_NAME_CHARS = 200
+# Not shown, never stored: control and format characters (NUL, escapes, bidi overrides
+# that make "evil\u202etxt.exe" read as "evilexe.txt"), line and paragraph separators,
+# surrogates, private-use and unassigned code points.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 TEXT_SUFFIXES = frozenset(
     [
         ".txt",
@@ -106,6 +122,26 @@ class Prepared:
     text: str = ""
 
 
+def clean_file_name(raw: str) -> str:
+    """A platform's file name as mnemo stores and shows it: the last path component
+    only (no ``/`` or ``\\``), without control, format or separator characters, other
+    spaces as plain spaces, at most ``MAX_NAME_CHARS`` characters with the extension
+    kept; never ``.`` or ``..``. ``""`` when nothing is left (callers have a default)."""
+    kept = "".join(
+        " " if ch.isspace() else ch
+        for ch in raw
+        if ch.isspace() or unicodedata.category(ch) not in _HIDDEN_CATEGORIES
+    )
+    name = kept.replace("\\", "/").rsplit("/", 1)[-1].strip()
+    if name in (".", ".."):
+        return ""
+    if len(name) > MAX_NAME_CHARS:
+        suffix = Path(name).suffix
+        suffix = suffix if len(suffix) <= 16 else ""
+        name = name[: MAX_NAME_CHARS - len(suffix)].rstrip() + suffix
+    return name
+
+
 def note(name: str, what: str) -> Prepared:
     label = f" ({name})" if name else ""
     return Prepared(text=f"[attachment{label}: {what}]")
@@ -118,21 +154,16 @@ class MediaStore:
 
     # --- preparing a new attachment -----------------------------------------------------
     def prepare(self, kind: str, name: str, media_type: str, data: bytes) -> Prepared:
+        """What one attachment becomes (blocking: run it in a thread). Never raises for
+        what is in the file: a file that cannot be read is a note."""
+        name = clean_file_name(name)
         if len(data) > MAX_DOWNLOAD_BYTES:
             return note(name, "too large (over 20 MB), not read")
         suffix = Path(name).suffix.lower()
         if kind == "photo" or media_type.startswith("image/"):
             return self._image(name, data)
         if media_type == "application/pdf" or suffix == ".pdf":
-            if not data.startswith(b"%PDF-"):
-                return note(name, "not a readable PDF")
-            if b"/Encrypt" in data[-4096:] or b"/Encrypt" in data[:4096]:
-                return note(name, "the PDF is encrypted; I can't read it")
-            if len(data) > MAX_PDF_BYTES:
-                return note(name, "the PDF is too large for me to read")
-            ref = self._store(data, "pdf", "document", "application/pdf", name)
-            ref["pages"] = max(1, data.count(b"/Type /Page") - data.count(b"/Type /Pages"))
-            return Prepared(refs=[ref])
+            return self._pdf(name, data)
         if media_type.startswith("text/") or suffix in TEXT_SUFFIXES or media_type == "application/json":
             try:
                 text = data.decode("utf-8")
@@ -149,30 +180,28 @@ class MediaStore:
 
     def _image(self, name: str, data: bytes) -> Prepared:
         try:
-            from PIL import Image, UnidentifiedImageError
-        except ImportError:  # pragma: no cover - Pillow is a dependency
-            return note(name, "images are not supported on this install (Pillow missing)")
+            picture = read_image(data)
+        except ImageRefused as e:
+            return note(name, str(e))
+        ref = self._store(picture.data, IMAGE_TYPES[picture.media_type], "image", picture.media_type, name)
+        ref["width"], ref["height"] = picture.width, picture.height  # for the preflight's token estimate
+        return Prepared(refs=[ref])
+
+    def _pdf(self, name: str, data: bytes) -> Prepared:
+        if not data.startswith(b"%PDF-"):
+            return note(name, "not a readable PDF")
+        if b"/Encrypt" in data[-4096:] or b"/Encrypt" in data[:4096]:
+            return note(name, "the PDF is encrypted; I can't read it")
+        if len(data) > MAX_PDF_BYTES:
+            return note(name, "the PDF is too large for me to read")
         try:
-            with Image.open(io.BytesIO(data)) as img:
-                img.verify()
-            with Image.open(io.BytesIO(data)) as img:
-                media_type = _PIL_FORMATS.get(img.format or "")
-                if media_type is None:
-                    return note(name, "an image format I can't read (JPEG, PNG, GIF and WebP are)")
-                size = img.size
-                if max(img.size) > MAX_IMAGE_SIDE and not getattr(img, "is_animated", False):
-                    img.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE))
-                    size = img.size
-                    out = io.BytesIO()
-                    if media_type == "image/jpeg":
-                        img.convert("RGB").save(out, "JPEG", quality=85)
-                    else:
-                        img.save(out, img.format)
-                    data = out.getvalue()
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
-            return note(name, "the image is damaged or not an image")
-        ref = self._store(data, IMAGE_TYPES[media_type], "image", media_type, name)
-        ref["width"], ref["height"] = size  # for the preflight's token estimate
+            pages = count_pages(data)
+        except PdfUnreadable as e:
+            return note(name, str(e))
+        if pages > MAX_PDF_PAGES:
+            return note(name, f"the PDF has {pages:,} pages; I can read at most {MAX_PDF_PAGES}")
+        ref = self._store(data, "pdf", "document", "application/pdf", name)
+        ref["pages"] = pages
         return Prepared(refs=[ref])
 
     def _store(self, data: bytes, ext: str, kind: str, media_type: str, name: str) -> dict[str, Any]:

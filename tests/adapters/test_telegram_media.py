@@ -29,6 +29,7 @@ from mnemo.gateway.transcription import TRANSCRIBED
 from tests.adapters.telegram_harness import FlakyTelegram, TelegramRig, last_user_text
 from tests.fakes.telegram_world import jpeg
 from tests.fakes.transcription import FakeTranscriber
+from tests.support.hostile_media import jpeg_declaring, pdf, png_declaring
 
 CHAT = USER = 4711
 BOT = "mnemo_test_bot"
@@ -234,3 +235,41 @@ async def test_an_oversized_album_reads_the_first_ten_and_says_so(rig: TelegramR
     [request] = rig.emulator.requests
     assert len(blocks_of(request, "image")) == MAX_ATTACHMENTS_PER_TURN
     assert "[40 more attachment(s) not read: at most 10 per message]" in last_user_text(request)
+
+
+async def test_image_and_pdf_bombs_are_one_note_each_and_the_caption_is_answered(
+    rig: TelegramRig, home: Path
+) -> None:
+    # Issue 26: a 50000×50000 header raised DecompressionBombError through the turn
+    # ("Sorry — something went wrong", the caption lost); 12000×12000 was decoded whole
+    # (hundreds of MB); a progressive JPEG keeps coefficients for its declared size;
+    # a 20,000-page PDF was stored and re-sent to a model that takes 100 pages.
+    rig.emulator.default = lambda request: Reply(text="answered")
+    files = [
+        ("tiny-bomb.png", "image/png", png_declaring(50_000, 50_000), "this image is too large to read"),
+        ("huge.png", "image/png", png_declaring(12_000, 12_000), "this image is too large to read"),
+        ("bomb.jpg", "image/jpeg", jpeg_declaring(6000, 6000, progressive=True), "too large to read"),
+        ("long.pdf", "application/pdf", pdf(20_000), "the PDF has 20,000 pages; I can read at most 100"),
+        ("hidden.pdf", "application/pdf", pdf(150, object_stream=True), "the PDF has 150 pages"),
+    ]
+    async with rig.app() as _:
+        for n, (name, mime, data, _) in enumerate(files):
+            rig.fake.push_document(CHAT, USER, data, file_name=name, mime_type=mime, caption=f"caption {n}")
+            await rig.fake.wait_for_sent(n + 1, timeout=30)
+    assert [s.plain_text for s in rig.fake.sent] == ["answered"] * len(files)
+    for n, (request, (name, _, _, expected)) in enumerate(zip(rig.emulator.requests, files, strict=True)):
+        text = last_user_text(request)
+        assert text.startswith(f"caption {n}") and f"({name}): " in text and expected in text, text
+        assert not blocks_of(request, "image") and not blocks_of(request, "document")
+    assert not (home / "media").exists()  # nothing stored
+
+
+async def test_the_largest_images_still_read_are_scaled_and_sent(rig: TelegramRig) -> None:
+    rig.emulator.default = lambda request: Reply(text="seen")
+    async with rig.app() as _:
+        # A baseline JPEG far over the decode bound is read at 1/8 scale (draft).
+        rig.fake.push_document(CHAT, USER, jpeg(8000, 6000), file_name="big.jpg", mime_type="image/jpeg")
+        await rig.fake.wait_for_sent(1, timeout=30)
+    [image] = blocks_of(rig.emulator.requests[0], "image")
+    with Image.open(io.BytesIO(base64.b64decode(image["source"]["data"]))) as img:
+        assert img.size == (MAX_IMAGE_SIDE, MAX_IMAGE_SIDE * 3 // 4)

@@ -19,6 +19,7 @@ from mnemo.adapters.web_uploads import MAX_UPLOAD_BYTES
 from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply
 from mnemo.gateway.media import MAX_IMAGE_SIDE
 from tests.fakes.telegram_world import jpeg
+from tests.support.hostile_media import jpeg_declaring, png_declaring
 from tests.support.webchat import ChatClient, open_web_app, web_settings
 
 ALICE = "alice-0123456789"
@@ -141,6 +142,28 @@ async def test_an_image_format_the_model_cannot_take_is_refused(home: Path, emul
     async with open_web_app(web_settings(home), emulator.base_url) as app:
         status, body = await upload(http, app.web.url, ALICE, out.getvalue(), "image/bmp", "x.bmp")
     assert (status, body["error"]) == (415, "an image format I can't read (BMP; JPEG, PNG, GIF and WebP are)")
+
+
+@pytest.mark.parametrize(
+    ("data", "media_type", "message"),
+    [
+        (png_declaring(50_000, 50_000), "image/png", "this image is too large to read"),
+        (png_declaring(12_000, 12_000), "image/png", "this image is too large to read (12000×12000 pixels)"),
+        (
+            jpeg_declaring(6000, 6000, progressive=True),
+            "image/jpeg",
+            "this image is too large to read (6000×6000 pixels)",
+        ),
+    ],
+    ids=["50000x50000-png", "12000x12000-png", "progressive-jpeg-bomb"],
+)
+async def test_an_image_too_large_to_decode_is_refused_before_decoding(
+    home: Path, emulator: Emulator, http, data: bytes, media_type: str, message: str
+) -> None:
+    # Issue 26: the 50000×50000 header raised DecompressionBombError: a 500.
+    async with open_web_app(web_settings(home), emulator.base_url) as app:
+        got = await upload(http, app.web.url, ALICE, data, media_type, "bomb.img")
+    assert got == (413, {"error": message})
 
 
 async def test_an_oversize_file_is_refused_with_a_clear_message(home: Path, emulator: Emulator, http) -> None:
