@@ -75,6 +75,7 @@ from mnemo.gateway.events import (
     delivery_label,
 )
 from mnemo.gateway.logs import get_logger
+from mnemo.gateway.media import clean_file_name
 from mnemo.gateway.ports import CommandInfo, InboundSink
 
 log = get_logger(__name__)
@@ -744,7 +745,7 @@ def _attachment(a: discord.Attachment) -> Attachment:
     readable = kind in ("photo", "document", "voice", "audio")
     return Attachment(
         kind=kind,
-        name=a.filename,
+        name=clean_file_name(a.filename),
         size=a.size,
         ref=a.url if readable else "",
         media_type=a.content_type or "",

@@ -45,6 +45,7 @@ from telegram.constants import ChatType as TgChatType
 from telegram.constants import MessageAttachmentType
 
 from mnemo.gateway.events import Attachment, ChatType, InboundMessage
+from mnemo.gateway.media import clean_file_name
 
 UNSUPPORTED_NOTE = "I can't read this kind of message — I read text, photos, files and voice notes."
 
@@ -205,7 +206,7 @@ def _attachment(message: Message) -> Attachment | None:
         doc = message.document
         return Attachment(
             kind="document",
-            name=doc.file_name or "",
+            name=clean_file_name(doc.file_name or ""),
             size=doc.file_size,
             ref=doc.file_id,
             media_type=doc.mime_type or "",
@@ -223,7 +224,7 @@ def _attachment(message: Message) -> Attachment | None:
         audio = message.audio
         return Attachment(
             kind="audio",
-            name=audio.file_name or "audio",
+            name=clean_file_name(audio.file_name or "") or "audio",
             size=audio.file_size,
             ref=audio.file_id,
             media_type=audio.mime_type or "",
@@ -232,6 +233,7 @@ def _attachment(message: Message) -> Attachment | None:
         if message[kind.value]:
             document = message.document
             return Attachment(
-                kind=kind.value, name=(document.file_name or "") if document is not None else ""
+                kind=kind.value,
+                name=clean_file_name(document.file_name or "") if document is not None else "",
             )
     return None

@@ -273,3 +273,37 @@ async def test_the_largest_images_still_read_are_scaled_and_sent(rig: TelegramRi
     [image] = blocks_of(rig.emulator.requests[0], "image")
     with Image.open(io.BytesIO(base64.b64decode(image["source"]["data"]))) as img:
         assert img.size == (MAX_IMAGE_SIDE, MAX_IMAGE_SIDE * 3 // 4)
+
+
+async def test_a_document_name_reaches_the_store_and_the_model_without_nul_or_path(
+    rig: TelegramRig, home: Path
+) -> None:
+    # Issue 26: "../../x\x00evil.txt" reached the model and the stored message as sent.
+    rig.emulator.default = lambda request: Reply(text="read")
+    async with rig.app() as (app, _):
+        rig.fake.push_document(
+            CHAT, USER, b"hello from a file", file_name="../../x\x00evil.txt", mime_type="text/plain",
+            caption="what does it say?",
+        )  # fmt: skip
+        rig.fake.push_document(
+            CHAT, USER, b"\x00\x01", file_name="..\\..\\tool\u202eexe.bin", mime_type="application/x-bin"
+        )
+        await rig.fake.wait_for_sent(2)
+        session = await app.store.active_session(f"telegram:dm:{CHAT}")
+        assert session is not None
+        rows = await app.store.load_messages(session.id)
+        inbox = await asyncio.to_thread(_inbox_payloads, home / "state.db")
+    stored = "\n".join(r.content for r in rows if r.role == "user")
+    sent = "\n".join(last_user_text(r) for r in rig.emulator.requests)
+    for where in (stored, sent, inbox):
+        assert "\x00" not in where and "../" not in where and "..\\" not in where and "\u202e" not in where
+    assert "[file xevil.txt]" in stored and "[file xevil.txt]" in sent
+    assert "(toolexe.bin)" in stored and "(toolexe.bin)" in sent
+    assert '"name": "xevil.txt"' in inbox
+
+
+def _inbox_payloads(db: Path) -> str:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return "\n".join(row[0] for row in conn.execute("SELECT payload FROM inbox"))

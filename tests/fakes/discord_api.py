@@ -47,6 +47,7 @@ import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -143,7 +144,7 @@ class FakeDiscord:
         self.messages = MessageDesk(self.world, self.gateway, lambda: f"http://127.0.0.1:{self._port}")
         self.interactions = InteractionDesk(self.world, self.gateway, self.messages)
         self.calls: list[Call] = []
-        self.cdn: dict[str, bytes] = {}  # attachment URL -> content
+        self.cdn: dict[str, bytes] = {}  # attachment id -> content
         self._faults: list[_Fault] = []
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -257,8 +258,9 @@ class FakeDiscord:
         )
         for filename, content_type, content in files:  # (name, content type, bytes), served below
             aid = self.world.ids.next()
-            url = f"http://127.0.0.1:{self._port}/cdn/attachments/{aid}/{filename}"
-            self.cdn[url] = content
+            # Discord's CDN puts the name in the URL; escaped, so any name is a path segment.
+            url = f"http://127.0.0.1:{self._port}/cdn/attachments/{aid}/{quote(filename, safe='')}"
+            self.cdn[str(aid)] = content
             message["attachments"].append(
                 {
                     "id": str(aid),
@@ -273,7 +275,7 @@ class FakeDiscord:
         return int(message["id"])
 
     async def _cdn(self, request: web.Request) -> web.Response:
-        content = self.cdn.get(str(request.url))
+        content = self.cdn.get(request.match_info["aid"])
         return web.Response(status=404) if content is None else web.Response(body=content)
 
     async def push_interaction(

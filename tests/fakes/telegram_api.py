@@ -304,8 +304,10 @@ class FakeTelegram:
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Queue a document downloadable through getFile (``file_size`` may lie, as a
-        test of the size checks)."""
-        file_id = self.world.add_file(content, f"documents/{file_name}")
+        test of the size checks). Like Telegram's, the file's path on the server is its
+        own (``documents/file_N.ext``), never the name the user gave it."""
+        extension = re.sub(r"[^A-Za-z0-9]", "", file_name.rsplit(".", 1)[-1])[:8] if "." in file_name else ""
+        file_id = self.world.add_file(content, f"documents/file.{extension or 'bin'}")
         doc = {
             "file_id": file_id,
             "file_unique_id": f"u{file_id}",
