@@ -8,7 +8,8 @@ the server's own):
     GET /chat.js, /chat.css   its script and style — no external assets, no CDN: the
                           machine may be offline
     GET /ws?user=<id>     the websocket
-    POST /upload?user=<id>   a file to attach to the next message (``web_uploads.py``)
+    POST /upload?user=<id>   a file to attach to the next message (``web_uploads.py``;
+                             counted against ``media.quota``)
 
 Frames are JSON text:
 
@@ -77,12 +78,13 @@ from urllib.parse import urlsplit
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from mnemo.adapters.web_uploads import UploadRefused, UploadStore, file_name, read_body
+from mnemo.adapters.web_uploads import Upload, UploadRefused, UploadStore, file_name, read_body
 from mnemo.gateway.config import TRIAL_BANNER
 from mnemo.gateway.errors import PlatformUnavailable
 from mnemo.gateway.events import Attachment, ChatRef, ChatType, InboundMessage, OutboundMessage
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.media import MAX_ATTACHMENTS_PER_TURN
+from mnemo.gateway.media_quota import MediaKind, MediaQuota
 from mnemo.gateway.ports import ChatReachable, CommandInfo, InboundSink
 from mnemo.gateway.webserver import WebServer, is_loopback
 
@@ -132,6 +134,7 @@ class WebAdapter:
         # Files sent from the page (adapters/web_uploads.py); without a folder, a private
         # temporary one (uploads then do not outlive the process).
         self.uploads = UploadStore(uploads_dir or Path(tempfile.mkdtemp(prefix="mnemo-web-uploads-")))
+        self._quota: MediaQuota | None = None  # open_app hands it over (use_media_quota)
         token = server.settings.access_token
         self._token = token.get_secret_value().encode() if token is not None else None
         self._loopback_only = self._token is None and is_loopback(server.settings.host)
@@ -270,12 +273,41 @@ class WebAdapter:
         name = file_name(request.headers.get("X-File-Name", ""))
         try:
             data = await read_body(request.content, request.content_length)
-            upload = await asyncio.to_thread(self.uploads.save, user, name, request.content_type, data)
+            upload = await asyncio.to_thread(self.uploads.check, name, request.content_type, data)
+            await self._admit_upload(user, upload)
+            await asyncio.to_thread(self.uploads.keep, user, upload, data)
         except UploadRefused as e:
             log.info("web_upload_refused", user=user, status=e.status, reason=str(e))
-            return web.json_response({"error": str(e)}, status=e.status, headers=_SECURITY_HEADERS)
+            headers = dict(_SECURITY_HEADERS)
+            if e.retry_after_s is not None:
+                headers["Retry-After"] = str(e.retry_after_s)
+            return web.json_response({"error": str(e)}, status=e.status, headers=headers)
         log.info("web_upload", user=user, kind=upload.kind, size=upload.size)
         return web.json_response(upload.as_dict(), headers=_SECURITY_HEADERS)
+
+    async def _admit_upload(self, user: str, upload: Upload) -> None:
+        """Count the upload against ``media.quota``; raises ``UploadRefused`` (429 for a
+        daily limit, 413 when the space is used up, 503 when it cannot be checked)."""
+        if self._quota is None:
+            return
+        try:
+            exceeded = await self._quota.admit(
+                f"{self.name}:{user}", MediaKind.UPLOAD, f"{user}/{upload.id}", upload.size
+            )
+        except Exception as e:  # the database is down: refused, and said so
+            log.error("web_upload_quota_check_failed", error=f"{type(e).__name__}: {e}")
+            raise UploadRefused(503, "the upload cannot be taken just now; try again in a moment") from e
+        if exceeded is not None:
+            raise UploadRefused(
+                429 if exceeded.limit.daily else 413, exceeded.text, retry_after_s=exceeded.retry_after_s
+            )
+
+    # --- media.quota (gateway.media_quota.KeepsUploads) ----------------------------------
+    def use_media_quota(self, quota: MediaQuota) -> None:
+        self._quota = quota
+
+    def prune_uploads(self, older_than: float) -> list[str]:
+        return self.uploads.prune(older_than)
 
     async def fetch_media(self, attachment: Attachment) -> bytes:
         """``gateway.ports.FetchesMedia``: an upload's bytes."""

@@ -3,17 +3,21 @@
 The page posts the file's bytes as the request body (``Content-Type`` the file's type,
 ``X-File-Name`` its URI-encoded name) and gets ``{"id", "name", "kind", "size",
 "media_type"}`` back, or ``{"error": "<one clear line>"}`` with 413 (over
-``MAX_UPLOAD_BYTES``), 415 (an image format other than JPEG, PNG, GIF, WebP) or 400 (a
-damaged image, an empty file). It then sends ``{"type": "message", "id": …, "text":
+``MAX_UPLOAD_BYTES``, an image too large to decode, or the person's or the bot's total
+space for files used up: ``media.quota``), 429 (a daily limit of ``media.quota``, with
+``Retry-After`` until local midnight), 415 (an image format other than JPEG, PNG, GIF,
+WebP) or 400 (a damaged image, an empty file). It then sends ``{"type": "message", "id": …, "text":
 <caption, may be empty>, "attachments": [<upload id>, …]}`` on the websocket; the
 gateway downloads each through ``WebAdapter.fetch_media`` and ``gateway.media``
 prepares it like a Telegram or Discord attachment (images as image blocks, PDFs as
 document blocks, text files inlined, anything else a note).
 
 Uploads are kept on disk (``<dir>/<user>/<sha256>.bin`` and a ``.json`` sidecar, 0600 in
-0700 folders), so a message still in the inbox after a restart can be read; an upload
-older than ``KEEP_S`` is removed at the user's next upload. An upload id is only valid
-for the user who made it.
+0700 folders), so a message still in the inbox after a restart can be read, and count
+against ``media.quota`` as ``web:<user>``'s while they are kept. An upload is removed a
+day after it was made, whoever made it, by the upload sweep
+(``gateway.jobs.housekeeping.UploadSweep``, through ``prune``). An upload id is only
+valid for the user who made it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import hashlib
 import json
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,6 @@ from mnemo.gateway.images import ImageRefused, Refusal, media_type_of
 from mnemo.gateway.media import clean_file_name
 
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
-KEEP_S = 24 * 3600
 UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
 _CHUNK = 64 * 1024
 
@@ -42,9 +44,10 @@ class UploadRefused(Exception):
     """A file the web chat does not take; ``status`` is the HTTP answer, the message is
     shown to the user as is."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after_s = retry_after_s
 
 
 def _mb(size: int) -> str:
@@ -114,8 +117,10 @@ class UploadStore:
         os.chmod(folder, 0o700)
         return folder
 
-    def save(self, user: str, name: str, declared_type: str, data: bytes) -> Upload:
-        """Check and keep one upload (blocking: run it in a thread)."""
+    @staticmethod
+    def check(name: str, declared_type: str, data: bytes) -> Upload:
+        """What the upload will be, checked but not yet kept (blocking: run it in a
+        thread); raises ``UploadRefused``."""
         if not data:
             raise UploadRefused(400, "the file is empty")
         if len(data) > MAX_UPLOAD_BYTES:
@@ -125,12 +130,18 @@ class UploadStore:
             kind, media_type = "photo", check_image(data)
         else:
             kind, media_type = "document", declared or "application/octet-stream"
-        digest = hashlib.sha256(data).hexdigest()[:32]
+        return Upload(hashlib.sha256(data).hexdigest()[:32], name, kind, len(data), media_type)
+
+    def keep(self, user: str, upload: Upload, data: bytes) -> None:
+        """Write a checked upload (blocking)."""
         folder = self._folder(user)
-        self._prune(folder)
-        upload = Upload(digest, name, kind, len(data), media_type)
-        self._write(folder / f"{digest}.bin", data)
-        self._write(folder / f"{digest}.json", json.dumps(upload.as_dict()).encode())
+        self._write(folder / f"{upload.id}.bin", data)
+        self._write(folder / f"{upload.id}.json", json.dumps(upload.as_dict()).encode())
+
+    def save(self, user: str, name: str, declared_type: str, data: bytes) -> Upload:
+        """``check`` and ``keep`` in one (blocking), without a quota."""
+        upload = self.check(name, declared_type, data)
+        self.keep(user, upload, data)
         return upload
 
     def get(self, user: str, upload_id: str) -> Upload | None:
@@ -159,15 +170,25 @@ class UploadStore:
             f.write(data)
         os.replace(tmp, path)
 
-    @staticmethod
-    def _prune(folder: Path) -> None:
-        cutoff = time.time() - KEEP_S
-        for path in folder.iterdir():
-            try:
-                if path.stat().st_mtime < cutoff:
-                    path.unlink()
-            except FileNotFoundError:
+    def prune(self, older_than: float) -> list[str]:
+        """Remove every user's uploads last written before ``older_than`` (a Unix time;
+        blocking); returns them as ``<user>/<upload id>``."""
+        removed: list[str] = []
+        if not self.root.is_dir():
+            return removed
+        for folder in self.root.iterdir():
+            if not folder.is_dir() or folder.is_symlink():
                 continue
+            for path in folder.iterdir():
+                try:
+                    if path.stat().st_mtime >= older_than:
+                        continue
+                    path.unlink()
+                except FileNotFoundError:
+                    continue
+                if path.suffix == ".bin" and UPLOAD_ID.fullmatch(path.stem):
+                    removed.append(f"{folder.name}/{path.stem}")
+        return removed
 
 
 async def read_body(content: Any, declared_length: int | None) -> bytes:

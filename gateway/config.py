@@ -117,10 +117,22 @@ class SessionSettings(Section):
     tool_output_max_chars: int = Field(20_000, ge=500)
 
 
+class MediaQuotaSettings(Section):
+    """Limits on the files kept for people (``gateway/media_quota.py``), in bytes; None:
+    no limit. Daily ones count what was stored on the local day (``gateway.timezone``),
+    total ones what is kept now (stored images and PDFs, and web uploads under a day old)."""
+
+    per_person_daily_bytes: int | None = Field(100 * 2**20, ge=0)
+    per_person_total_bytes: int | None = Field(2 * 2**30, ge=0)
+    global_daily_bytes: int | None = Field(2**30, ge=0)
+    global_total_bytes: int | None = Field(20 * 2**30, ge=0)
+
+
 class MediaSettings(Section):
     # Image/PDF blocks are re-sent for this many of the newest turns that carry them;
     # older ones get a one-line placeholder (bounded prompt and cache).
     history_images: int = Field(3, ge=1, le=20)
+    quota: MediaQuotaSettings = MediaQuotaSettings()
 
 
 class TranscriptionSettings(Section):

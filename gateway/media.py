@@ -1,7 +1,7 @@
 """What people send besides text: images and documents, made ready for the model.
 
 An adapter downloads an attachment through its platform's API (``ports.FetchesMedia``);
-``MediaStore.prepare`` decides what the model can take of it:
+``MediaStore.take`` decides what the model can take of it:
 
 * **images** (JPEG, PNG, GIF, WebP) are checked (``gateway.images``: what a decode would
   cost is read from the header before anything is decoded, so no image can take more
@@ -10,13 +10,15 @@ An adapter downloads an attachment through its platform's API (``ports.FetchesMe
   upload time and tokens for nothing), and stored;
 * **PDFs** up to ``MAX_PDF_BYTES`` and ``pdfs.MAX_PDF_PAGES`` pages (counted from the
   bytes within a memory bound, ``gateway.pdfs``) are stored and sent as document blocks;
+* what is stored is first admitted by ``media.quota`` (``gateway.media_quota``: bytes per
+  person and for the bot, per day and in total); over a limit the file is a note;
 * **text-like files** (txt, md, csv, json, source code) are inlined into the turn's text
   up to ``MAX_INLINE_CHARS``, with a note when cut;
 * anything else, or anything broken, becomes a short note in the turn's text: no file
   can fail the turn, its caption is always answered.
 
 Every platform's file name goes through ``clean_file_name`` before it is stored or
-shown (the adapters call it when they build an ``Attachment``; ``prepare`` again).
+shown (the adapters call it when they build an ``Attachment``; ``take`` again).
 
 Files live under ``$MNEMO_HOME/media/`` (directory 0700, files 0600), named by the
 content's hash, and are referenced from the user message's ``meta["media"]`` — written
@@ -27,9 +29,11 @@ get them (the last ``media.history_images``).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import os
+import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +42,7 @@ from typing import Any
 
 from mnemo.gateway.images import MAX_IMAGE_SIDE, ImageRefused, read_image
 from mnemo.gateway.logs import get_logger
+from mnemo.gateway.media_quota import MediaKind, MediaQuota
 from mnemo.gateway.pdfs import MAX_PDF_PAGES, PdfUnreadable, count_pages
 
 log = get_logger(__name__)
@@ -147,16 +152,72 @@ def note(name: str, what: str) -> Prepared:
     return Prepared(text=f"[attachment{label}: {what}]")
 
 
+def _keep(data: bytes, ext: str, kind: str, media_type: str, name: str) -> _ToKeep:
+    file = f"{hashlib.sha256(data).hexdigest()[:32]}.{ext}"
+    ref = {"kind": kind, "file": file, "media_type": media_type, "name": name, "bytes": len(data)}
+    return _ToKeep(data, file, ref)
+
+
+@dataclass(frozen=True, slots=True)
+class _ToKeep:
+    """A file ``prepare`` decided to store, before it is written: ``file`` is its name
+    under ``media/`` (the content's hash), ``ref`` what the message will carry."""
+
+    data: bytes
+    file: str
+    ref: dict[str, Any]
+
+
 class MediaStore:
-    def __init__(self, home: Path, *, history_images: int = 3) -> None:
+    """Collaborators: ``home`` (files under ``$MNEMO_HOME/media``) and, when set, the
+    ``quota`` every stored file is admitted by first (``gateway/media_quota.py``)."""
+
+    def __init__(self, home: Path, *, history_images: int = 3, quota: MediaQuota | None = None) -> None:
         self.root = Path(home) / "media"
         self.history_images = history_images
+        self.quota = quota
 
     # --- preparing a new attachment -----------------------------------------------------
-    def prepare(self, kind: str, name: str, media_type: str, data: bytes) -> Prepared:
-        """What one attachment becomes (blocking: run it in a thread). Never raises for
-        what is in the file: a file that cannot be read is a note."""
+    async def take(self, owner: str, kind: str, name: str, media_type: str, data: bytes) -> Prepared:
+        """What one attachment ``owner`` (``PLATFORM:ID``) sent becomes, stored within
+        their quota. Never raises: a file that cannot be read, is over a quota, or cannot
+        be written is a note, and the rest of the message is answered."""
         name = clean_file_name(name)
+        try:
+            read = await asyncio.to_thread(self._read, kind, name, media_type, data)
+        except Exception as e:  # the file boundary: a reader's bug must not fail the turn
+            log.error("media_read_failed", kind=kind, error=f"{type(e).__name__}: {e}")
+            return note(name, "could not be read")
+        if isinstance(read, Prepared):
+            return read
+        if self.quota is not None:
+            try:
+                exceeded = await self.quota.admit(owner, MediaKind.STORED, read.file, len(read.data))
+            except Exception as e:  # the database is down: not kept, and said so
+                log.error("media_quota_check_failed", error=f"{type(e).__name__}: {e}")
+                return note(name, "could not be kept just now; send it again later")
+            if exceeded is not None:
+                return note(name, f"not kept: {exceeded.text}")
+        try:
+            await asyncio.to_thread(self._write, read)
+        except OSError as e:  # a full or read-only disk: reported, and the count given back
+            log.error("media_store_failed", error=f"{type(e).__name__}: {e}")
+            if self.quota is not None:
+                await self.quota.release(MediaKind.STORED, [read.file])
+            return note(name, "could not be stored")
+        return Prepared(refs=[read.ref])
+
+    def prepare(self, kind: str, name: str, media_type: str, data: bytes) -> Prepared:
+        """``take`` without a quota, blocking (run it in a thread)."""
+        read = self._read(kind, clean_file_name(name), media_type, data)
+        if isinstance(read, Prepared):
+            return read
+        self._write(read)
+        return Prepared(refs=[read.ref])
+
+    def _read(self, kind: str, name: str, media_type: str, data: bytes) -> Prepared | _ToKeep:
+        """A note or inlined text, or the file to store (blocking). Never raises for
+        what is in the file."""
         if len(data) > MAX_DOWNLOAD_BYTES:
             return note(name, "too large (over 20 MB), not read")
         suffix = Path(name).suffix.lower()
@@ -178,16 +239,16 @@ class MediaStore:
             return Prepared(text=f"[file {name or 'attachment'}]\n```\n{text}\n```{cut}")
         return note(name, CANNOT_READ)
 
-    def _image(self, name: str, data: bytes) -> Prepared:
+    def _image(self, name: str, data: bytes) -> Prepared | _ToKeep:
         try:
             picture = read_image(data)
         except ImageRefused as e:
             return note(name, str(e))
-        ref = self._store(picture.data, IMAGE_TYPES[picture.media_type], "image", picture.media_type, name)
-        ref["width"], ref["height"] = picture.width, picture.height  # for the preflight's token estimate
-        return Prepared(refs=[ref])
+        keep = _keep(picture.data, IMAGE_TYPES[picture.media_type], "image", picture.media_type, name)
+        keep.ref["width"], keep.ref["height"] = picture.width, picture.height  # for the preflight
+        return keep
 
-    def _pdf(self, name: str, data: bytes) -> Prepared:
+    def _pdf(self, name: str, data: bytes) -> Prepared | _ToKeep:
         if not data.startswith(b"%PDF-"):
             return note(name, "not a readable PDF")
         if b"/Encrypt" in data[-4096:] or b"/Encrypt" in data[:4096]:
@@ -200,22 +261,21 @@ class MediaStore:
             return note(name, str(e))
         if pages > MAX_PDF_PAGES:
             return note(name, f"the PDF has {pages:,} pages; I can read at most {MAX_PDF_PAGES}")
-        ref = self._store(data, "pdf", "document", "application/pdf", name)
-        ref["pages"] = pages
-        return Prepared(refs=[ref])
+        keep = _keep(data, "pdf", "document", "application/pdf", name)
+        keep.ref["pages"] = pages
+        return keep
 
-    def _store(self, data: bytes, ext: str, kind: str, media_type: str, name: str) -> dict[str, Any]:
+    def _write(self, keep: _ToKeep) -> None:
+        """The file, whole (a temporary file renamed into place), once per content."""
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
-        digest = hashlib.sha256(data).hexdigest()
-        path = self.root / f"{digest[:32]}.{ext}"
+        path = self.root / keep.file
         if not path.exists():
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                f.write(keep.data)
             os.replace(tmp, path)
-        return {"kind": kind, "file": path.name, "media_type": media_type, "name": name, "bytes": len(data)}
 
     # --- what they cost -----------------------------------------------------------------
     def shown_tokens(self, rows: Sequence[Any]) -> int:

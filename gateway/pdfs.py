@@ -19,6 +19,7 @@ page tree that lists one page object many times passes as short:
 
 from __future__ import annotations
 
+import itertools
 import re
 import zlib
 from collections.abc import Iterator
@@ -98,8 +99,8 @@ def _inflate(raw: memoryview, budget: int) -> bytes:
 def _packed(inflated: bytes, first: int) -> Iterator[memoryview]:
     """The objects of an object stream: after ``first`` bytes of "number offset" pairs,
     each object runs from its offset to the next one's."""
-    numbers = [int(n) for n in inflated[:first].split()]
+    numbers = [int(n) for n in inflated[:first].split() if n.isdigit()]
     offsets = sorted(first + n for n in numbers[1::2] if 0 <= n < len(inflated))
     view = memoryview(inflated)
-    for a, b in zip(offsets, [*offsets[1:], len(inflated)], strict=True):
+    for a, b in itertools.pairwise([*offsets, len(inflated)]):
         yield view[a:b]

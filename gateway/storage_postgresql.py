@@ -44,6 +44,7 @@ class PgBackend:
         from mnemo.gateway.storage_pg.outbox import PgOutbox
         from mnemo.gateway.storage_pg.pairings import PgPairingStore
         from mnemo.gateway.storage_pg.people import PgDirectory
+        from mnemo.gateway.storage_pg.media_usage import PgMediaUsage
         from mnemo.gateway.storage_pg.rate_limits import PgRateLimits
         from mnemo.gateway.storage_pg.streams import PgStreamRecords
         from mnemo.memory.identity import Identities
@@ -93,6 +94,7 @@ class PgBackend:
             links=PgIdentityLinks(db, files, identities),
             personal_data=PgPersonalData(db, settings, budgets),
             rate_limits=PgRateLimits(db),
+            media_usage=PgMediaUsage(db, timezone=settings.gateway.timezone),
             shared_lock=db.advisory_lock,
             streams=PgStreamRecords(db),
             replica=replica,

@@ -54,6 +54,7 @@ class SqliteBackend:
         from mnemo.gateway.delivery.streams import StreamRecords
         from mnemo.gateway.inbound.access import PairingStore, RateLimiter
         from mnemo.gateway.jobs.store import JobStore
+        from mnemo.gateway.media_quota import SqliteMediaUsage
         from mnemo.gateway.people.directory import StateDirectory
         from mnemo.gateway.people.erasure_state import StateData
         from mnemo.gateway.people.links import IdentityLinks
@@ -107,6 +108,7 @@ class SqliteBackend:
             links=IdentityLinks(db, files, identities),
             personal_data=StateData(db, settings, budgets, rate=rate),
             rate_limits=rate,
+            media_usage=SqliteMediaUsage(db, timezone=settings.gateway.timezone),
             streams=StreamRecords(db),
         )
         try:

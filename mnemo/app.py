@@ -35,6 +35,7 @@ from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.llm.client import LLMClient
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.media import MediaStore
+from mnemo.gateway.media_quota import MediaQuota
 from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.people.command import ForgetMe
 from mnemo.gateway.people.erasure import Erasure
@@ -52,7 +53,7 @@ from mnemo.memory.db import Database
 from mnemo.memory.manager import MemoryManager
 from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 from mnemo.memory.skills import SkillStore
-from mnemo.wiring.background import register_background, start_jobs
+from mnemo.wiring.background import register_background, start_jobs, start_upload_sweep
 from mnemo.wiring.commands import build_commands
 from mnemo.wiring.model import open_model
 from mnemo.wiring.replicas import join_replicas
@@ -171,13 +172,14 @@ async def open_app(
             shared_lock=backend.shared_lock,
             links=backend.links,
         )
+        quota = MediaQuota(backend.media_usage, settings.media.quota)  # what people may store
         agent = AgentDeps(
             llm=model.llm,
             store=backend.sessions,
             tools=tools,
             sessions=settings.sessions,
             memory=settings.memory,
-            media=MediaStore(settings.home, history_images=settings.media.history_images),
+            media=MediaStore(settings.home, history_images=settings.media.history_images, quota=quota),
         )
         gateway = Gateway(
             settings,
@@ -203,6 +205,7 @@ async def open_app(
         )
         for adapter in adapters:
             gateway.add_adapter(adapter)
+        await start_upload_sweep(stack, adapters, quota)
         await start_jobs(stack, jobs)
         schedules = await start_schedules(
             stack, settings, backend, cron=cron, gateway=gateway, access=access, enabled=scheduler

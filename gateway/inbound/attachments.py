@@ -34,9 +34,10 @@ VOICE_KINDS = frozenset({"voice", "audio"})
 
 
 class MediaPreparer(Protocol):
-    """Downloaded bytes → references and text (``MediaStore``); blocking, run in a thread."""
+    """Downloaded bytes → references and text (``MediaStore.take``), within the sender's
+    ``media.quota``; never raises for what is in the file."""
 
-    def prepare(self, kind: str, name: str, media_type: str, data: bytes) -> Prepared: ...
+    async def take(self, owner: str, kind: str, name: str, media_type: str, data: bytes) -> Prepared: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,9 @@ class TurnMedia:
         refs: list[dict[str, Any]] = []
         texts: list[str] = []
         for m, a in wanted[:MAX_ATTACHMENTS_PER_TURN]:
-            prepared = await self._one(self.adapters.get(m.platform), a, self.store)
+            prepared = await self._one(
+                self.adapters.get(m.platform), f"{m.platform}:{m.user_id}", a, self.store
+            )
             refs.extend(prepared.refs)
             if prepared.text:
                 texts.append(prepared.text)
@@ -89,7 +92,9 @@ class TurnMedia:
             )
         return PreparedMedia(refs, "\n".join(texts))
 
-    async def _one(self, adapter: Adapter | None, a: Attachment, store: MediaPreparer) -> Prepared:
+    async def _one(
+        self, adapter: Adapter | None, owner: str, a: Attachment, store: MediaPreparer
+    ) -> Prepared:
         if a.size is not None and a.size > MAX_DOWNLOAD_BYTES:
             return media_note(a.name, "too large (over 20 MB), not read")
         if a.kind in VOICE_KINDS and self.transcription.url is None:
@@ -104,7 +109,7 @@ class TurnMedia:
             return media_note(a.name, "the download failed, not read")
         if a.kind in VOICE_KINDS:
             return await self._transcribed(a, data)
-        return await asyncio.to_thread(store.prepare, a.kind, a.name, a.media_type, data)
+        return await store.take(owner, a.kind, a.name, a.media_type, data)
 
     async def _transcribed(self, a: Attachment, data: bytes) -> Prepared:
         try:

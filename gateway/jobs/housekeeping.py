@@ -30,14 +30,18 @@ user.
 **session_end** (idle/daily reset, ``/reset``): a flush when the session had at least
 ``compression.flush_min_user_turns`` user turns, then the ``on_session_end`` hook
 (memory providers), each recorded once.
+
+**UploadSweep** (not a queue job: a timer): web uploads are removed a day after they
+were made, whoever made them, and released from ``media.quota``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,6 +51,7 @@ from mnemo.gateway.events import ChatType, InboundMessage, session_key
 from mnemo.gateway.jobs.queue import DEFAULT_BACKOFF, Job, JobQueue, JobRun
 from mnemo.gateway.llm.client import LLMResponse, context_window
 from mnemo.gateway.logs import get_logger
+from mnemo.gateway.media_quota import UPLOAD_KEEP_S, KeepsUploads, MediaKind, MediaQuota
 from mnemo.gateway.turns.agent import AgentDeps
 from mnemo.gateway.turns.sessions import SessionResolver
 from mnemo.gateway.turns.tools import TurnContext, turn_context
@@ -437,3 +442,63 @@ class Housekeeping:
             await self.store.add_usage(session.id, response.usage, payer=payer)
             return response
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+# --- web uploads never sent ---------------------------------------------------------------
+SWEEP_INTERVAL_S = 3600.0
+
+
+class UploadSweep:
+    """Removes every upload older than ``keep_s`` (a day), whoever made it, and gives
+    back what it held of ``media.quota``: an upload the page never sent in a message,
+    or one whose message is long answered (its image or PDF was stored on its own,
+    text was inlined), holds nobody's space for longer than a day. Runs once at
+    ``start`` and then every ``interval_s`` in a task it owns; the removal is blocking
+    file work and runs in a thread. ``sweep`` is the one pass, for tests and tools."""
+
+    def __init__(
+        self,
+        keepers: Sequence[KeepsUploads],
+        quota: MediaQuota | None,
+        *,
+        interval_s: float = SWEEP_INTERVAL_S,
+        keep_s: float = UPLOAD_KEEP_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.keepers = tuple(keepers)
+        self.quota = quota
+        self.interval_s = interval_s
+        self.keep_s = keep_s
+        self.clock = clock
+        self._task: asyncio.Task[None] | None = None
+
+    async def sweep(self) -> int:
+        """One pass over every keeper; returns how many uploads were removed."""
+        removed = 0
+        for keeper in self.keepers:
+            gone = await asyncio.to_thread(keeper.prune_uploads, self.clock() - self.keep_s)
+            if gone and self.quota is not None:
+                await self.quota.release(MediaKind.UPLOAD, gone)
+            removed += len(gone)
+        if removed:
+            log.info("uploads_pruned", count=removed)
+        return removed
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="upload-sweep")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except Exception as e:  # loop boundary: the next pass tries again
+                log.warning("upload_sweep_failed", error=f"{type(e).__name__}: {e}")
+            await asyncio.sleep(self.interval_s)

@@ -5,16 +5,19 @@ jobs the last turns enqueue are persisted and running ones get their drain time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
 from mnemo.gateway.config import Settings
 from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.inbound.pipeline import Gateway
-from mnemo.gateway.jobs.housekeeping import Housekeeping
+from mnemo.gateway.jobs.housekeeping import Housekeeping, UploadSweep
 from mnemo.gateway.jobs.provider_hooks import ProviderSessionHooks
 from mnemo.gateway.jobs.provider_writes import register_provider_writes
 from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.jobs.skill_review import SkillReview
+from mnemo.gateway.media_quota import KeepsUploads, MediaQuota
+from mnemo.gateway.ports import Adapter
 from mnemo.gateway.turns.agent import AgentDeps
 from mnemo.gateway.turns.sessions import SessionResolver
 from mnemo.memory.manager import MemoryManager
@@ -51,3 +54,15 @@ def register_background(
 async def start_jobs(stack: AsyncExitStack, jobs: JobQueue) -> None:
     await jobs.start()
     stack.push_async_callback(jobs.stop)
+
+
+async def start_upload_sweep(stack: AsyncExitStack, adapters: Sequence[Adapter], quota: MediaQuota) -> None:
+    """Web uploads count against ``media.quota`` and are removed after a day, whoever
+    made them (``UploadSweep``, at start and hourly)."""
+    uploaders = [a for a in adapters if isinstance(a, KeepsUploads)]
+    for uploader in uploaders:
+        uploader.use_media_quota(quota)
+    if uploaders:
+        sweep = UploadSweep(uploaders, quota)
+        await sweep.start()
+        stack.push_async_callback(sweep.stop)

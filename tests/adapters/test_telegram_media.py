@@ -307,3 +307,28 @@ def _inbox_payloads(db: Path) -> str:
 
     with sqlite3.connect(db) as conn:
         return "\n".join(row[0] for row in conn.execute("SELECT payload FROM inbox"))
+
+
+async def test_a_photo_past_the_daily_quota_is_a_note_and_the_caption_is_answered(
+    rig: TelegramRig, home: Path
+) -> None:
+    rig.emulator.default = lambda request: Reply(text="answered")
+    first, second = jpeg(600, 400, (200, 10, 10)), jpeg(600, 400, (10, 200, 10))
+    limit = len(first) + len(second) // 2
+    async with rig.app(**{"media.quota.per_person_daily_bytes": limit}) as _:
+        rig.fake.push_image(CHAT, USER, first, width=600, height=400, caption="first picture")
+        await rig.fake.wait_for_sent(1)
+        rig.fake.push_image(CHAT, USER, second, width=600, height=400, caption="second picture")
+        await rig.fake.wait_for_sent(2)
+        rig.fake.push_image(CHAT, USER, first, width=600, height=400, caption="the first again")
+        await rig.fake.wait_for_sent(3)
+    one, two, three = rig.emulator.requests
+    assert len(blocks_of(one, "image")) == 1
+    refused = last_user_text(two)
+    assert refused.startswith("second picture")
+    assert (
+        "not kept: you've reached today's limit for files" in refused and "more can be sent after" in refused
+    )
+    assert [s.plain_text for s in rig.fake.sent] == ["answered"] * 3
+    assert len(blocks_of(three, "image")) == 2, "the same picture again takes no more space"
+    assert len(list((home / "media").iterdir())) == 1

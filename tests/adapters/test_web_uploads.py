@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -18,6 +20,8 @@ from PIL import Image
 from mnemo.adapters.web_uploads import MAX_UPLOAD_BYTES
 from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply
 from mnemo.gateway.media import MAX_IMAGE_SIDE
+from tests.adapters.telegram_harness import wait_until
+from tests.contract.conftest import BACKENDS
 from tests.fakes.telegram_world import jpeg
 from tests.support.hostile_media import jpeg_declaring, png_declaring
 from tests.support.webchat import ChatClient, open_web_app, web_settings
@@ -263,3 +267,79 @@ async def test_the_page_attaches_a_photo_and_shows_why_a_damaged_one_is_refused(
             await browser.close()
     [image] = blocks_of(emulator.requests[-1], "image")
     assert base64.b64decode(image["source"]["data"]) == jpeg(64, 48)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_uploads_are_refused_past_the_daily_quotas(
+    home: Path, emulator: Emulator, http, backend: str, request: pytest.FixtureRequest
+) -> None:
+    # Issue 26: 30 uploads of 10 MB from 3 made-up ids were all taken (315 MB).
+    mb = 2**20
+    database = (
+        {"database.url": request.getfixturevalue("pg_cluster").fresh_database()}
+        if backend == "postgresql"
+        else {}
+    )
+    quota = {
+        **database,
+        "media.quota.per_person_daily_bytes": 3 * mb,
+        "media.quota.global_daily_bytes": 7 * mb,
+        "media.quota.per_person_total_bytes": None,
+        "media.quota.global_total_bytes": None,
+    }
+    statuses: dict[str, list[int]] = {}
+    async with open_web_app(web_settings(home, **quota), emulator.base_url) as app:
+        for n in range(12):
+            user = f"made-up-id-{n % 3}"
+            headers = {"Content-Type": "text/plain", "X-File-Name": f"f{n}.txt"}
+            data = bytes([n]) * mb
+            async with http.post(
+                f"{app.web.url}/upload", params={"user": user}, data=data, headers=headers
+            ) as r:
+                statuses.setdefault(user, []).append(r.status)
+                if r.status == 429:
+                    body = await r.json()
+                    assert int(r.headers["Retry-After"]) > 0
+                    assert "reached today's limit for files" in body["error"]
+    assert statuses == {
+        "made-up-id-0": [200, 200, 200, 429],
+        "made-up-id-1": [200, 200, 429, 429],  # the bot's 7 MB went at the 7th upload
+        "made-up-id-2": [200, 200, 429, 429],
+    }
+    stored = sorted((home / "media" / "uploads").rglob("*.bin"))
+    assert len(stored) == 7, "a refused upload is not written"
+
+
+async def test_an_upload_past_the_total_space_is_413(home: Path, emulator: Emulator, http) -> None:
+    quota = {"media.quota.per_person_total_bytes": 2048, "media.quota.global_total_bytes": None}
+    async with open_web_app(web_settings(home, **quota), emulator.base_url) as app:
+        first = await upload(http, app.web.url, ALICE, b"a" * 1500, "text/plain", "a.txt")
+        second = await upload(http, app.web.url, ALICE, b"b" * 1500, "text/plain", "b.txt")
+        again = await upload(http, app.web.url, ALICE, b"a" * 1500, "text/plain", "a.txt")
+    assert first[0] == 200 and again[0] == 200, "the same file again takes no more space"
+    assert second == (
+        413,
+        {"error": "your files fill the space you have on this bot (2 KB); ask its operator for more"},
+    )
+
+
+async def test_uploads_a_day_old_are_removed_whoever_made_them_and_free_their_quota(
+    home: Path, emulator: Emulator, http
+) -> None:
+    # Issue 26: an old upload was removed only when the same id uploaded again.
+    quota = {"media.quota.per_person_total_bytes": 4000}
+    settings = web_settings(home, **quota)
+    async with open_web_app(settings, emulator.base_url) as app:
+        status, body = await upload(http, app.web.url, ALICE, b"x" * 3000, "text/plain", "old.txt")
+        assert status == 200
+        assert (await upload(http, app.web.url, ALICE, b"y" * 3000, "text/plain", "new.txt"))[0] == 413
+    day_ago = time.time() - 24 * 3600 - 60
+    for path in (home / "media" / "uploads" / ALICE).iterdir():
+        os.utime(path, (day_ago, day_ago))
+    async with open_web_app(settings, emulator.base_url) as app:  # the sweep runs at start, then hourly
+        await wait_until(lambda: not (home / "media" / "uploads" / ALICE / f"{body['id']}.bin").exists())
+        chat = await ChatClient.connect(http, app.web.url, ALICE)
+        await chat.send({"type": "message", "id": "m-old", "text": "x", "attachments": [body["id"]]})
+        assert (await chat.next("error"))["text"] == "an attached file is no longer there; attach it again"
+        await chat.close()
+        assert (await upload(http, app.web.url, ALICE, b"y" * 3000, "text/plain", "new.txt"))[0] == 200

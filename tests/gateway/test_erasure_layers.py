@@ -59,6 +59,10 @@ def attach(home: Path, author: str, name: str, data: bytes) -> None:
             "UPDATE messages SET meta = json_set(meta, '$.media', json(?)) WHERE id = ?",
             (json.dumps([ref]), mid),
         )
+        conn.execute(  # counted against media.quota as the pipeline does
+            "INSERT INTO media_usage (owner, kind, file, bytes, day, created_at) VALUES (?, 'stored', ?, ?, ?, ?)",
+            (f"loop:{author}", name, len(data), "2026-01-01", 1.0),
+        )
 
 
 async def seed_more(app_factory, emulator, home: Path) -> None:
@@ -151,6 +155,7 @@ async def test_erase_reaches_skills_links_media_and_cron_and_leaves_the_others(
     with sqlite3.connect(home / "state.db") as conn:
         assert conn.execute("SELECT COUNT(*) FROM identity_links").fetchone()[0] == 0
         assert conn.execute("SELECT COUNT(*) FROM link_codes").fetchone()[0] == 0
+        assert conn.execute("SELECT owner FROM media_usage").fetchall() == [("loop:bob",)]
         assert (
             conn.execute("SELECT COUNT(*) FROM sessions WHERE user_id IN ('alice', 'alice2')").fetchone()[0]
             == 0

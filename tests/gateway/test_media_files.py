@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import unicodedata
+import zlib
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,17 @@ def test_a_pdfs_pages_are_counted_however_it_hides_them(
 @given(data=st.binary(max_size=400), pages=st.integers(1, 5), object_stream=st.booleans())
 def test_any_bytes_give_a_page_count_or_one_refusal(data: bytes, pages: int, object_stream: bool) -> None:
     sample = pdf(pages, object_stream=object_stream)
-    for candidate in (data, sample[: len(data)] + data, sample.replace(b"stream\n", b"stream\n" + data[:8])):
+    packed = (  # an object stream whose header and objects are these bytes
+        b"%PDF-1.5\n1 0 obj\n<< /Type /ObjStm /N 2 /First 9 >>\nstream\n"
+        + zlib.compress(data)
+        + b"\nendstream\nendobj\n"
+    )
+    for candidate in (
+        data,
+        sample[: len(data)] + data,
+        sample.replace(b"stream\n", b"stream\n" + data[:8]),
+        packed,
+    ):
         try:
             assert count_pages(candidate) >= 1
         except PdfUnreadable:
@@ -117,8 +128,6 @@ def test_any_bytes_give_a_page_count_or_one_refusal(data: bytes, pages: int, obj
 
 
 def test_an_object_stream_inflating_past_the_bound_is_refused() -> None:
-    import zlib
-
     bomb = zlib.compress(b" " * (MAX_INFLATED_BYTES + 1), 9)
     data = (
         b"%PDF-1.5\n1 0 obj\n<< /Type /ObjStm /N 1 /First 4 /Filter /FlateDecode >>\nstream\n"
