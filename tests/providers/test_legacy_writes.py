@@ -178,9 +178,10 @@ async def test_the_postgresql_migration_keys_provider_writes_the_same_way(pg_clu
     from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
     from mnemo.memory.pg.db import PgDatabase
 
-    assert PG_MIGRATIONS[-1].name == STATE_MIGRATIONS[12].name == "0013_jobs_dedupe_key"
+    step = next(i for i, m in enumerate(PG_MIGRATIONS) if m.name == "0013_jobs_dedupe_key")
+    assert STATE_MIGRATIONS[12].name == "0013_jobs_dedupe_key"
     url = pg_cluster.fresh_database()
-    old = PgDatabase(url, migrations=PG_MIGRATIONS[:-1], max_size=1)
+    old = PgDatabase(url, migrations=PG_MIGRATIONS[:step], max_size=1)
     await old.open()
 
     async def insert(c: Any) -> None:
