@@ -18,43 +18,23 @@ The limits, ``media.quota`` in config.yaml (``None``: no limit):
 (SQLite: the single writer's ``BEGIN IMMEDIATE``; PostgreSQL: a transaction-scoped
 advisory lock), so uploads arriving together — on several replicas too — cannot pass a
 limit together. It returns None (go on) or a ``QuotaExceeded`` whose ``text`` is the one
-line the person is shown. ``release`` forgets removed uploads; ``erase_usage_within`` a
-person's rows (``/forget me``).
+line the person is shown. ``release`` forgets removed uploads.
+
+The repositories: ``SqliteMediaUsage`` (``gateway/people/media_usage.py``, beside the
+links it reads) and ``PgMediaUsage`` (``gateway/storage_pg/media_usage.py``).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
-from zoneinfo import ZoneInfo
 
 from mnemo.gateway.config import MediaQuotaSettings
-from mnemo.gateway.people.links import members_within
-from mnemo.memory.db import Database
-from mnemo.memory.migrations import Migration
 
 UPLOAD_KEEP_S = 24 * 3600  # a web upload not sent within a day is removed
-
-MEDIA_USAGE = Migration(
-    "0014_media_usage",
-    """
-CREATE TABLE media_usage (
-    owner TEXT NOT NULL,               -- PLATFORM:ID of the account that sent it
-    kind TEXT NOT NULL,                -- 'stored' (media/) or 'upload' (media/uploads/)
-    file TEXT NOT NULL,                -- the stored file's name, or USER/UPLOAD_ID
-    bytes INTEGER NOT NULL,
-    day TEXT NOT NULL,                 -- YYYY-MM-DD in gateway.timezone
-    created_at REAL NOT NULL,
-    PRIMARY KEY (owner, kind, file)
-) WITHOUT ROWID;
-CREATE INDEX media_usage_day ON media_usage(day);
-CREATE INDEX media_usage_file ON media_usage(kind, file);
-""",
-)
 
 Clock = Callable[[], datetime]
 
@@ -158,71 +138,6 @@ def first_exceeded(
         if cap is not None and used + size > cap:
             return QuotaExceeded(limit, cap, used, next_midnight(now) if limit.daily else None, now)
     return None
-
-
-_KEPT = "(kind = 'stored' OR created_at > ?)"
-
-
-class SqliteMediaUsage:
-    """``MediaUsageRepository`` on ``state.db``."""
-
-    def __init__(self, db: Database, *, timezone: str = "UTC", clock: Clock = utc_now) -> None:
-        self._db = db
-        self.tz = ZoneInfo(timezone)
-        self.clock = clock
-
-    async def admit(
-        self, owner: str, kind: MediaKind, file: str, size: int, limits: MediaQuotaSettings
-    ) -> QuotaExceeded | None:
-        now = self.clock().astimezone(self.tz)
-
-        def tx(conn: sqlite3.Connection) -> QuotaExceeded | None:
-            if conn.execute(
-                "SELECT 1 FROM media_usage WHERE owner = ? AND kind = ? AND file = ?", (owner, kind, file)
-            ).fetchone():
-                return None  # the same content again: nothing more is kept
-            person = _usage(conn, members_within(conn, owner), now)
-            everyone = _usage(conn, None, now)
-            exceeded = first_exceeded(limits, size, person, everyone, now)
-            if exceeded is None:
-                conn.execute(
-                    "INSERT INTO media_usage (owner, kind, file, bytes, day, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (owner, kind, file, size, now.date().isoformat(), now.timestamp()),
-                )
-            return exceeded
-
-        return await self._db.write(tx)
-
-    async def release(self, kind: MediaKind, files: Sequence[str]) -> int:
-        def tx(conn: sqlite3.Connection) -> int:
-            return sum(
-                conn.execute("DELETE FROM media_usage WHERE kind = ? AND file = ?", (kind, f)).rowcount
-                for f in files
-            )
-
-        return await self._db.write(tx) if files else 0
-
-    async def usage(self, owner: str) -> MediaUsage:
-        now = self.clock().astimezone(self.tz)
-        return await self._db.read(
-            lambda conn: _usage(conn, None if owner == "*" else members_within(conn, owner), now)
-        )
-
-
-def _usage(conn: sqlite3.Connection, owners: list[str] | None, now: datetime) -> MediaUsage:
-    where, args = ("", []) if owners is None else (f" AND owner IN ({','.join('?' * len(owners))})", owners)
-    row = conn.execute(
-        f"SELECT COALESCE(SUM(CASE WHEN day = ? THEN bytes END), 0),"
-        f" COALESCE(SUM(CASE WHEN {_KEPT} THEN bytes END), 0) FROM media_usage WHERE 1 = 1{where}",
-        (now.date().isoformat(), now.timestamp() - UPLOAD_KEEP_S, *args),
-    ).fetchone()
-    return MediaUsage(int(row[0]), int(row[1]))
-
-
-def erase_usage_within(conn: sqlite3.Connection, owner: str) -> int:
-    """Forget what ``owner`` stored (their files are erased with their messages)."""
-    return int(conn.execute("DELETE FROM media_usage WHERE owner = ?", (owner,)).rowcount)
 
 
 class MediaQuota:

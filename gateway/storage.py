@@ -20,7 +20,7 @@ rename (``tests/memory/test_db_migrations.py`` pins the historical names)::
     0011_identity_links          gateway/people/schema.py
     0012_streams                 gateway/delivery/schema.py
     0013_jobs_dedupe_key         gateway/jobs/schema.py
-    0014_media_usage             gateway/media_quota.py
+    0014_media_usage             gateway/people/media_usage.py
 
 Every process that opens ``state.db`` (the gateway, each CLI command, a benchmark)
 goes through ``state_database``.
@@ -70,10 +70,11 @@ from mnemo.gateway.inbound.access import PairingRepository, RateWindow
 from mnemo.gateway.inbound.schema import PAIRINGS
 from mnemo.gateway.jobs.schema import JOBS, JOBS_DEDUPE_KEY
 from mnemo.gateway.jobs.store import JobStorage
-from mnemo.gateway.media_quota import MEDIA_USAGE, MediaUsageRepository
+from mnemo.gateway.media_quota import MediaUsageRepository
 from mnemo.gateway.people.directory import Directory
 from mnemo.gateway.people.erasure import PersonalData
 from mnemo.gateway.people.links import LinkRepository
+from mnemo.gateway.people.media_usage import MEDIA_USAGE
 from mnemo.gateway.people.schema import IDENTITY_LINKS
 from mnemo.memory.db import Database
 from mnemo.memory.identity import Identities

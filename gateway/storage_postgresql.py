@@ -41,10 +41,10 @@ class PgBackend:
         from mnemo.gateway.storage_pg.inbox import PgInbox
         from mnemo.gateway.storage_pg.jobs import PgJobStore
         from mnemo.gateway.storage_pg.links import PgIdentityLinks
+        from mnemo.gateway.storage_pg.media_usage import PgMediaUsage
         from mnemo.gateway.storage_pg.outbox import PgOutbox
         from mnemo.gateway.storage_pg.pairings import PgPairingStore
         from mnemo.gateway.storage_pg.people import PgDirectory
-        from mnemo.gateway.storage_pg.media_usage import PgMediaUsage
         from mnemo.gateway.storage_pg.rate_limits import PgRateLimits
         from mnemo.gateway.storage_pg.streams import PgStreamRecords
         from mnemo.memory.identity import Identities

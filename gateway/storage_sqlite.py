@@ -54,10 +54,10 @@ class SqliteBackend:
         from mnemo.gateway.delivery.streams import StreamRecords
         from mnemo.gateway.inbound.access import PairingStore, RateLimiter
         from mnemo.gateway.jobs.store import JobStore
-        from mnemo.gateway.media_quota import SqliteMediaUsage
         from mnemo.gateway.people.directory import StateDirectory
         from mnemo.gateway.people.erasure_state import StateData
         from mnemo.gateway.people.links import IdentityLinks
+        from mnemo.gateway.people.media_usage import SqliteMediaUsage
         from mnemo.memory.curated import MemoryFiles
         from mnemo.memory.sessions import SessionStore
 

@@ -25,6 +25,7 @@ from mnemo.gateway.config import Settings
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.people.erasure import PROVIDER_WRITE, Found, media_names
 from mnemo.gateway.people.links import members_within
+from mnemo.gateway.people.media_usage import erase_usage_within
 from mnemo.memory.db import Database
 from mnemo.memory.durable import forget_user
 from mnemo.memory.migrations import context_sql
@@ -199,6 +200,7 @@ class StateData:
             "pairing": n(pairing),
             "cron_jobs": n(cron),
             "usage": n("SELECT day FROM usage_days WHERE payer = :p || ':' || :u"),
+            "media_usage": n("SELECT file FROM media_usage WHERE owner = :p || ':' || :u"),
             "links": n("SELECT member FROM identity_links WHERE member = :p || ':' || :u")
             + n("SELECT code_hash FROM link_codes WHERE user = :p || ':' || :u"),
             "provider": self._forget_at_provider(conn, user, delete=False),
@@ -250,6 +252,7 @@ class StateData:
                 )
             conn.execute(f"DELETE FROM pairings WHERE code IN ({pairing})", who)
             self.budgets.erase_within(conn, str(user))
+            erase_usage_within(conn, str(user))
             conn.execute("DELETE FROM identity_links WHERE member = ?", (str(user),))
             conn.execute("DELETE FROM link_codes WHERE user = ?", (str(user),))
             conn.execute("UPDATE identity_generation SET n = n + 1 WHERE id = 1")

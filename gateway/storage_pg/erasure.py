@@ -61,6 +61,7 @@ TOUCHED = (
     "curated_memory",
     "rate_limit_users",
     "rate_limit_hits",
+    "media_usage",
 )
 
 # Their own sessions: their DMs (P:dm:CHAT — on Discord the chat is a DM channel, not
@@ -104,6 +105,7 @@ _COUNTS = {
     "pairing": "SELECT code FROM pairings WHERE platform = %(p)s AND user_id = %(u)s",
     "cron_jobs": "SELECT id FROM cron_jobs WHERE platform = %(p)s AND user_id = %(u)s",
     "usage": "SELECT day FROM usage_days WHERE payer = %(who)s",
+    "media_usage": "SELECT file FROM media_usage WHERE owner = %(who)s",
     "links": "SELECT member FROM identity_links WHERE member = %(who)s"
     " UNION ALL SELECT code_hash FROM link_codes WHERE usr = %(who)s",
     "profile": "SELECT owner FROM curated_memory WHERE target = 'user' AND owner = %(who)s",
@@ -215,6 +217,7 @@ class PgPersonalData:
         await conn.execute("DELETE FROM curated_memory WHERE target = 'user' AND owner = %(who)s", who)
         await conn.execute("DELETE FROM rate_limit_hits WHERE key = %(who)s", who)
         await conn.execute("DELETE FROM rate_limit_users WHERE key = %(who)s", who)
+        await conn.execute("DELETE FROM media_usage WHERE owner = %(who)s", who)
         await self._forget_at_provider(conn, user)
         return found
 

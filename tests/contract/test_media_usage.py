@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from mnemo.gateway.config import MediaQuotaSettings
-from mnemo.gateway.media_quota import Limit, MediaKind, MediaUsage, MediaUsageRepository, SqliteMediaUsage
+from mnemo.gateway.media_quota import Limit, MediaKind, MediaUsage, MediaUsageRepository
 from mnemo.gateway.people.links import IdentityLinks
+from mnemo.gateway.people.media_usage import SqliteMediaUsage
 from mnemo.gateway.storage import state_database
 from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.identity import Identities
