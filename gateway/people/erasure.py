@@ -75,6 +75,7 @@ LAYERS = (
     "links",
     "skills",
     "media",
+    "media_usage",
     "copies",
     "backups",
     "provider",

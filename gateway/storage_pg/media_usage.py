@@ -24,7 +24,7 @@ from mnemo.gateway.media_quota import (
     first_exceeded,
     utc_now,
 )
-from mnemo.gateway.storage_pg.links import _members
+from mnemo.gateway.storage_pg.links import members_of
 from mnemo.memory.pg.db import Connection, PgDatabase, PgMigration
 
 MEDIA_USAGE = PgMigration(
@@ -70,7 +70,7 @@ class PgMediaUsage:
             ).fetchone()
             if known is not None:
                 return None  # the same content again: nothing more is kept
-            person = await _usage(conn, await _members(conn, owner), now)
+            person = await _usage(conn, await members_of(conn, owner), now)
             everyone = await _usage(conn, None, now)
             exceeded = first_exceeded(limits, size, person, everyone, now)
             if exceeded is None:
@@ -99,7 +99,7 @@ class PgMediaUsage:
         now = self.clock().astimezone(self.tz)
 
         async def q(conn: Connection) -> MediaUsage:
-            return await _usage(conn, None if owner == "*" else await _members(conn, owner), now)
+            return await _usage(conn, None if owner == "*" else await members_of(conn, owner), now)
 
         return await self._db.read(q)
 
