@@ -21,6 +21,8 @@ rename (``tests/memory/test_db_migrations.py`` pins the historical names)::
     0012_streams                 gateway/delivery/schema.py
     0013_jobs_dedupe_key         gateway/jobs/schema.py
     0014_media_usage             gateway/people/media_usage.py
+    0015_memory_journal          memory/journal_sqlite.py
+    0016_memory_policies         memory/policy.py
 
 Every process that opens ``state.db`` (the gateway, each CLI command, a benchmark)
 goes through ``state_database``.
@@ -78,6 +80,8 @@ from mnemo.gateway.people.media_usage import MEDIA_USAGE
 from mnemo.gateway.people.schema import IDENTITY_LINKS
 from mnemo.memory.db import Database
 from mnemo.memory.identity import Identities
+from mnemo.memory.journal import DocumentJournal, JournalRepository, ProposalRepository
+from mnemo.memory.journal_sqlite import MEMORY_JOURNAL
 from mnemo.memory.migrations import (
     CJK_VIEW,
     CONTEXTUAL_INDEX,
@@ -85,6 +89,7 @@ from mnemo.memory.migrations import (
     SESSIONS_AND_MESSAGES,
     Migration,
 )
+from mnemo.memory.policy import MEMORY_POLICIES, PolicyRepository
 from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 
 if TYPE_CHECKING:
@@ -108,6 +113,8 @@ STATE_MIGRATIONS: tuple[Migration, ...] = (
     STREAMS,
     JOBS_DEDUPE_KEY,
     MEDIA_USAGE,
+    MEMORY_JOURNAL,
+    MEMORY_POLICIES,
 )
 
 
@@ -155,6 +162,13 @@ class StorageBackend:
     personal_data: PersonalData  # what ``Erasure`` removes of a person
     rate_limits: RateWindow  # in the process (SQLite) or shared by every replica (PostgreSQL)
     media_usage: MediaUsageRepository  # what people store, for media.quota (gateway/media_quota.py)
+    # The memory journal (``memory/journal.py``): history, undo, provider writes, trust.
+    journal: JournalRepository
+    proposals: ProposalRepository  # writes waiting for a person's confirmation (remember: ask)
+    # How layers kept outside the database journal their writes (stage → write →
+    # commit): the curated files on SQLite, skills, facts.db.
+    documents: DocumentJournal
+    policies: PolicyRepository  # memory policies per person and per chat
     # A lock on a key held across every process of the database (PostgreSQL's advisory
     # locks); None when one process owns the store (SQLite).
     shared_lock: Callable[[str], AbstractAsyncContextManager[None]] | None = None

@@ -49,6 +49,8 @@ class PgBackend:
         from mnemo.gateway.storage_pg.streams import PgStreamRecords
         from mnemo.memory.identity import Identities
         from mnemo.memory.pg.curated import PgCuratedFiles
+        from mnemo.memory.pg.journal import PgDocumentJournal, PgJournal
+        from mnemo.memory.pg.policy import PgPolicies
         from mnemo.memory.pg.search import PgSessionSearch
         from mnemo.memory.pg.sessions import PgSessionStore
 
@@ -72,6 +74,9 @@ class PgBackend:
             identities=identities,
             connect_timeout_s=cfg.connect_timeout_s,
         )
+        # Rows journal their writes in their own transaction; skills (files) stage theirs.
+        documents = PgDocumentJournal(files.connection)
+        journal = PgJournal(db, documents=documents)
         budgets = PgBudgets(db, timezone=settings.gateway.timezone, clock=clock)
         sessions = PgSessionStore(db)
         sessions.record_usage_in(budgets.record_within)  # in the same transaction as the usage
@@ -95,12 +100,17 @@ class PgBackend:
             personal_data=PgPersonalData(db, settings, budgets),
             rate_limits=PgRateLimits(db),
             media_usage=PgMediaUsage(db, timezone=settings.gateway.timezone),
+            journal=journal,
+            proposals=journal,
+            documents=documents,
+            policies=PgPolicies(db),
             shared_lock=db.advisory_lock,
             streams=PgStreamRecords(db),
             replica=replica,
             closers=[files.close],
         )
         try:
+            await journal.settle()
             await backend.links.refresh()
         except BaseException:
             await backend.close()

@@ -59,6 +59,8 @@ class SqliteBackend:
         from mnemo.gateway.people.links import IdentityLinks
         from mnemo.gateway.people.media_usage import SqliteMediaUsage
         from mnemo.memory.curated import MemoryFiles
+        from mnemo.memory.journal_sqlite import SqliteJournal
+        from mnemo.memory.policy import SqlitePolicies
         from mnemo.memory.sessions import SessionStore
 
         settings = self.settings
@@ -82,8 +84,13 @@ class SqliteBackend:
 
         mem = settings.memory
         identities = Identities()
+        journal = SqliteJournal(db)  # in state.db; the files stage their entries (memory/journal.py)
         files = MemoryFiles(
-            settings.memories_dir, mem.memory_char_limit, mem.user_char_limit, identities=identities
+            settings.memories_dir,
+            mem.memory_char_limit,
+            mem.user_char_limit,
+            identities=identities,
+            journal=journal,
         )
         budgets = SqliteBudgets(db, timezone=settings.gateway.timezone, clock=clock)
         sessions = SessionStore(db)
@@ -109,9 +116,14 @@ class SqliteBackend:
             personal_data=StateData(db, settings, budgets, rate=rate),
             rate_limits=rate,
             media_usage=SqliteMediaUsage(db, timezone=settings.gateway.timezone),
+            journal=journal,
+            proposals=journal,
+            documents=journal,
+            policies=SqlitePolicies(db),
             streams=StreamRecords(db),
         )
         try:
+            await journal.settle()  # entries a killed writer left staged: kept or dropped
             await backend.links.refresh()
             if serve:
                 # Re-indexing of rows older than the contextual index and semantic

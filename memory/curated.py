@@ -16,19 +16,41 @@ take no lock: they see the old file or the new one, never a part.
 A file that exists but cannot be read or decoded refuses every write: treating it as
 empty would overwrite what a human can still rescue. All methods here block; async
 callers run them in a thread.
+
+Every change is journaled (``memory/journal.py``) with the ``Provenance`` its caller
+gives: under the file's lock, the entry is staged with the SHA-256 the file will have,
+the file is replaced, and the entry committed — so a writer killed in between leaves
+an entry the next locked writer (or the next process opening the backend) keeps or
+drops by comparing that hash with the file. No journal (a bare ``MemoryFiles`` in a
+tool or test): the file is written as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from mnemo.memory.atomic import ensure_folder, exclusive_lock, replace_file
-from mnemo.memory.errors import InvalidIdentifier, MemoryRefused, MemoryUnreadable
+from mnemo.memory.errors import InvalidIdentifier, MemoryRefused, MemoryUnreadable, StoreError
 from mnemo.memory.identity import Identities
+from mnemo.memory.journal import (
+    SHARED,
+    Actor,
+    DocumentJournal,
+    FileEvidence,
+    Layer,
+    NewEntry,
+    Provenance,
+    Trust,
+    digest,
+    settle_held,
+)
 from mnemo.memory.scope import UserRef
 from mnemo.memory.threats import Threat, ThreatCategory, scan
 
@@ -37,6 +59,8 @@ SEPARATOR = "═" * 46
 PREVIEW_CHARS = 80
 DEFAULT_MEMORY_LIMIT = 2200
 DEFAULT_USER_LIMIT = 1375
+
+log = structlog.get_logger(__name__)
 
 
 class Target(StrEnum):
@@ -125,12 +149,20 @@ class Snapshot:
             for e, t in zip(self.entries, self.threats, strict=True)
         )
 
-    def render_block(self) -> str:
-        """The system-prompt block; "" for an empty file so no empty frame is sent."""
+    def render_block(self, marks: Mapping[str, str] | None = None) -> str:
+        """The system-prompt block; "" for an empty file so no empty frame is sent.
+        ``marks``: a compact prefix per entry (its trust, ``journal.marked``); the usage
+        in the header is the file's own, without them."""
         if not self.entries:
             return ""
         header = f"{_HEADERS[self.target]} [{_usage(self.chars, self.limit)}]"
-        return f"{SEPARATOR}\n{header}\n{SEPARATOR}\n{join_entries(self.shown_entries)}"
+        shown = self.shown_entries
+        if marks:
+            shown = tuple(
+                f"{marks.get(e, '')}{s}" if t is None else s
+                for e, s, t in zip(self.entries, shown, self.threats, strict=True)
+            )
+        return f"{SEPARATOR}\n{header}\n{SEPARATOR}\n{join_entries(shown)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +181,7 @@ class WriteResult:
     entries: tuple[str, ...] | None = None  # current entries, so the model can consolidate
     previews: tuple[str, ...] | None = None  # entries an ambiguous old_text matched
     threat: ThreatCategory | None = None
+    journal_id: int | None = None  # the journal entry of a write that changed the file
 
     @property
     def pct(self) -> int:
@@ -199,12 +232,16 @@ class CuratedFile:
         *,
         root: Path | None = None,
         lock_timeout: float = 10.0,
+        owner: str = SHARED,
+        journal: DocumentJournal | None = None,
     ) -> None:
         self.target = Target(target)
         self.path = Path(path)
         self.limit = limit
+        self.owner = owner  # the journal's target: SHARED or the person's PLATFORM:ID
         self._root = root  # the folder this file must stay inside, checked before mkdir
         self._lock_timeout = lock_timeout
+        self._journal = journal
 
     def __repr__(self) -> str:
         return f"CuratedFile({self.target}, {str(self.path)!r}, limit={self.limit})"
@@ -256,7 +293,7 @@ class CuratedFile:
         return Snapshot(self.target, entries, self.limit, threats, tuple(warnings))
 
     # --- writing ---------------------------------------------------------------------
-    def add(self, content: str) -> WriteResult:
+    def add(self, content: str, by: Provenance | None = None) -> WriteResult:
         def decide(current: tuple[str, ...]) -> _Change | WriteResult:
             entry = clean_text(content)
             if not entry:
@@ -270,9 +307,9 @@ class CuratedFile:
             over = self._over_limit(Action.ADD, current, new, len(entry))
             return over or _Change(new, f"Entry added to {self.path.name}.", entry=entry)
 
-        return self._transact(Action.ADD, decide)
+        return self._transact(Action.ADD, decide, by)
 
-    def replace(self, old_text: str, content: str) -> WriteResult:
+    def replace(self, old_text: str, content: str, by: Provenance | None = None) -> WriteResult:
         def decide(current: tuple[str, ...]) -> _Change | WriteResult:
             old = clean_text(old_text)
             if not old:
@@ -305,9 +342,9 @@ class CuratedFile:
                 new, f"Entry replaced in {self.path.name}.{merged}", entry=entry, old_entry=current[found]
             )
 
-        return self._transact(Action.REPLACE, decide)
+        return self._transact(Action.REPLACE, decide, by)
 
-    def remove(self, old_text: str) -> WriteResult:
+    def remove(self, old_text: str, by: Provenance | None = None) -> WriteResult:
         def decide(current: tuple[str, ...]) -> _Change | WriteResult:
             old = clean_text(old_text)
             if not old:
@@ -318,7 +355,7 @@ class CuratedFile:
             new = (*current[:found], *current[found + 1 :])
             return _Change(new, f"Entry removed from {self.path.name}.", old_entry=current[found])
 
-        return self._transact(Action.REMOVE, decide)
+        return self._transact(Action.REMOVE, decide, by)
 
     # --- decisions -------------------------------------------------------------------
     def _result(
@@ -386,12 +423,28 @@ class CuratedFile:
         return hits[0]
 
     # --- the transaction -------------------------------------------------------------
+    def journal_entry(self, action: Action, outcome: _Change, by: Provenance | None) -> NewEntry:
+        return NewEntry(
+            Layer.CURATED,
+            self.owner,
+            str(action),
+            outcome.old_entry,
+            outcome.entry,
+            by or Provenance.system(),
+        )
+
     def _transact(
-        self, action: Action, decide: Callable[[tuple[str, ...]], _Change | WriteResult]
+        self,
+        action: Action,
+        decide: Callable[[tuple[str, ...]], _Change | WriteResult],
+        by: Provenance | None = None,
     ) -> WriteResult:
+        journal, entry_id = self._journal, None
         try:
             ensure_folder(self.path.parent, self._root)
             with exclusive_lock(self.lock_path, self._lock_timeout):
+                if journal is not None:
+                    settle_held(journal, Layer.CURATED, self.owner)  # a killed writer's entry first
                 try:
                     current = self._read()
                 except MemoryUnreadable as e:
@@ -402,14 +455,27 @@ class CuratedFile:
                 outcome = decide(current)
                 if isinstance(outcome, WriteResult):
                     return outcome
-                replace_file(self.path, join_entries(outcome.entries).encode("utf-8"))
+                data = join_entries(outcome.entries).encode("utf-8")
+                if journal is not None:
+                    evidence = FileEvidence(self.lock_path, self.path, digest(data))
+                    entry_id = journal.stage(self.journal_entry(action, outcome, by), evidence)
+                try:
+                    replace_file(self.path, data)
+                except BaseException:
+                    if journal is not None and entry_id is not None:
+                        journal.abort(entry_id)
+                    raise
+                if journal is not None and entry_id is not None:
+                    _commit(journal, entry_id)
         except MemoryRefused as e:
             return self._failure(action, f"{e.reason} Nothing was saved.")
+        except (StoreError, sqlite3.Error) as e:
+            return self._failure(action, f"The memory journal cannot be written ({e}). Nothing was saved.")
         except OSError as e:
             return self._failure(action, f"Writing {self.path.name} failed ({e.strerror or e}).")
-        return self._saved(action, outcome)
+        return self._saved(action, outcome, entry_id)
 
-    def _saved(self, action: Action, outcome: _Change) -> WriteResult:
+    def _saved(self, action: Action, outcome: _Change, journal_id: int | None = None) -> WriteResult:
         """The result of a write that is stored (files and rows alike)."""
         done = "Saved — the write is complete; do not repeat it."
         if action is not Action.REMOVE:
@@ -424,6 +490,7 @@ class CuratedFile:
             changed=True,
             entry=outcome.entry,
             old_entry=outcome.old_entry,
+            journal_id=journal_id,
         )
 
     def _failure(self, action: Action, message: str) -> WriteResult:
@@ -489,12 +556,14 @@ class MemoryFiles:
         *,
         lock_timeout: float = 10.0,
         identities: Identities | None = None,
+        journal: DocumentJournal | None = None,
     ) -> None:
         self.memories_dir = Path(memories_dir)
         self.memory_limit = memory_limit
         self.user_limit = user_limit
         self._lock_timeout = lock_timeout
         self.identities = identities
+        self.journal = journal  # every file's writes are journaled here (None: not journaled)
 
     @property
     def users_dir(self) -> Path:
@@ -507,6 +576,7 @@ class MemoryFiles:
             self.memory_limit,
             root=self.memories_dir,
             lock_timeout=self._lock_timeout,
+            journal=self.journal,
         )
 
     def user(self, ref: UserRef) -> CuratedFile:
@@ -521,7 +591,13 @@ class MemoryFiles:
         if not path.resolve().is_relative_to(self.users_dir.resolve()):
             raise InvalidIdentifier(f"the USER.md of {ref} would resolve outside {self.users_dir}")
         return CuratedFile(
-            Target.USER, path, self.user_limit, root=self.users_dir, lock_timeout=self._lock_timeout
+            Target.USER,
+            path,
+            self.user_limit,
+            root=self.users_dir,
+            lock_timeout=self._lock_timeout,
+            owner=str(ref),
+            journal=self.journal,
         )
 
     def copy_own(self, source: UserRef, dest: UserRef) -> None:
@@ -533,22 +609,56 @@ class MemoryFiles:
         if src.path.is_file():
             with exclusive_lock(src.lock_path, self._lock_timeout):
                 data = src.path.read_bytes() if src.path.is_file() else None
+        note = f"the profile became a copy of {source}'s (accounts unlinked)"
         with exclusive_lock(dst.lock_path, self._lock_timeout):
-            if data is None:
-                dst.path.unlink(missing_ok=True)
-            else:
-                replace_file(dst.path, data)
+            self._journaled(dst, "copy", note, data, lambda: _put(dst.path, data))
 
     def drop_own(self, ref: UserRef) -> None:
         """Remove exactly this account's USER.md (its entries were merged into another's). Blocks."""
         file = self.own(ref)
         if not file.path.exists():
             return
+        note = "the profile was merged into a linked account's"
         with exclusive_lock(file.lock_path, self._lock_timeout):
-            file.path.unlink(missing_ok=True)
+            self._journaled(file, "drop", note, None, lambda: file.path.unlink(missing_ok=True))
+
+    def _journaled(
+        self, file: CuratedFile, op: str, note: str, data: bytes | None, write: Callable[[], None]
+    ) -> None:
+        """A whole-file change of linking (under the file's lock), journaled as one entry."""
+        journal = self.journal
+        if journal is None:
+            return write()
+        settle_held(journal, Layer.CURATED, file.owner)
+        entry = NewEntry(
+            Layer.CURATED, file.owner, op, None, None, Provenance(Actor.LINKS, Trust.ADMIN), note
+        )
+        entry_id = journal.stage(entry, FileEvidence(file.lock_path, file.path, digest(data)))
+        try:
+            write()
+        except BaseException:
+            journal.abort(entry_id)
+            raise
+        _commit(journal, entry_id)
 
     def blocks(self, speaker: UserRef | None) -> MemoryBlocks:
         """The one reader of the curated files for prompts and people: MEMORY.md and,
         with a speaker, their USER.md, read now (an unreadable file is reported, never
         shown as empty and never overwritten)."""
         return MemoryBlocks(self.shared().load(), None if speaker is None else self.user(speaker).load())
+
+
+def _put(path: Path, data: bytes | None) -> None:
+    if data is None:
+        path.unlink(missing_ok=True)
+    else:
+        replace_file(path, data)
+
+
+def _commit(journal: DocumentJournal, entry_id: int) -> None:
+    """The file is written: a commit that fails now leaves the entry staged, and the
+    next locked writer finds the file as staged and commits it — the write stands."""
+    try:
+        journal.commit(entry_id)
+    except (StoreError, sqlite3.Error):
+        log.warning("journal.commit_deferred", entry=entry_id)

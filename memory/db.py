@@ -172,6 +172,7 @@ class Database:
         self._pending: list[_Job] = []
         self._pending_lock = threading.Lock()
         self._draining = False
+        self._writer_thread: int | None = None
         self.busy_retries = 0  # total BUSY retries so far (for benchmarks and tests)
         self.schema_version = 0
 
@@ -210,6 +211,7 @@ class Database:
         return conn
 
     def _open_writer(self) -> int:
+        self._writer_thread = threading.get_ident()
         conn = self._connect()
         try:
             mode = self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
@@ -256,6 +258,11 @@ class Database:
         return await fut
 
     def write_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if threading.get_ident() == self._writer_thread and self._wconn is not None:
+            # Called from inside a write (a file written within a transaction, e.g. a
+            # link's profile merge, journaling its change): join that transaction;
+            # queueing behind it would wait for ever.
+            return fn(self._wconn)
         fut: Future[T] = Future()
         self._enqueue(_Job(fn, None, fut))
         return fut.result()

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from mnemo.memory.curated import MemoryBlocks, Snapshot, Target, WriteResult
 from mnemo.memory.identity import Identities
+from mnemo.memory.journal import Provenance
 from mnemo.memory.scope import UserRef
 from mnemo.memory.search import SearchResult
 from mnemo.memory.sessions import MessageRow, NewMessage, SessionRow
@@ -113,21 +114,23 @@ class CuratedDocument(Protocol):
     (``CuratedFile``) or a row (``memory/pg/curated.py``). Every method blocks; ``load``
     returns a frozen ``Snapshot`` that later writes never change; a write returns a
     ``WriteResult`` and never raises for bad input, a limit, the threat scan, an
-    unreadable store or a conflict (the result says why nothing was saved)."""
+    unreadable store or a conflict (the result says why nothing was saved). Every
+    change is journaled with ``by`` (``memory/journal.py``; None: a system write)."""
 
     target: Target
     limit: int
+    owner: str  # the journal's target: "shared" or the person's PLATFORM:ID
 
     @property
     def location(self) -> str: ...
 
     def load(self) -> Snapshot: ...
 
-    def add(self, content: str) -> WriteResult: ...
+    def add(self, content: str, by: Provenance | None = None) -> WriteResult: ...
 
-    def replace(self, old_text: str, content: str) -> WriteResult: ...
+    def replace(self, old_text: str, content: str, by: Provenance | None = None) -> WriteResult: ...
 
-    def remove(self, old_text: str) -> WriteResult: ...
+    def remove(self, old_text: str, by: Provenance | None = None) -> WriteResult: ...
 
 
 class CuratedRepository(Protocol):

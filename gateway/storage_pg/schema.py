@@ -16,6 +16,8 @@ from mnemo.gateway.storage_pg.media_usage import MEDIA_USAGE
 from mnemo.gateway.storage_pg.rate_limits import RATE_LIMITS
 from mnemo.memory.pg.curated import CURATED_MEMORY
 from mnemo.memory.pg.db import PgMigration
+from mnemo.memory.pg.journal import PG_MEMORY_JOURNAL
+from mnemo.memory.pg.policy import PG_MEMORY_POLICIES
 from mnemo.memory.pg.schema import CJK_VIEW, SESSIONS_AND_MESSAGES
 
 INBOX = PgMigration(
@@ -239,4 +241,6 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     RATE_LIMITS,  # storage_pg/rate_limits.py: the per-user rate limit's shared window
     JOBS_DEDUPE_KEY,  # the dedupe key of provider writes in its own column
     MEDIA_USAGE,  # storage_pg/media_usage.py: what people store, for media.quota
+    PG_MEMORY_JOURNAL,  # memory/pg/journal.py: every memory write with its provenance
+    PG_MEMORY_POLICIES,  # memory/pg/policy.py: what may be remembered, per person and chat
 )

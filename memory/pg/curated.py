@@ -13,6 +13,9 @@ row, ``ON CONFLICT DO NOTHING``). Zero rows changed means another writer came in
 between: the write re-reads and decides again, up to ``max_attempts`` times, then
 refuses with a conflict message (nothing saved). No update is ever lost.
 
+Each write inserts its journal entry (``memory/pg/journal.py``) in the same transaction
+as the row's new content, so both are there or neither — no staging as for files.
+
 Every method blocks (a small synchronous psycopg pool of its own), like the file
 implementation, so every caller runs it in a thread exactly as it does for files. A
 database that cannot be reached reads as an unreadable file: the snapshot says so and
@@ -45,7 +48,9 @@ from mnemo.memory.curated import (
 )
 from mnemo.memory.errors import MemoryUnreadable
 from mnemo.memory.identity import Identities
+from mnemo.memory.journal import SHARED, Actor, Layer, NewEntry, Provenance, Trust
 from mnemo.memory.pg.db import PgMigration, redact
+from mnemo.memory.pg.journal import insert_sync
 from mnemo.memory.scope import UserRef
 
 CURATED_MEMORY = PgMigration(
@@ -81,7 +86,7 @@ class PgCuratedFile(CuratedFile):
     memories folder (``MEMORY.md``, ``users/telegram/42/USER.md``), for messages only."""
 
     def __init__(self, rows: PgCuratedFiles, target: Target, owner: str, name: Path, limit: int) -> None:
-        super().__init__(target, name, limit)
+        super().__init__(target, name, limit, owner=owner or SHARED)
         self._rows = rows
         self._owner = owner
 
@@ -109,10 +114,14 @@ class PgCuratedFile(CuratedFile):
             return (), None
         return parse_entries(row[0]), int(row[1])
 
-    def _write_row(self, version: int | None, entries: tuple[str, ...]) -> bool:
-        """Store ``entries`` if the row is still at ``version``; False: someone else wrote."""
+    def _write_row(
+        self, version: int | None, entries: tuple[str, ...], entry: NewEntry | None = None
+    ) -> tuple[bool, int | None]:
+        """Store ``entries`` if the row is still at ``version``, and ``entry`` in the
+        journal in the same transaction: (stored, the entry's id). Not stored: someone
+        else wrote (and neither is there)."""
         content = _stored(join_entries(entries))
-        with self._rows.connection() as conn:
+        with self._rows.connection() as conn, conn.transaction():
             if version is None:
                 cur = conn.execute(
                     "INSERT INTO curated_memory (target, owner, content, version) VALUES (%s, %s, %s, 1)"
@@ -125,14 +134,21 @@ class PgCuratedFile(CuratedFile):
                     " WHERE target = %s AND owner = %s AND version = %s",
                     (content, str(self.target), self._owner, version),
                 )
-            return bool(cur.rowcount == 1)
+            if cur.rowcount != 1:
+                return False, None
+            if entry is None or not self._rows.journaled:
+                return True, None
+            return True, insert_sync(conn, entry, self._rows.clock())
 
     def _read(self) -> tuple[str, ...]:
         return self._read_row()[0]
 
     # --- the transaction -------------------------------------------------------------
     def _transact(
-        self, action: Action, decide: Callable[[tuple[str, ...]], _Change | WriteResult]
+        self,
+        action: Action,
+        decide: Callable[[tuple[str, ...]], _Change | WriteResult],
+        by: Provenance | None = None,
     ) -> WriteResult:
         attempts = self._rows.max_attempts
         for attempt in range(1, attempts + 1):
@@ -151,8 +167,11 @@ class PgCuratedFile(CuratedFile):
             if isinstance(outcome, WriteResult):
                 return outcome
             try:
-                if self._write_row(version, outcome.entries):
-                    return self._saved(action, outcome)
+                stored, entry_id = self._write_row(
+                    version, outcome.entries, self.journal_entry(action, outcome, by)
+                )
+                if stored:
+                    return self._saved(action, outcome, entry_id)
             except psycopg.Error as e:
                 return self._failure(
                     action, f"Writing {self.path.name} failed ({_first_line(e)}). Nothing was saved."
@@ -184,6 +203,8 @@ class PgCuratedFiles:
         max_attempts: int = DEFAULT_WRITE_ATTEMPTS,
         connect_timeout_s: float = 10.0,
         pool_size: int = 4,
+        journaled: bool = True,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -193,6 +214,8 @@ class PgCuratedFiles:
         self.identities = identities
         self.max_attempts = max_attempts
         self.conflicts = 0  # version conflicts seen (each one re-read and retried)
+        self.journaled = journaled  # False only to measure the journal's cost (bench/)
+        self.clock = clock
         self._connect_timeout_s = connect_timeout_s
         self._pool_size = pool_size
         self._pool: ConnectionPool[Any] | None = None
@@ -239,6 +262,9 @@ class PgCuratedFiles:
             row = conn.execute(
                 "SELECT content FROM curated_memory WHERE target = 'user' AND owner = %s", (str(source),)
             ).fetchone()
+            self._journal_link(
+                conn, dest, "copy", f"the profile became a copy of {source}'s (accounts unlinked)"
+            )
             if row is None:
                 conn.execute("DELETE FROM curated_memory WHERE target = 'user' AND owner = %s", (str(dest),))
                 return
@@ -251,8 +277,15 @@ class PgCuratedFiles:
 
     def drop_own(self, ref: UserRef) -> None:
         """Remove exactly this account's USER.md row (its entries were merged into another's)."""
-        with self.connection() as conn:
-            conn.execute("DELETE FROM curated_memory WHERE target = 'user' AND owner = %s", (str(ref),))
+        with self.connection() as conn, conn.transaction():
+            cur = conn.execute("DELETE FROM curated_memory WHERE target = 'user' AND owner = %s", (str(ref),))
+            if cur.rowcount:
+                self._journal_link(conn, ref, "drop", "the profile was merged into a linked account's")
+
+    def _journal_link(self, conn: Any, ref: UserRef, op: str, note: str) -> None:
+        if self.journaled:
+            by = Provenance(Actor.LINKS, Trust.ADMIN)
+            insert_sync(conn, NewEntry(Layer.CURATED, str(ref), op, None, None, by, note), self.clock())
 
     def blocks(self, speaker: UserRef | None) -> MemoryBlocks:
         return MemoryBlocks(self.shared().load(), None if speaker is None else self.user(speaker).load())
