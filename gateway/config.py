@@ -70,6 +70,22 @@ class LLMSettings(Section):
     prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
 
 
+class MemoryPolicySettings(Section):
+    """``memory.policy.*``: what holds for a person or chat that set nothing (``/memory
+    policy``, ``mnemo users policy``, ``mnemo chats policy``; ``memory/policy.py``)."""
+
+    remember: Literal["on", "off", "ask"] = "on"  # a person's default
+    groups: Literal["private", "shared"] = "private"  # a person's USER.md in group prompts
+    group_remember: Literal["on", "off"] = "on"  # a group chat's default
+    history: Literal["on", "off"] = "on"  # whether a chat's messages are kept between turns
+
+    @field_validator("remember", "group_remember", "history", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value: object) -> object:
+        # YAML reads a bare on/off as true/false.
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
 class MemorySettings(Section):
     memory_char_limit: int = Field(2200, ge=100, le=100_000)
     user_char_limit: int = Field(1375, ge=100, le=100_000)
@@ -81,6 +97,7 @@ class MemorySettings(Section):
     prefetch_timeout_s: float = Field(8.0, gt=0)
     # Append "🧠 <provider> — recalled N memories" to a reply that used recalled context.
     show_recall_indicator: bool = True
+    policy: MemoryPolicySettings = MemoryPolicySettings()
 
 
 class SkillsSettings(Section):

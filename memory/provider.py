@@ -84,10 +84,16 @@ class ProviderContext:
     # The canonical account the author is linked to (``memory/identity.py``), set by the
     # MemoryManager; None: not linked. Provider scopes are the person's, not the account's.
     person: UserRef | None = None
+    # The memory policy lets this turn store without asking (``memory/policy.py``):
+    # False in an ephemeral chat, for a person with remember off or ask.
+    remember: bool = True
+    message_id: str | None = None  # the platform message the turn answers (journal provenance)
+    tool_call_id: str | None = None
 
     @property
     def may_write(self) -> bool:
-        return self.agent_context is AgentContext.PRIMARY
+        """Writes reach providers from a conversation turn whose policy lets it store."""
+        return self.agent_context is AgentContext.PRIMARY and self.remember
 
     @property
     def owner(self) -> UserRef | None:

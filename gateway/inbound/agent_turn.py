@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from mnemo.gateway.delivery.inbox import InboxRepository
@@ -34,6 +34,7 @@ from mnemo.gateway.inbound.turn_memory import TurnMemory
 from mnemo.gateway.ports import Adapter
 from mnemo.gateway.turns.agent import Agent, AgentDeps, TurnInput, TurnResult
 from mnemo.gateway.turns.tools import TurnContext
+from mnemo.memory.policy import EffectivePolicy
 from mnemo.memory.sessions import SessionRow
 
 ORDER_RETRY_S = 0.05  # a turn waiting for an older message of its chat on another replica
@@ -60,6 +61,8 @@ class TurnSessions(Protocol):
     async def resolve(self, msg: InboundMessage, key: str) -> SessionRow: ...
 
     def shared_room(self, msg: InboundMessage) -> bool: ...
+
+    async def policy(self, msg: InboundMessage) -> EffectivePolicy: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,7 @@ class AgentTurn:
         async with self._typing(chat_of(last)), self._ordered_lock(key, batch):
             session = await self.sessions.resolve(last, key)
             ctx = self.chats.turn_context(last, session, key)
+            ctx = replace(ctx, policy=await self.sessions.policy(last))
             agent = await Agent.load(self.agent, session, ctx)
             agent.label_authors = self.sessions.shared_room(last)
             agent.stream = live = await self.live.open(

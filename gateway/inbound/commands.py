@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from mnemo.gateway.commands import ChatControl, Command, CommandCall, Handler
 from mnemo.gateway.events import InboundMessage
+from mnemo.gateway.inbound.memory_command import MemoryCommand, MemoryStores
 from mnemo.gateway.ports import CommandInfo
 from mnemo.memory.errors import InvalidIdentifier
+from mnemo.memory.journal import Actor, Provenance, Trust
 from mnemo.memory.scope import UserRef
 
 if TYPE_CHECKING:
@@ -49,6 +51,9 @@ class CommandDeps:
     # ``search.linked_dms``: the chat keys of a person's DMs on their linked accounts,
     # searched with /search from a DM (never from a group) — as the session_search tool.
     linked_dms: Callable[[UserRef], Awaitable[Sequence[str]]] | None = None
+    # /memory history, undo, confirm, policy: the journal, proposals and policies
+    # (``memory_command.py``); None: /memory only shows the profile.
+    memory: MemoryStores | None = None
 
 
 class CommandRegistry:
@@ -141,20 +146,6 @@ class BuiltinCommands:
             lines.append(await self.deps.jobs.status_line())
         return "\n".join(lines)
 
-    async def memory(self, call: CommandCall) -> str:
-        msg = call.msg
-        if not msg.is_dm and not msg.private:
-            # A group channel is public: a profile is only ever shown privately.
-            return (
-                "Your profile is private: use the /memory slash command (shown only to you) or send me a DM."
-            )
-        files = self.deps.files
-        blocks = await asyncio.to_thread(files.blocks, msg.speaker)
-        parts = [blocks.user_text or "Your profile is empty — I haven't saved anything about you yet."]
-        if call.admin:
-            parts.append(blocks.memory_text or "The shared notes (MEMORY.md) are empty.")
-        return "\n\n".join(parts)
-
     async def forget(self, call: CommandCall) -> str:
         target = call.args.strip()
         if not target:
@@ -167,18 +158,22 @@ class BuiltinCommands:
                 )
             return await self.deps.forget_me(call)
         user_file = self.deps.files.user(call.msg.speaker)
+        msg = call.msg
+        by = Provenance(
+            Actor.PERSON, Trust.STATED, speaker=str(msg.speaker), message=msg.message_id, chat=call.key
+        )
         if target.lower() == "all":
 
             def clear() -> int:
                 removed = 0
                 for entry in user_file.load().entries:
-                    if user_file.remove(entry).success:
+                    if user_file.remove(entry, by).success:
                         removed += 1
                 return removed
 
             n = await asyncio.to_thread(clear)
             return f"Forgot {n} entr{'y' if n == 1 else 'ies'} of your profile."
-        result = await asyncio.to_thread(user_file.remove, target)
+        result = await asyncio.to_thread(user_file.remove, target, by)
         return "Forgotten." if result.success else result.message
 
     async def search(self, call: CommandCall) -> str:
@@ -237,7 +232,15 @@ def default_commands(deps: CommandDeps, *, extra: Sequence[Command] = ()) -> Com
     registry.add(Command("reset", "start a new conversation", builtin.reset, aliases=("new",)))
     registry.add(Command("stop", "stop the reply in progress", builtin.stop))
     registry.add(Command("status", "session, tokens, cache hits and cost", builtin.status))
-    registry.add(Command("memory", "show what I remember about you", builtin.memory))
+    stores = deps.memory or MemoryStores(deps.files)
+    registry.add(
+        Command(
+            "memory",
+            "what I remember about you: history, undo, policy",
+            MemoryCommand(stores),
+            takes_args=True,
+        )
+    )
     registry.add(
         Command(
             "forget",

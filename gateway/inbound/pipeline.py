@@ -46,6 +46,7 @@ from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.ports import Adapter, NotesUnreadable, ReportsReachability
 from mnemo.gateway.turns.agent import AgentDeps, TurnResult
 from mnemo.gateway.turns.sessions import JobSink, SessionResolver
+from mnemo.memory.journal import ProposalRepository
 from mnemo.memory.manager import MemoryManager
 
 log = get_logger(__name__)
@@ -70,6 +71,7 @@ class Gateway:
         jobs: JobSink | None = None,
         metrics: Metrics | None = None,
         budget: TurnBudget | None = None,
+        proposals: ProposalRepository | None = None,
     ) -> None:
         metrics = metrics or Metrics()
         self.inbox = ledgers.inbox
@@ -111,6 +113,7 @@ class Gateway:
             show_recall=settings.memory.show_recall_indicator,
             compression=settings.compression,
             context_window=context_window(settings.llm),
+            proposals=proposals,  # what a remember: ask turn asks to keep, under its reply
         )
         self.submission = Submission(access, self.inbox, chats, self.replies, metrics, commands=commands)
         self.runner = TurnRunner(

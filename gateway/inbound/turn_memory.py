@@ -1,10 +1,13 @@
 """Memory around a turn: what is recalled before it, shown with it, and done after it.
 
 * ``notes`` — this turn's notes for the model (``model_input.turn_notes``): the memory
-  providers' recall and, in a shared room, the speaker's profile. They go into the user
-  turn, never into the frozen system prompt.
+  providers' recall and, in a group, the speaker's profile when they share it with
+  groups (``groups: shared``; by default nobody's profile reaches a group). They go into
+  the user turn, never into the frozen system prompt.
 * ``with_recall_note`` — the "recalled N memories" line under the reply
   (``memory.show_recall_indicator``).
+* ``with_proposals`` — for a person who confirms every memory (``remember: ask``), what
+  the turn proposed to remember and how to confirm it, under the reply.
 * ``after`` — background work, never on the reply path: the providers' sync of the
   turn, the compression or memory-review job the turn made due, then the turn
   listeners (``SkillReview`` and tests).
@@ -23,7 +26,9 @@ from mnemo.gateway.turns.agent import TurnResult
 from mnemo.gateway.turns.model_input import turn_notes
 from mnemo.gateway.turns.sessions import JobSink
 from mnemo.gateway.turns.tools import TurnContext
+from mnemo.memory.journal import ProposalRepository
 from mnemo.memory.manager import MemoryManager
+from mnemo.memory.policy import Groups, Remember
 from mnemo.memory.ports import CuratedRepository
 from mnemo.memory.sessions import SessionRow
 
@@ -49,7 +54,9 @@ class TurnMemory:
         show_recall: bool,
         compression: CompressionSettings,
         context_window: int,
+        proposals: ProposalRepository | None = None,
     ) -> None:
+        self.proposals = proposals
         self.sessions = sessions
         self.providers = providers
         self.jobs = jobs
@@ -65,7 +72,7 @@ class TurnMemory:
             prefetched = await self.providers.prefetch(text, ctx.for_providers(self.home))
             recall = prefetched.text if prefetched is not None else None
         profile = None
-        if self.sessions.shared_room(msg):
+        if not msg.is_dm and ctx.policy.groups is Groups.SHARED:
             profile = (await asyncio.to_thread(self.sessions.files.blocks, msg.speaker)).user_block
         return turn_notes(recall=recall, speaker_profile=profile, speaker_label=msg.user_name or msg.user_id)
 
@@ -75,6 +82,22 @@ class TurnMemory:
         indicator = self.providers.recall_indicator(key)
         return f"{reply}\n\n{indicator.render()}" if indicator is not None and indicator.count else reply
 
+    async def with_proposals(self, reply: str, msg: InboundMessage, ctx: TurnContext) -> str:
+        if self.proposals is None or ctx.policy.person_remember is not Remember.ASK:
+            return reply
+        mine = [
+            p
+            for p in await self.proposals.proposals([str(msg.speaker)])
+            if p.message == msg.message_id and p.session == ctx.session_id
+        ]
+        if not mine:
+            return reply
+        lines = [
+            f"📝 May I remember this? “{p.new or p.old}” — /memory confirm {p.id} · /memory reject {p.id}"
+            for p in reversed(mine)
+        ]
+        return "\n\n".join([reply, "\n".join(lines)])
+
     async def after(self, session: SessionRow, ctx: TurnContext, text: str, result: TurnResult) -> None:
         if self.providers is not None and not result.failed:
             self.providers.sync_turn(text, result.reply, ctx.for_providers(self.home))
@@ -83,7 +106,7 @@ class TurnMemory:
             over = result.last_prompt_tokens >= threshold or result.context_trimmed
             if self.compression.enabled and over:
                 await self.jobs.enqueue("compress", session.id, {"prompt_tokens": result.last_prompt_tokens})
-            elif result.review_due:
+            elif result.review_due and ctx.policy.stores:
                 await self.jobs.enqueue("review", session.id, {"user_turns": result.user_turns})
         for listener in self.listeners:
             await listener(ctx, result)

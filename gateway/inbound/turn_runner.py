@@ -141,6 +141,7 @@ class TurnRunner:
             await self.replies.finish(batch, APOLOGY, kind="notice")
             return
         reply = self.memory.with_recall_note(run.result.reply or "(no reply)", key)
+        reply = await self.memory.with_proposals(reply, batch[-1].msg, run.ctx)
         await self.replies.finish(batch, reply, kind="reply", session_id=run.session.id)
         await self.memory.after(run.session, run.ctx, text, run.result)
 

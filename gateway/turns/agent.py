@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mnemo.gateway.budgets.ledger import Billing, billed_to
@@ -272,8 +272,9 @@ class Agent:
             for call in response.tool_uses:
                 if self.stream is not None:
                     self.stream.status(tool_status(call["name"]))
+                ctx = replace(self.ctx, tool_call_id=call["id"])  # a write names its tool call
                 with billed_to(Billing(self.session.id, self._payer)):
-                    result = await self.deps.tools.call(call["name"], call.get("input") or {}, self.ctx)
+                    result = await self.deps.tools.call(call["name"], call.get("input") or {}, ctx)
                 memory_written = memory_written or result.memory_write
                 results.append(
                     NewMessage(

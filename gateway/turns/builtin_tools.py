@@ -3,7 +3,9 @@
 They are registered through the same ``ToolRegistry.register`` path every other tool
 uses; this module only adapts each tool's memory-layer handler to the turn context.
 The memory tool never takes *whose* USER.md from its arguments: the speaker comes from
-the turn context, which the gateway built from the platform event.
+the turn context, which the gateway built from the platform event. Its memory policy is
+read again on every call (``gateway/turns/policy.py``), background passes included, and
+every write carries the turn's provenance to the journal.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from mnemo.gateway.config import Settings
+from mnemo.gateway.turns.policy import MemoryPolicies
 from mnemo.gateway.turns.tools import Tool, ToolRegistry, ToolResult, TurnContext
+from mnemo.memory.journal import JournalRepository, ProposalRepository
 from mnemo.memory.memory_tool import MEMORY_TOOL_SCHEMA, MemoryCallContext, MemoryWrite, run_memory_tool
 from mnemo.memory.ports import CuratedRepository, SearchRepository
 from mnemo.memory.scope import UserRef
@@ -28,20 +32,41 @@ OnWrite = Callable[[MemoryWrite, TurnContext], Awaitable[None]]
 LinkedDms = Callable[[UserRef], Awaitable[Sequence[str]]]
 
 
-def memory_tool(files: CuratedRepository, settings: Settings, on_write: OnWrite | None = None) -> Tool:
+def memory_tool(
+    files: CuratedRepository,
+    settings: Settings,
+    on_write: OnWrite | None = None,
+    *,
+    policies: MemoryPolicies | None = None,
+    journal: JournalRepository | None = None,
+    proposals: ProposalRepository | None = None,
+) -> Tool:
     async def handler(args: Mapping[str, Any], ctx: TurnContext) -> ToolResult:
+        policy = ctx.policy
+        if policies is not None:  # read where the write happens: a change holds at once
+            policy = await policies.holding(
+                platform=ctx.platform, chat_id=ctx.chat_id, user=ctx.speaker, is_group=not ctx.is_dm
+            )
         call_ctx = MemoryCallContext(
             speaker=ctx.speaker,
             agent_context=ctx.agent_context,
             is_admin=ctx.is_admin,
             shared_write=settings.memory.shared_write,
+            policy=policy,
+            is_group=not ctx.is_dm,
+            session=ctx.session_id,
+            message=ctx.message_id,
+            chat=ctx.chat_key,
+            tool_call=ctx.tool_call_id,
         )
 
         async def mirror(write: MemoryWrite) -> None:
             if on_write is not None:
                 await on_write(write, ctx)
 
-        result = await run_memory_tool(files, args, call_ctx, ctx.memory_attempts, on_write=mirror)
+        result = await run_memory_tool(
+            files, args, call_ctx, ctx.memory_attempts, on_write=mirror, journal=journal, proposals=proposals
+        )
         wrote = result.get("success") is True and result.get("changed") is True
         return ToolResult(
             json.dumps(result, ensure_ascii=False), is_error=not result.get("success"), memory_write=wrote
@@ -85,6 +110,12 @@ def register_builtin_tools(
     on_memory_write: OnWrite | None = None,
     digest: SearchDigest | None = None,
     linked_dms: LinkedDms | None = None,
+    policies: MemoryPolicies | None = None,
+    journal: JournalRepository | None = None,
+    proposals: ProposalRepository | None = None,
 ) -> None:
-    registry.register(memory_tool(files, settings, on_memory_write))
+    tool = memory_tool(
+        files, settings, on_memory_write, policies=policies, journal=journal, proposals=proposals
+    )
+    registry.register(tool)
     registry.register(session_search_tool(search, settings, digest, linked_dms))

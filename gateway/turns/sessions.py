@@ -5,10 +5,12 @@ runs and for a compression rollover:
 
 * ``resolve`` finds the chat's active session, ends it first when an idle or daily reset
   is due (off by default), and otherwise starts one;
-* ``start`` renders the system prompt once — persona, the MEMORY.md block, in a DM or a
-  per-member group session the speaker's USER.md block, the provider's static block —
-  and stores it on the new row, where every request of the session reads it byte for
-  byte;
+* ``start`` renders the system prompt once — persona, the MEMORY.md block, in a DM the
+  speaker's USER.md block (never in a group: a profile that its person shares with
+  groups goes into each of their turns instead, ``turn_memory.py``), the provider's
+  static block — and stores it on the new row, where every request of the session reads
+  it byte for byte. Entries the journal knows as inferred or imported carry one compact
+  marker (``memory/journal.py``);
 * ``end`` records the end reason and queues the session-end job (flush, provider hook).
 
 ``lock(key)`` is held by a turn while it resolves and uses the chat's session, and by a
@@ -26,7 +28,11 @@ from typing import Any, Protocol
 from mnemo.gateway.config import Settings
 from mnemo.gateway.events import InboundMessage, is_shared_room
 from mnemo.gateway.logs import get_logger
+from mnemo.gateway.turns.policy import MemoryPolicies
 from mnemo.gateway.turns.prompt import PromptParts, render_system_prompt
+from mnemo.memory.curated import MemoryBlocks
+from mnemo.memory.journal import JournalRepository, Layer, marked
+from mnemo.memory.policy import EffectivePolicy
 from mnemo.memory.ports import CuratedRepository, SessionStorage
 from mnemo.memory.scope import AgentContext
 from mnemo.memory.sessions import SessionRow
@@ -78,9 +84,13 @@ class SessionResolver:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         shared_lock: Callable[[str], AbstractAsyncContextManager[None]] | None = None,
         links: LinksSource | None = None,
+        policies: MemoryPolicies | None = None,
+        journal: JournalRepository | None = None,
     ) -> None:
         self.settings = settings
         self.links = links
+        self.policies = policies  # None: the defaults everywhere (tests without a store)
+        self.journal = journal  # trust markers in the prompt; None: no markers
         # Several replicas on one database: a lock every process sees (PostgreSQL's
         # advisory lock), taken after this process's own, so a session's turns never
         # run in two replicas at once. None: this process's locks are enough (SQLite).
@@ -95,6 +105,15 @@ class SessionResolver:
     def shared_room(self, msg: InboundMessage) -> bool:
         return is_shared_room(msg, per_user=self.settings.sessions.group_sessions_per_user)
 
+    async def policy(self, msg: InboundMessage) -> EffectivePolicy:
+        """The memory policy of ``msg``'s author in its chat (``memory/policy.py``)."""
+        if self.policies is None:
+            return EffectivePolicy.default()
+        speaker = None if msg.agent_context is AgentContext.CRON else msg.speaker
+        return await self.policies.holding(
+            platform=msg.platform, chat_id=msg.chat_id, user=speaker, is_group=not msg.is_dm
+        )
+
     def lock(self, key: str) -> AbstractAsyncContextManager[object]:
         lock = self._locks.get(key)
         if lock is None:
@@ -104,13 +123,15 @@ class SessionResolver:
         return _both(lock, self.shared_lock(f"session:{key}"))
 
     async def system_prompt(self, msg: InboundMessage, *, shared_room: bool) -> str:
-        def read() -> tuple[str | None, str, str | None]:
+        def read() -> tuple[str | None, MemoryBlocks]:
             soul_path = self.settings.soul_path
             soul = soul_path.read_text(encoding="utf-8-sig") if soul_path.is_file() else None
-            blocks = self.files.blocks(None if shared_room else msg.speaker)
+            # A group prompt carries nobody's USER.md (DESIGN.md): a member who shares
+            # their profile with groups gets it in their own turns only (turn_memory.py).
+            blocks = self.files.blocks(msg.speaker if msg.is_dm else None)
             for warning in blocks.warnings:
                 log.warning("memory_file_problem", warning=warning)
-            return soul, blocks.memory_block, blocks.user_block
+            return soul, blocks
 
         def skills() -> str:
             # Only the speaker's own and the shared skills, for this platform; in a
@@ -119,7 +140,8 @@ class SessionResolver:
             owner = None if shared_room else msg.speaker
             return render_index(store.visible(owner, msg.platform), self.settings.skills.index_max_chars)
 
-        soul, memory_block, user_block = await asyncio.to_thread(read)
+        soul, blocks = await asyncio.to_thread(read)
+        memory_block, user_block = await self._marked(blocks, msg)
         skills_index = await asyncio.to_thread(skills)
         provider_block = self.providers.system_prompt_block() if self.providers is not None else ""
         return render_system_prompt(
@@ -134,6 +156,20 @@ class SessionResolver:
                 skills_index=skills_index,
             )
         )
+
+    async def _marked(self, blocks: MemoryBlocks, msg: InboundMessage) -> tuple[str, str | None]:
+        """The blocks with one marker on each entry the journal holds as inferred or imported."""
+        if self.journal is None:
+            return blocks.memory_block, blocks.user_block
+        shared = blocks.memory
+        trusts = await self.journal.trusts(Layer.CURATED, self.files.shared().owner, shared.entries)
+        memory_block = shared.render_block(marked(shared.entries, trusts))
+        user = blocks.user
+        if user is None:
+            return memory_block, None
+        owner = self.files.user(msg.speaker).owner
+        trusts = await self.journal.trusts(Layer.CURATED, owner, user.entries)
+        return memory_block, user.render_block(marked(user.entries, trusts))
 
     async def start(
         self, msg: InboundMessage, key: str, *, source: str = "chat", parent_session_id: str | None = None

@@ -19,6 +19,7 @@ from typing import Any
 from mnemo.gateway.events import InboundMessage
 from mnemo.gateway.logs import get_logger
 from mnemo.memory.memory_tool import WriteAttempts
+from mnemo.memory.policy import EffectivePolicy
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
 
@@ -50,6 +51,10 @@ class TurnContext:
     thread_id: str | None = None
     # Per-turn mutable counter of failed memory writes (3 → "stop retrying").
     memory_attempts: WriteAttempts = field(default_factory=WriteAttempts)
+    message_id: str | None = None  # the platform message this turn answers
+    tool_call_id: str | None = None  # set for each tool call (journal provenance)
+    # The memory policy read when the turn started (``gateway/turns/policy.py``).
+    policy: EffectivePolicy = field(default_factory=EffectivePolicy.default)
 
     def for_providers(self, home: Path) -> ProviderContext:
         """The memory providers' view of this turn (layer 4 never sees gateway types)."""
@@ -60,6 +65,9 @@ class TurnContext:
             user=self.speaker,
             agent_context=self.agent_context,
             home=home,
+            remember=self.policy.stores,
+            message_id=self.message_id,
+            tool_call_id=self.tool_call_id,
         )
 
 
@@ -90,6 +98,7 @@ def turn_context(
         is_admin=is_admin,
         is_dm=msg.is_dm,
         thread_id=msg.thread_id,
+        message_id=None if background else msg.message_id,
     )
 
 

@@ -48,9 +48,9 @@ def test_schema_is_an_anthropic_tool_with_the_guidance() -> None:
     s = MEMORY_TOOL_SCHEMA
     assert s["name"] == "memory" and set(s) == {"name", "description", "input_schema"}
     props = s["input_schema"]["properties"]
-    assert props["action"]["enum"] == ["add", "replace", "remove"]
+    assert props["action"]["enum"] == ["add", "replace", "remove", "history"]
     assert props["target"]["enum"] == ["memory", "user"]
-    assert set(props) == {"action", "target", "content", "old_text"}
+    assert set(props) == {"action", "target", "content", "old_text", "stated"}
     assert s["input_schema"]["required"] == ["action", "target"]
     d = s["description"].lower()
     for phrase in (
