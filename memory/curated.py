@@ -48,6 +48,7 @@ from mnemo.memory.journal import (
     NewEntry,
     Provenance,
     Trust,
+    commit_written,
     digest,
     settle_held,
 )
@@ -466,7 +467,7 @@ class CuratedFile:
                         journal.abort(entry_id)
                     raise
                 if journal is not None and entry_id is not None:
-                    _commit(journal, entry_id)
+                    commit_written(journal, entry_id)
         except MemoryRefused as e:
             return self._failure(action, f"{e.reason} Nothing was saved.")
         except (StoreError, sqlite3.Error) as e:
@@ -639,7 +640,7 @@ class MemoryFiles:
         except BaseException:
             journal.abort(entry_id)
             raise
-        _commit(journal, entry_id)
+        commit_written(journal, entry_id)
 
     def blocks(self, speaker: UserRef | None) -> MemoryBlocks:
         """The one reader of the curated files for prompts and people: MEMORY.md and,
@@ -653,12 +654,3 @@ def _put(path: Path, data: bytes | None) -> None:
         path.unlink(missing_ok=True)
     else:
         replace_file(path, data)
-
-
-def _commit(journal: DocumentJournal, entry_id: int) -> None:
-    """The file is written: a commit that fails now leaves the entry staged, and the
-    next locked writer finds the file as staged and commits it — the write stands."""
-    try:
-        journal.commit(entry_id)
-    except (StoreError, sqlite3.Error):
-        log.warning("journal.commit_deferred", entry=entry_id)

@@ -45,6 +45,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+import structlog
+
+from mnemo.memory.atomic import exclusive_lock
+from mnemo.memory.errors import MemoryRefused, StoreError
+
+log = structlog.get_logger(__name__)
+
 SHARED = "shared"  # the target of shared memory (MEMORY.md, shared facts and skills)
 ABSENT = "absent"  # the digest of a file that does not exist
 MARKS_TABLE = "journal_marks"  # the evidence table in a layer's own SQLite file
@@ -211,7 +218,13 @@ Evidence = FileEvidence | MarkEvidence
 MARKS_SQL = f"CREATE TABLE IF NOT EXISTS {MARKS_TABLE} (token TEXT PRIMARY KEY, at REAL NOT NULL)"
 
 
-def mark_within(conn: sqlite3.Connection, token: str, now: float) -> None:
+class Executes(Protocol):
+    """A connection that runs one statement (``sqlite3.Connection`` and its look-alikes)."""
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Any: ...
+
+
+def mark_within(conn: Executes, token: str, now: float) -> None:
     """Record ``token`` in a layer's own transaction (its evidence, :class:`MarkEvidence`)."""
     conn.execute(f"INSERT OR IGNORE INTO {MARKS_TABLE}(token, at) VALUES (?, ?)", (token, now))
 
@@ -279,6 +292,16 @@ class DocumentJournal(Protocol):
         ...
 
 
+def commit_written(journal: DocumentJournal, entry_id: int) -> None:
+    """Commit after the layer was written. A commit that fails now leaves the entry
+    staged; the next writer under the same lock finds the layer as staged and commits
+    it — the write stands, and so will its entry."""
+    try:
+        journal.commit(entry_id)
+    except (StoreError, sqlite3.Error) as e:
+        log.warning("journal.commit_deferred", entry=entry_id, error=str(e))
+
+
 def resolve(journal: DocumentJournal, entry_id: int, evidence_text: str | None) -> bool:
     """Keep (commit) or drop (abort) one staged entry by its evidence; True: kept.
     The caller holds the lock the evidence names."""
@@ -301,9 +324,6 @@ def settle_held(journal: DocumentJournal, layer: Layer, target: str) -> None:
 def settle_all(journal: DocumentJournal, lock_timeout_s: float = 0.2) -> int:
     """Resolve every staged entry whose lock is free (a process opening the backend);
     an entry whose lock stays held belongs to a live writer, which settles it itself."""
-    from mnemo.memory.atomic import exclusive_lock
-    from mnemo.memory.errors import MemoryRefused
-
     done = 0
     for entry_id, text in journal.staged():
         evidence = evidence_of(text or "")

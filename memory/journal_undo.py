@@ -45,7 +45,9 @@ def undo(files: CuratedRepository, entry: Entry, by: Provenance) -> Undone:
     by = by.undoing(entry.id)
     current = file.load().entries
     if entry.op in ("add", "replace") and entry.new not in current:
-        return Undone(False, f"#{entry.id} cannot be undone: “{entry.new}” is no longer there (it changed since).")
+        return Undone(
+            False, f"#{entry.id} cannot be undone: “{entry.new}” is no longer there (it changed since)."
+        )
     if entry.op == "add":
         result = file.remove(entry.new or "", by)
     elif entry.op == "replace":

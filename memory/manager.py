@@ -42,6 +42,7 @@ from mnemo.memory.durable import DurableWrites
 from mnemo.memory.errors import MemoryRefused, ProviderError
 from mnemo.memory.fence import fence, sanitize_recall, strip_fences
 from mnemo.memory.identity import Identities
+from mnemo.memory.journal import DocumentJournal
 from mnemo.memory.provider import (
     Availability,
     MemoryProvider,
@@ -139,6 +140,9 @@ class MemoryManager:
         # Linked accounts (``memory/identity.py``): calls for any of a person's accounts
         # use the person's provider scope. None: every account is its own person.
         self.identities: Identities | None = None
+        # The memory journal's write port, handed to providers that store locally
+        # (``MemoryProvider.use_journal``) before they initialize. None: not journaled.
+        self.journal: DocumentJournal | None = None
 
     def _scoped(self, ctx: ProviderContext) -> ProviderContext:
         if self.identities is None or ctx.user is None:
@@ -197,6 +201,8 @@ class MemoryManager:
                 "memory provider unavailable; its tools are not offered", provider=slot.name, reason=reason
             )
             return False
+        if self.journal is not None:
+            await self._run(slot, "use_journal", slot.provider.use_journal, (self.journal,), t)
         if (
             await self._run(slot, "initialize", slot.provider.initialize, (self.home, slot.config), t)
             is _FAILED

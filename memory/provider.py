@@ -45,6 +45,7 @@ from mnemo.memory.provider_config import ConfigField, write_provider_config
 from mnemo.memory.scope import AgentContext, UserRef
 
 if TYPE_CHECKING:
+    from mnemo.memory.journal import DocumentJournal, Provenance
     from mnemo.memory.memory_tool import MemoryWrite
 
 INDICATOR_GLYPH = "🧠"
@@ -89,6 +90,7 @@ class ProviderContext:
     remember: bool = True
     message_id: str | None = None  # the platform message the turn answers (journal provenance)
     tool_call_id: str | None = None
+    actor: str = "model"  # who calls (``journal.Actor``): the model, or "cli", "mcp", …
 
     @property
     def may_write(self) -> bool:
@@ -99,6 +101,22 @@ class ProviderContext:
     def owner(self) -> UserRef | None:
         """Whose memory this call reads and writes: the person (linked accounts), else the author."""
         return self.person or self.user
+
+    def provenance(self) -> Provenance:
+        """How a write made for this call is journaled: what the model writes is
+        ``inferred``; a person's tool (CLI, MCP) writes as ``admin``."""
+        from mnemo.memory.journal import Provenance, Trust
+
+        trust = Trust.INFERRED if self.actor == "model" else Trust.ADMIN
+        return Provenance(
+            self.actor,
+            trust,
+            speaker=None if self.user is None else str(self.user),
+            session=self.session_id or None,
+            message=self.message_id,
+            chat=self.chat_key or None,
+            tool_call=self.tool_call_id,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +251,10 @@ class MemoryProvider(ABC):
 
     def on_delegation(self, task: str, result: str, ctx: ProviderContext) -> None:
         """Called when a delegated sub-task finished, with its task and result."""
+
+    def use_journal(self, journal: DocumentJournal | None) -> None:
+        """Called before ``initialize`` with the memory journal's write port, for a
+        provider that stores locally and journals its writes (``memory/journal.py``)."""
 
     # --- operations ----------------------------------------------------------------
     def backup_paths(self, home: Path) -> Sequence[Path]:

@@ -21,12 +21,15 @@ keep the procedure as a skill (prompt and turn selection: ``memory/skills/review
   every later review starts after.
 * **Cost** is added to the session's usage and billed to its user, like the memory
   review's.
+* **Policy**: no review after a turn whose memory policy does not let it store, and the
+  job reads the policy again when it runs (an ephemeral chat keeps no skills).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from mnemo.gateway.config import Settings
@@ -36,6 +39,7 @@ from mnemo.gateway.jobs.queue import DEFAULT_BACKOFF, Job, JobQueue, JobRun
 from mnemo.gateway.llm.client import LLMResponse
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.turns.agent import AgentDeps, TurnResult
+from mnemo.gateway.turns.policy import MemoryPolicies
 from mnemo.gateway.turns.tools import TurnContext, turn_context
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.memory.sessions import SessionRow
@@ -54,8 +58,15 @@ class SkillReview:
     ``skills`` store (what the user has now), ``access`` (the admin flag of the context)."""
 
     def __init__(
-        self, settings: Settings, *, agent: AgentDeps, skills: SkillStore, access: AdminCheck
+        self,
+        settings: Settings,
+        *,
+        agent: AgentDeps,
+        skills: SkillStore,
+        access: AdminCheck,
+        policies: MemoryPolicies | None = None,
     ) -> None:
+        self.policies = policies
         self.settings = settings
         self.min_tool_calls = settings.skills.review_min_tool_calls
         self.store = agent.store
@@ -74,6 +85,8 @@ class SkillReview:
         """The gateway's turn listener: enqueue a review when this turn earned one."""
         if self._queue is None or result.failed or ctx.agent_context is not AgentContext.PRIMARY:
             return
+        if not ctx.policy.stores:
+            return  # nothing of this turn may be remembered, skills included
         if result.reply_message_id is None or result.requests == 1:
             return  # one request answered without a tool call (0: a replay, count below)
         session = await self.store.get_session(result.session_id)
@@ -123,6 +136,11 @@ class SkillReview:
             agent_context=AgentContext.REVIEW,
             background=True,
         )
+        if self.policies is not None:
+            policy = await self.policies.holding(
+                platform=msg.platform, chat_id=msg.chat_id, user=msg.speaker, is_group=not msg.is_dm
+            )
+            ctx = replace(ctx, policy=policy)
         calls = run.checkpoint.get("calls")
         if not isinstance(calls, list):
             calls = await self._ask_for_calls(session, ctx, due)

@@ -13,6 +13,10 @@ Who writes where is decided here, from the turn's context, in :func:`write_owner
 
 A skill written mid-session is readable at once with ``skill_view``; the session's
 frozen system prompt keeps its index until the next session (the result says so).
+
+Skills are memory: a turn whose memory policy does not let it store (an ephemeral
+chat, a person with remember off or ask) writes none, and every write is journaled
+with the turn's provenance.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from mnemo.gateway.turns.tools import Tool, ToolResult, TurnContext
 from mnemo.memory.errors import InvalidIdentifier
+from mnemo.memory.journal import Actor, Provenance, Trust
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.memory.skills import SkillRefused, SkillStore, parse_skill
 
@@ -103,6 +108,8 @@ def write_owner(ctx: TurnContext, action: str) -> UserRef | None:
     """Whose skills this turn may change (None: the shared ones); raise if it may not."""
     if ctx.agent_context is AgentContext.CRON:
         raise SkillRefused("read_only: a scheduled run may read skills but never write them")
+    if not ctx.policy.stores:
+        raise SkillRefused("memory_policy: nothing is remembered from this conversation (its memory policy)")
     if ctx.agent_context is AgentContext.PRIMARY:
         if ctx.is_admin:
             return None
@@ -114,6 +121,19 @@ def write_owner(ctx: TurnContext, action: str) -> UserRef | None:
     if ctx.speaker is None:
         raise SkillRefused("no_owner: a background pass of a shared room owns no skills")
     return ctx.speaker
+
+
+def provenance(ctx: TurnContext) -> Provenance:
+    primary = ctx.agent_context is AgentContext.PRIMARY
+    return Provenance(
+        Actor.MODEL if primary else Actor.job(ctx.agent_context.value),
+        Trust.INFERRED,
+        speaker=None if ctx.speaker is None else str(ctx.speaker),
+        session=ctx.session_id,
+        message=ctx.message_id,
+        chat=ctx.chat_key,
+        tool_call=ctx.tool_call_id,
+    )
 
 
 def skill_tools(store: SkillStore) -> list[Tool]:
@@ -156,6 +176,7 @@ def skill_tools(store: SkillStore) -> list[Tool]:
 
         def run() -> str:
             owner = write_owner(ctx, action)
+            by = provenance(ctx)
             background = ctx.agent_context is not AgentContext.PRIMARY
             if background and action == "create" and any(s.name == name for s in store.shared()):
                 raise SkillRefused(
@@ -178,17 +199,17 @@ def skill_tools(store: SkillStore) -> list[Tool]:
                     if owner is None
                     else ("user" if ctx.agent_context is AgentContext.PRIMARY else "review")
                 )
-                store.create(args["content"], owner, args.get("category"), written_by=written_by)
+                store.create(args["content"], owner, args.get("category"), written_by=written_by, by=by)
             elif action == "edit":
-                store.edit(name, args["content"], owner)
+                store.edit(name, args["content"], owner, by)
             elif action == "patch":
-                store.patch(name, args["old_string"], args["new_string"], owner)
+                store.patch(name, args["old_string"], args["new_string"], owner, by)
             elif action == "write_file":
-                store.write_file(name, args["file_path"], args["file_content"], owner)
+                store.write_file(name, args["file_path"], args["file_content"], owner, by)
             elif action == "remove_file":
-                store.remove_file(name, args["file_path"], owner)
+                store.remove_file(name, args["file_path"], owner, by)
             else:
-                store.delete(name, owner)
+                store.delete(name, owner, by)
                 return f"Deleted skill {name!r} (its last version is kept in history)."
             where = "the shared skills" if owner is None else "your own skills (only you see them)"
             return f"Saved skill {name!r} ({action}) in {where}. {_FROZEN_NOTE}"
@@ -236,7 +257,10 @@ class SkillsCommand:
             return SKILLS_USAGE
         try:
             user = UserRef.parse(parts[1])
-            skill = await asyncio.to_thread(self.store.promote, parts[0], user)
+            by = Provenance(
+                Actor.ADMIN, Trust.ADMIN, speaker=str(call.msg.speaker), message=call.msg.message_id
+            )
+            skill = await asyncio.to_thread(self.store.promote, parts[0], user, by)
         except (SkillRefused, InvalidIdentifier) as e:
             return f"Not promoted: {e}"
         return f"Promoted {skill.name} to the shared skills; everyone sees it from their next session."

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
+from mnemo.memory.errors import StoreError
 from mnemo.memory.journal import (
     Entry,
     Evidence,
@@ -84,6 +86,11 @@ _PREVIOUS = (
     "SELECT id, at FROM memory_journal WHERE target = %s AND layer = %s AND new = %s AND state = 'done'"
     " AND until IS NULL AND id < %s ORDER BY id DESC LIMIT 1"
 )
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _stored(text: str | None) -> str | None:
@@ -290,11 +297,20 @@ class PgJournal:
 class PgDocumentJournal:
     """``DocumentJournal`` on PostgreSQL, for the layers that stay files on this backend
     too (skills): blocking, on a small synchronous pool (``connection``: a pooled
-    autocommit connection as a context manager, e.g. ``PgCuratedFiles.connection``)."""
+    autocommit connection as a context manager, e.g. ``PgCuratedFiles.connection``).
+    A database error is raised as ``StoreError``, as the port says."""
 
     def __init__(self, connection: Callable[[], Any], *, clock: Callable[[], float] = time.time) -> None:
-        self.connection = connection
+        self._connection = connection
         self.clock = clock
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        try:
+            with self._connection() as conn:
+                yield conn
+        except psycopg.Error as e:
+            raise StoreError(f"the memory journal on PostgreSQL: {_first_line(e)}") from e
 
     def stage(self, entry: NewEntry, evidence: Evidence) -> int:
         with self.connection() as conn:

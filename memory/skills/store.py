@@ -27,6 +27,13 @@ or ``~replaced`` entry, takes the lock — so a rollback still running finishes 
 completes what is left: moves ``~rollback`` into place and removes ``~replaced``. At every
 moment the skill is the old version, the new one, or (for a reader racing a live
 rollback, for one rename) briefly absent; after a crash it is never lost.
+
+With a journal (``memory/journal.py``), every write is journaled under the same lock:
+staged with the SHA-256 its file will have (``SKILL.md``, the file written or removed),
+written, committed — so a writer killed in between leaves an entry the next writer or
+the next process opening the backend keeps or drops by that hash. Entries name the
+skill in ``note`` and hold the new ``SKILL.md`` (or file) text in ``new``; a skill's
+older versions stay in its history folder (``rollback``).
 """
 
 from __future__ import annotations
@@ -36,11 +43,24 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import TypeVar
 
 from mnemo.memory.atomic import ensure_folder, exclusive_lock, replace_file
+from mnemo.memory.journal import (
+    ABSENT,
+    SHARED,
+    DocumentJournal,
+    FileEvidence,
+    Layer,
+    NewEntry,
+    Provenance,
+    commit_written,
+    digest,
+    settle_held,
+)
 from mnemo.memory.scope import UserRef
 from mnemo.memory.skills import guard
 from mnemo.memory.skills.format import (
@@ -64,6 +84,7 @@ CONVERSATION_AUTHORS = ("user", "review")
 # suffix, so a temp folder is never taken for a trail.
 _STAGED = "~rollback"
 _REPLACED = "~replaced"
+T = TypeVar("T")
 
 
 def _trail(entry: str) -> str | None:
@@ -127,9 +148,10 @@ def _no_symlinks(folder: Path, root: Path) -> None:
 
 
 class SkillStore:
-    def __init__(self, root: Path, max_visible: int = 200) -> None:
+    def __init__(self, root: Path, max_visible: int = 200, *, journal: DocumentJournal | None = None) -> None:
         self.root = root
         self.max_visible = max_visible
+        self.journal = journal  # every write is journaled here (None: not journaled)
         # The flock is per open file: a thread that holds it and scans (which may
         # finish a crashed rollback under the lock) must not take it a second time.
         self._held = threading.local()
@@ -250,6 +272,36 @@ class SkillStore:
             finally:
                 self._held.yes = False
 
+    def _journaled(
+        self,
+        op: str,
+        name: str,
+        owner: UserRef | None,
+        where: Callable[[], tuple[Path, str | None]],
+        by: Provenance | None,
+        write: Callable[[], T],
+    ) -> T:
+        """``write`` under the lock, journaled: ``where`` says (under the lock, before
+        the write) which file the write leaves and with what text (None: absent)."""
+        journal = self.journal
+        if journal is None:
+            return write()
+        target = SHARED if owner is None else str(owner)
+        with self._lock():
+            settle_held(journal, Layer.SKILLS, target)
+            path, text = where()
+            data = None if text is None else text.encode("utf-8")
+            entry = NewEntry(Layer.SKILLS, target, op, None, text, by or Provenance.system(), note=name)
+            evidence = FileEvidence(self.root / ".lock", path, digest(data) if data is not None else ABSENT)
+            entry_id = journal.stage(entry, evidence)
+            try:
+                result = write()
+            except BaseException:
+                journal.abort(entry_id)
+                raise
+            commit_written(journal, entry_id)
+            return result
+
     def _finish_rollbacks(self, parent: Path) -> None:
         """Complete every rollback whose trail is in ``parent`` (see the module docstring)."""
         with self._lock():
@@ -297,9 +349,33 @@ class SkillStore:
         files: dict[str, str] | None = None,
         *,
         written_by: str | None = None,
+        by: Provenance | None = None,
     ) -> Skill:
         """``written_by``: who in a conversation created it (``user``, ``review``),
         kept in a hidden ``.origin`` file; None — an admin or the CLI — writes none."""
+        meta = parse_skill(content)
+
+        def where() -> tuple[Path, str | None]:
+            base = self._user_root(owner) if owner is not None else self.root / (category or "")
+            return base / meta.name / SKILL_FILE, content
+
+        return self._journaled(
+            "create",
+            meta.name,
+            owner,
+            where,
+            by,
+            lambda: self._create(content, owner, category, files, written_by),
+        )
+
+    def _create(
+        self,
+        content: str,
+        owner: UserRef | None,
+        category: str | None,
+        files: dict[str, str] | None,
+        written_by: str | None,
+    ) -> Skill:
         meta = parse_skill(content)
         if written_by is not None and written_by not in CONVERSATION_AUTHORS:
             raise ValueError(f"written_by must be one of {', '.join(CONVERSATION_AUTHORS)}")
@@ -335,7 +411,16 @@ class SkillStore:
             _fsync_dir(parent)
         return Skill(meta, parent / meta.name, owner)
 
-    def edit(self, name: str, content: str, owner: UserRef | None) -> Skill:
+    def edit(self, name: str, content: str, owner: UserRef | None, by: Provenance | None = None) -> Skill:
+        return self._edit("edit", name, content, owner, by)
+
+    def _edit(self, op: str, name: str, content: str, owner: UserRef | None, by: Provenance | None) -> Skill:
+        def where() -> tuple[Path, str | None]:
+            return self._require(name, owner).path / SKILL_FILE, content
+
+        return self._journaled(op, name, owner, where, by, lambda: self._write_skill(name, content, owner))
+
+    def _write_skill(self, name: str, content: str, owner: UserRef | None) -> Skill:
         meta = parse_skill(content, name)
         _guarded(content, "SKILL.md")
         with self._lock():
@@ -344,7 +429,9 @@ class SkillStore:
             replace_file(skill.path / SKILL_FILE, content.encode("utf-8"))
         return Skill(meta, skill.path, owner)
 
-    def patch(self, name: str, old_string: str, new_string: str, owner: UserRef | None) -> Skill:
+    def patch(
+        self, name: str, old_string: str, new_string: str, owner: UserRef | None, by: Provenance | None = None
+    ) -> Skill:
         skill = self._require(name, owner)
         current = self.read(skill)
         count = current.count(old_string) if old_string else 0
@@ -352,7 +439,7 @@ class SkillStore:
             raise SkillRefused(
                 f"no_unique_match: old_string matches {count} times in {name}/SKILL.md; it must match exactly once"
             )
-        return self.edit(name, current.replace(old_string, new_string, 1), owner)
+        return self._edit("patch", name, current.replace(old_string, new_string, 1), owner, by)
 
     def _check_file(self, file_path: str, text: str) -> None:
         if len(text) > MAX_FILE_CHARS:
@@ -361,9 +448,25 @@ class SkillStore:
             )
         _guarded(text, file_path)
 
-    def write_file(self, name: str, file_path: str, file_content: str, owner: UserRef | None) -> Skill:
+    def write_file(
+        self,
+        name: str,
+        file_path: str,
+        file_content: str,
+        owner: UserRef | None,
+        by: Provenance | None = None,
+    ) -> Skill:
         rel = check_file_path(file_path)
         self._check_file(file_path, file_content)
+
+        def where() -> tuple[Path, str | None]:
+            return self._require(name, owner).path / rel, file_content
+
+        return self._journaled(
+            "write_file", name, owner, where, by, lambda: self._write_file(name, rel, file_content, owner)
+        )
+
+    def _write_file(self, name: str, rel: PurePosixPath, file_content: str, owner: UserRef | None) -> Skill:
         with self._lock():
             skill = self._require(name, owner)
             target = skill.path / rel
@@ -373,8 +476,19 @@ class SkillStore:
             replace_file(target, file_content.encode("utf-8"))
         return skill
 
-    def remove_file(self, name: str, file_path: str, owner: UserRef | None) -> Skill:
+    def remove_file(
+        self, name: str, file_path: str, owner: UserRef | None, by: Provenance | None = None
+    ) -> Skill:
         rel = check_file_path(file_path)
+
+        def where() -> tuple[Path, str | None]:
+            return self._require(name, owner).path / rel, None
+
+        return self._journaled(
+            "remove_file", name, owner, where, by, lambda: self._remove_file(name, file_path, rel, owner)
+        )
+
+    def _remove_file(self, name: str, file_path: str, rel: PurePosixPath, owner: UserRef | None) -> Skill:
         with self._lock():
             skill = self._require(name, owner)
             target = skill.path / rel
@@ -386,8 +500,15 @@ class SkillStore:
             _fsync_dir(target.parent)
         return skill
 
-    def delete(self, name: str, owner: UserRef | None) -> int:
+    def delete(self, name: str, owner: UserRef | None, by: Provenance | None = None) -> int:
         """Remove the skill; its last version stays in history (returns its number)."""
+
+        def where() -> tuple[Path, str | None]:
+            return self._require(name, owner).path / SKILL_FILE, None
+
+        return self._journaled("delete", name, owner, where, by, lambda: self._delete(name, owner))
+
+    def _delete(self, name: str, owner: UserRef | None) -> int:
         with self._lock():
             skill = self._require(name, owner)
             n = self._snapshot(skill)
@@ -403,7 +524,9 @@ class SkillStore:
         hist = self._history_root(name, owner)
         return sorted(int(p.name) for p in hist.iterdir() if p.name.isdigit()) if hist.is_dir() else []
 
-    def rollback(self, name: str, owner: UserRef | None, to: int | None = None) -> int:
+    def rollback(
+        self, name: str, owner: UserRef | None, to: int | None = None, by: Provenance | None = None
+    ) -> int:
         """Restore version ``to`` (default: the latest kept); the current version is kept
         in history first. Returns the version restored."""
         versions = self.history(name, owner)
@@ -417,6 +540,17 @@ class SkillStore:
         src = self._history_root(name, owner) / str(n)
         content = (src / SKILL_FILE).read_text(encoding="utf-8")
         parse_skill(content, name)
+
+        def where() -> tuple[Path, str | None]:
+            skill = self._find_owned(name, owner)
+            parent = skill.path.parent if skill else (self.root if owner is None else self._user_root(owner))
+            return parent / name / SKILL_FILE, content
+
+        return self._journaled(
+            "rollback", name, owner, where, by, lambda: self._rollback(name, owner, src, n)
+        )
+
+    def _rollback(self, name: str, owner: UserRef | None, src: Path, n: int) -> int:
         with self._lock():
             skill = self._find_owned(name, owner)
             parent = skill.path.parent if skill else (self.root if owner is None else self._user_root(owner))
@@ -438,11 +572,11 @@ class SkillStore:
             self._roll_forward(parent, name)
         return n
 
-    def promote(self, name: str, user: UserRef) -> Skill:
+    def promote(self, name: str, user: UserRef, by: Provenance | None = None) -> Skill:
         """Copy a user's own skill into the shared skills (re-guarded), then remove it
         from the user's folder."""
         skill = self._require(name, user)
         files = {rel: self.read(skill, rel) for rel in self.files(skill)}
-        shared = self.create(self.read(skill), None, skill.meta.category, files)
-        self.delete(name, user)
+        shared = self.create(self.read(skill), None, skill.meta.category, files, by=by)
+        self.delete(name, user, by)
         return shared

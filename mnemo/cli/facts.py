@@ -3,12 +3,14 @@
 Every command calls the provider's ``fact_store`` tool with a primary-context call
 for ``--user`` (or for the shared facts without it), so scoping, validation and
 results are exactly what the model gets. ``--json`` prints the tool's JSON result.
+``add`` opens the configured backend too: the write is journaled (actor ``cli``).
 Exit codes: 0 success, 1 refused (e.g. the store cannot be opened), 2 usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from typing import Any
 
@@ -16,6 +18,7 @@ from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
 from mnemo.memory.discovery import load_provider, provider_config
 from mnemo.memory.errors import InvalidIdentifier, ProviderError
+from mnemo.memory.journal import DocumentJournal
 from mnemo.memory.provider import MemoryProvider, ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
 
@@ -56,7 +59,7 @@ def _scope(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the tool's JSON result")
 
 
-def _open(settings: Settings) -> MemoryProvider:
+def _open(settings: Settings, journal: DocumentJournal | None = None) -> MemoryProvider:
     try:
         provider = load_provider(PROVIDER, settings.home)
         config = dict(provider_config(settings.home, provider))
@@ -67,6 +70,7 @@ def _open(settings: Settings) -> MemoryProvider:
     availability = provider.is_available(settings.home, config)
     if not availability.ok:
         raise CommandError(f"{PROVIDER} is unavailable: {availability.reason}", EXIT_REFUSED)
+    provider.use_journal(journal)
     try:
         provider.initialize(settings.home, config)
     except ProviderError as e:
@@ -96,12 +100,16 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         user=user,
         agent_context=AgentContext.PRIMARY,
         home=settings.home,
+        actor="cli",
     )
-    provider = _open(settings)
-    try:
-        result = json.loads(provider.handle_tool_call("fact_store", _tool_args(args), ctx))
-    finally:
-        provider.shutdown()
+    if args.fact_action == "add":
+        result = asyncio.run(_journaled(settings, args, ctx))
+    else:
+        provider = _open(settings)
+        try:
+            result = json.loads(provider.handle_tool_call("fact_store", _tool_args(args), ctx))
+        finally:
+            provider.shutdown()
     if args.json:
         from mnemo.adapters.terminal import printable_json
 
@@ -109,6 +117,23 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     else:
         _print_human(args.fact_action, result)
     return EXIT_OK if result.get("ok") else EXIT_REFUSED
+
+
+async def _journaled(settings: Settings, args: argparse.Namespace, ctx: ProviderContext) -> dict[str, Any]:
+    """A write, with the backend's journal bound to the provider."""
+    from mnemo.gateway.storage import open_backend
+
+    backend = await open_backend(settings)
+    try:
+        provider = await asyncio.to_thread(_open, settings, backend.documents)
+        try:
+            text = await asyncio.to_thread(provider.handle_tool_call, "fact_store", _tool_args(args), ctx)
+        finally:
+            await asyncio.to_thread(provider.shutdown)
+    finally:
+        await backend.close()
+    result: dict[str, Any] = json.loads(text)
+    return result
 
 
 def _print_human(action: str, result: dict[str, Any]) -> None:

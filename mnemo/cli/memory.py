@@ -12,6 +12,19 @@ and its schema migrated first, as ``mnemo run`` does).
 USER.md of its own: show, add, replace and remove act on its person's shared profile,
 and say which account keeps it (on stdout for ``show``, on stderr for the edits, whose
 stdout is the tool's JSON).
+
+The journal (``memory/journal.py``)::
+
+    mnemo memory history [--user P] [--layer L] [--since T] [--limit N] [--json]
+    mnemo memory revert ID [--yes]
+
+``history`` lists memory writes newest first with their provenance (``--json``: one
+object per entry, keys ``id time layer target op old new since until actor trust
+speaker session message chat tool_call reverts note undone``); ``--user`` keeps the
+entries about that person or made in their turns, ``--since`` takes a date, a time
+(ISO 8601, UTC unless it says otherwise) or an age (``30m``, ``12h``, ``7d``).
+``revert`` undoes one entry through the same write path, journaled as the CLI's.
+Edits made here are journaled with actor ``cli`` and trust ``admin``.
 """
 
 from __future__ import annotations
@@ -19,13 +32,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
 from mnemo.memory.errors import InvalidIdentifier
+from mnemo.memory.journal import Actor, JournalQuery, Layer, Provenance, Trust, line
 from mnemo.memory.memory_tool import MemoryCallContext, WriteAttempts, run_memory_tool
 from mnemo.memory.scope import AgentContext, UserRef
 
@@ -61,6 +77,20 @@ def register(subparsers: Any) -> None:
     _target_arguments(remove)
     remove.add_argument("old_text", metavar="OLD_TEXT")
     remove.set_defaults(handler=_edit, memory_action="remove")
+
+    history = sub.add_parser("history", help="memory writes, newest first, with their provenance")
+    history.add_argument("--user", metavar="PLATFORM:ID", help="about this person or made in their turns")
+    history.add_argument("--layer", choices=[str(layer) for layer in Layer], help="one memory layer only")
+    history.add_argument("--since", metavar="T", help="from a date/time (ISO 8601) or an age: 30m, 12h, 7d")
+    history.add_argument("--limit", type=int, default=50, metavar="N", help="at most N entries (default 50)")
+    history.add_argument("--json", action="store_true", help="print JSON")
+    history.set_defaults(handler=_history)
+
+    revert = sub.add_parser("revert", help="undo one journal entry (through the same write path)")
+    revert.add_argument("entry", type=int, metavar="ID")
+    revert.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    revert.add_argument("--json", action="store_true", help="print JSON")
+    revert.set_defaults(handler=_revert)
 
 
 def _target_arguments(parser: argparse.ArgumentParser) -> None:
@@ -148,6 +178,7 @@ def _edit(args: argparse.Namespace, settings: Settings) -> int:
         agent_context=AgentContext.PRIMARY,
         is_admin=True,
         shared_write=settings.memory.shared_write,
+        actor=Actor.CLI,
     )
     from mnemo.adapters.terminal import printable, printable_json
 
@@ -158,5 +189,85 @@ def _edit(args: argparse.Namespace, settings: Settings) -> int:
         result = await run_memory_tool(backend.files, tool_args, ctx, WriteAttempts())
         print(printable_json(json.dumps(result, ensure_ascii=False, indent=2)))
         return EXIT_OK if result["success"] else EXIT_REFUSED
+
+    return _with_backend(settings, body)
+
+
+_AGE = re.compile(r"^(\d+)\s*([mhd])$")
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """``--since``: an age (``30m``, ``12h``, ``7d``), a date or a date and time (UTC
+    unless it names its zone). Raises ``CommandError`` for anything else."""
+    now = now or datetime.now(UTC)
+    age = _AGE.match(text.strip().lower())
+    if age is not None:
+        n, unit = int(age.group(1)), age.group(2)
+        unit_name = {"m": "minutes", "h": "hours", "d": "days"}[unit]
+        return now - timedelta(**{unit_name: n})
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise CommandError(
+            f"--since: {text!r} is neither a date/time (2025-03-01, 2025-03-01T12:00) nor an age (30m, 12h, 7d)",
+            EXIT_USAGE,
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _history(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.adapters.terminal import printable, printable_json
+
+    ref = _user_ref(args.user)
+    if args.limit < 1:
+        raise CommandError("--limit must be at least 1", EXIT_USAGE)
+    since = parse_since(args.since) if args.since else None
+
+    async def body(backend: StorageBackend) -> int:
+        people = None
+        if ref is not None:
+            people = tuple(dict.fromkeys((str(ref), str(backend.identities.canonical(ref)))))
+        query = JournalQuery(people=people, layer=args.layer, since=since, limit=args.limit)
+        entries = await backend.journal.history(query)
+        undone = await backend.journal.reverted([e.id for e in entries])
+        if args.json:
+            rows = [{**e.to_json(), "undone": e.id in undone} for e in entries]
+            print(printable_json(json.dumps(rows, ensure_ascii=False, indent=2)))
+        elif not entries:
+            print("no memory writes" + (f" about {ref}" if ref is not None else ""))
+        else:
+            for e in entries:
+                print(printable(line(e, reverted=e.id in undone)))
+        return EXIT_OK
+
+    return _with_backend(settings, body)
+
+
+def _revert(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.adapters.terminal import printable, printable_json
+    from mnemo.memory.journal_undo import undo
+
+    async def body(backend: StorageBackend) -> int:
+        entry = await backend.journal.get(args.entry)
+        if entry is None:
+            raise CommandError(f"no journal entry #{args.entry}", EXIT_REFUSED)
+        if await backend.journal.reverted([entry.id]):
+            raise CommandError(f"#{entry.id} is undone already", EXIT_REFUSED)
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise CommandError("revert needs --yes when not run interactively", EXIT_REFUSED)
+            print(printable(line(entry)))
+            if input("Revert this change? [y/N] ").strip().lower() not in ("y", "yes"):
+                print("not reverted")
+                return EXIT_REFUSED
+        done = await asyncio.to_thread(undo, backend.files, entry, Provenance(Actor.CLI, Trust.ADMIN))
+        if args.json:
+            out = {"reverted": entry.id, "success": done.ok, "message": done.message}
+            if done.result is not None:
+                out["entry"] = done.result.journal_id
+            print(printable_json(json.dumps(out, ensure_ascii=False, indent=2)))
+        else:
+            print(printable(done.message))
+        return EXIT_OK if done.ok else EXIT_REFUSED
 
     return _with_backend(settings, body)

@@ -7,6 +7,7 @@
     mnemo users erase PLATFORM:ID [--yes] [--dry-run] [--json]
     mnemo users link PLATFORM:ID PLATFORM:ID [--json]   one person (the first one's profile is kept)
     mnemo users unlink PLATFORM:ID [--json]             split off; it keeps a copy of the profile
+    mnemo users policy PLATFORM:ID [--remember on|off|ask] [--groups private|shared] [--json]
 
 Every action works on the configured backend (``open_backend``), through its
 repositories — the same reads as the dashboard: the SQLite ``state.db`` and memory
@@ -64,7 +65,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "unlink", help="split an account off its linked person (it keeps a copy of the profile)"
     )
     unlink.add_argument("user", metavar="PLATFORM:ID")
-    for a in (ls, show, usage, budget, erase, link, unlink):
+    policy = actions.add_parser(
+        "policy", help="show or set what may be remembered about a person (memory policy)"
+    )
+    policy.add_argument("user", metavar="PLATFORM:ID")
+    policy.add_argument(
+        "--remember", choices=("on", "off", "ask"), help="store memories: on, off, or ask them each time"
+    )
+    policy.add_argument(
+        "--groups", choices=("private", "shared"), help="whether their profile may reach group prompts"
+    )
+    for a in (ls, show, usage, budget, erase, link, unlink, policy):
         a.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=run)
 
@@ -122,6 +133,8 @@ async def _act(args: argparse.Namespace, settings: Settings, backend: StorageBac
         return await _erase(args, settings, backend)
     if action in ("link", "unlink"):
         return await _link(args, backend.links)
+    if action == "policy":
+        return await _policy(args, settings, backend)
     user = _user(args.user)
     admin = access.is_admin(user.platform, user.user_id)
     if action == "budget":
@@ -258,6 +271,39 @@ async def _link(args: argparse.Namespace, links: LinkRepository) -> int:
         + (f", left out: {result.left_out}" if result.left_out else ""),
     ]
     _out(args, data, lines)
+    return EXIT_OK
+
+
+async def _policy(args: argparse.Namespace, settings: Settings, backend: StorageBackend) -> int:
+    from mnemo.gateway.turns.policy import defaults_of
+    from mnemo.memory.policy import ChatPolicy, Groups, Remember, effective
+
+    user = _user(args.user)
+    person = str(backend.identities.canonical(user))  # linked accounts share one policy
+    repo = backend.policies
+    if args.remember is not None or args.groups is not None:
+        remember = Remember(args.remember) if args.remember is not None else None
+        groups = Groups(args.groups) if args.groups is not None else None
+        await repo.set_person(person, remember=remember, groups=groups, by="cli")
+    own = await repo.person(person)
+    holds = effective(defaults_of(settings.memory.policy), own, ChatPolicy(), is_group=True)
+    data = {
+        "user": str(user),
+        "person": person,
+        "remember": str(holds.person_remember),
+        "groups": str(holds.groups),
+        "set": {"remember": own.remember, "groups": own.groups},
+    }
+    default = " (default)"
+    _out(
+        args,
+        data,
+        [
+            f"{user}" + (f" (policy kept under {person})" if person != str(user) else ""),
+            f"remember: {holds.person_remember}{'' if own.remember else default}",
+            f"groups: {holds.groups}{'' if own.groups else default}",
+        ],
+    )
     return EXIT_OK
 
 

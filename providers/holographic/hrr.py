@@ -84,16 +84,19 @@ def atoms(words: Sequence[str], dim: int = DEFAULT_DIM) -> np.ndarray:
 
 
 def bind(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.mod(a + b, TWO_PI)
+    out: np.ndarray = np.mod(a + b, TWO_PI)
+    return out
 
 
 def unbind(memory: np.ndarray, key: np.ndarray) -> np.ndarray:
-    return np.mod(memory - key, TWO_PI)
+    out: np.ndarray = np.mod(memory - key, TWO_PI)
+    return out
 
 
 def phasors(vectors: np.ndarray) -> np.ndarray:
     """``e^{i·v}``: the unit-circle form that bundling and similarity work on."""
-    return np.exp(1j * np.asarray(vectors, dtype=np.float64))
+    out: np.ndarray = np.exp(1j * np.asarray(vectors, dtype=np.float64))
+    return out
 
 
 def bundle(vectors: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
@@ -111,7 +114,8 @@ def bundle(vectors: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
 
 def phase_of(phasor_sum: np.ndarray) -> np.ndarray:
     """The phase vector of an (unnormalised) sum of phasors."""
-    return np.mod(np.angle(phasor_sum), TWO_PI)
+    out: np.ndarray = np.mod(np.angle(phasor_sum), TWO_PI)
+    return out
 
 
 def similarity(a: np.ndarray, b: np.ndarray) -> float:
@@ -123,7 +127,8 @@ def similarities(matrix: np.ndarray, v: np.ndarray) -> np.ndarray:
     m = np.asarray(matrix, dtype=np.float64)
     if m.shape[0] == 0:
         return np.zeros(0)
-    return np.cos(m - v).mean(axis=1)
+    out: np.ndarray = np.cos(m - v).mean(axis=1)
+    return out
 
 
 # cos of every uint16 phase step: the similarity of stored codes is a table lookup.
@@ -139,7 +144,8 @@ def code_similarities(codes: np.ndarray, v: np.ndarray) -> np.ndarray:
     if codes.shape[0] == 0:
         return np.zeros(0)
     q = (np.rint(np.mod(v, TWO_PI) / _SCALE).astype(np.int64) % 65536).astype(np.uint16)
-    return _COS_TABLE[codes - q].mean(axis=1, dtype=np.float64)
+    out: np.ndarray = _COS_TABLE[codes - q].mean(axis=1, dtype=np.float64)
+    return out
 
 
 def similarity_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -148,7 +154,8 @@ def similarity_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     mean(cos(x − y)) = Re(mean(e^{ix} · conj(e^{iy}))).
     """
     pa, pb = phasors(a), phasors(b)
-    return (pa @ pb.conj().T).real / a.shape[1]
+    out: np.ndarray = (pa @ pb.conj().T).real / a.shape[1]
+    return out
 
 
 PHASE_GAIN = math.sqrt(math.pi / 2.0)
@@ -237,7 +244,8 @@ def encode_fact(terms: Iterable[str], entities: Iterable[str], dim: int = DEFAUL
 def _unit(z: np.ndarray) -> np.ndarray:
     """z/|z|, with a zero sum taken as phase 0 (what ``np.angle`` gives it)."""
     mag = np.abs(z)
-    return np.divide(z, mag, out=np.ones_like(z), where=mag > 0)
+    out: np.ndarray = np.divide(z, mag, out=np.ones_like(z), where=mag > 0)
+    return out
 
 
 def content_key(query_words: Iterable[str], dim: int = DEFAULT_DIM) -> np.ndarray | None:
@@ -251,7 +259,8 @@ def content_key(query_words: Iterable[str], dim: int = DEFAULT_DIM) -> np.ndarra
 def to_blob(vector: np.ndarray) -> bytes:
     """Store phases as little-endian uint16 (2 bytes per component)."""
     q = np.rint(np.mod(vector, TWO_PI) / _SCALE).astype(np.int64) % 65536
-    return q.astype("<u2").tobytes()
+    data: bytes = q.astype("<u2").tobytes()
+    return data
 
 
 def from_blob(blob: bytes) -> np.ndarray:

@@ -31,7 +31,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,10 +41,12 @@ import psycopg
 from psycopg import pq
 
 from mnemo.memory.errors import SchemaTooNew, StoreError
+from mnemo.memory.journal import NewEntry
 from mnemo.memory.pg.db import redact
+from mnemo.memory.pg.journal import insert_sync
 from mnemo.providers.holographic import hrr
 from mnemo.providers.holographic.entities import content_terms
-from mnemo.providers.holographic.store import MAX_QUERY_TERMS, FactStore, _placeholders
+from mnemo.providers.holographic.store import MAX_QUERY_TERMS, Conn, FactStore, _placeholders
 
 SCHEMA = "holographic"
 # Keys of pg_advisory_xact_lock (hashtextextended of these names).
@@ -162,7 +164,8 @@ def connect(url: str, connect_timeout_s: float = 10.0) -> psycopg.Connection[Any
         raise StoreError(f"cannot connect to PostgreSQL at {where}: {_first_line(e)}") from e
     try:
         apply_schema(conn, where)
-        conn.execute(f"SET search_path TO {SCHEMA}")
+        # The facts' schema first; then the database's own, where ``memory_journal`` is.
+        conn.execute(f'SET search_path TO {SCHEMA}, "$user", public')
     except BaseException:
         conn.close()
         raise
@@ -249,6 +252,14 @@ class PgFactStore(FactStore):
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (WRITE_LOCK,))
                 yield PgConn(conn)
+
+    def _journal_lock(self) -> AbstractContextManager[None]:
+        return nullcontext()  # the entries go into the facts' own transaction: nothing to settle
+
+    def _record(self, db: Conn, entry: NewEntry, staged: list[int]) -> None:
+        """The entry in the facts' transaction (``memory_journal`` is in this database)."""
+        assert isinstance(db, PgConn)
+        insert_sync(db.conn, entry, self.clock())
 
     @contextmanager
     def reading(self) -> Iterator[PgConn]:  # type: ignore[override]  # as db: PgConn stands in for sqlite3.Connection

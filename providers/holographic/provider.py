@@ -15,7 +15,9 @@ remove alike: a replaced or removed entry takes its mirrored fact with it, so no
 facts are recalled after the user corrected them.
 
 ``sync_turn`` stores nothing: facts come from deliberate writes (the tool and mirrored
-memory entries), never from raw transcript text.
+memory entries), never from raw transcript text. Every write is journaled
+(``memory/journal.py``, ``store.py``): a fact the model adds as ``inferred``, a mirrored
+entry with the trust of the entry it mirrors, a CLI write as ``admin``.
 
 Where the facts live: ``$MNEMO_HOME/providers/holographic/facts.db`` by default; when
 the bot runs on PostgreSQL the composition root puts the database URL in the config
@@ -29,6 +31,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -36,6 +39,7 @@ import structlog
 
 from mnemo.memory.curated import Action, Target
 from mnemo.memory.errors import MemoryRefused, ProviderError, StoreError
+from mnemo.memory.journal import Actor
 from mnemo.memory.provider import Availability, MemoryProvider, ProviderContext, Recall, ToolSchema
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
 from mnemo.memory.scope import UserRef
@@ -44,6 +48,7 @@ from mnemo.providers.holographic.retrieval import Hit, RetrievalSettings, Retrie
 from mnemo.providers.holographic.store import SHARED, FactStore, NewFact
 
 if TYPE_CHECKING:
+    from mnemo.memory.journal import DocumentJournal
     from mnemo.memory.memory_tool import MemoryWrite
 
 log = structlog.get_logger(__name__)
@@ -143,6 +148,7 @@ class HolographicProvider(MemoryProvider):
         self.retriever: Retriever | None = None
         self.prefetch_limit = 5
         self.on_postgresql = False
+        self.journal: DocumentJournal | None = None  # the memory journal (``use_journal``)
 
     # --- lifecycle ---------------------------------------------------------------
     def get_config_schema(self) -> Sequence[ConfigField]:
@@ -212,12 +218,16 @@ class HolographicProvider(MemoryProvider):
             self.on_postgresql = True
         else:
             store = FactStore(self.db_path(home), dim, self.clock)
+        store.journal = self.journal
         try:
             store.open()
         except StoreError as e:
             raise ProviderError(f"holographic: {e}") from e
         self.store = store
         self.retriever = Retriever(store, settings, self.clock)
+
+    def use_journal(self, journal: DocumentJournal | None) -> None:
+        self.journal = journal
 
     def shutdown(self) -> None:
         if self.store is not None:
@@ -255,14 +265,15 @@ class HolographicProvider(MemoryProvider):
         store, _ = self._ready()
         category = MIRROR_CATEGORY[write.target]
         owner = SHARED if write.target is Target.MEMORY else owner_of(write.owner)
+        by = replace(write.by, actor=Actor.MIRROR) if write.by is not None else ctx.provenance()
         if write.action in (Action.REPLACE, Action.REMOVE) and write.old_text:
             # old_text is the whole entry as it was stored, so this finds its mirror.
-            if store.remove_mirrored(owner, category, write.old_text) is None:
+            if store.remove_mirrored(owner, category, write.old_text, by) is None:
                 log.info(
                     "mirrored fact not found; nothing to remove", action=write.action.value, category=category
                 )
         if write.action in (Action.ADD, Action.REPLACE) and write.content:
-            store.add(NewFact(owner, write.content[:MAX_CONTENT], category, source="mirror"))
+            store.add(NewFact(owner, write.content[:MAX_CONTENT], category, source="mirror"), by)
 
     # --- tools ---------------------------------------------------------------------
     def handle_tool_call(self, name: str, args: Mapping[str, Any], ctx: ProviderContext) -> str:
@@ -291,13 +302,14 @@ class HolographicProvider(MemoryProvider):
             if len(content) > MAX_CONTENT:
                 raise _BadArgs(f"content is longer than {MAX_CONTENT} characters; store one fact at a time")
             category = _text(args, "category", "general")[:64] or "general"
-            added = store.add(NewFact(owner_of(ctx.owner), content, category, _text(args, "tags", "")[:200]))
+            new = NewFact(owner_of(ctx.owner), content, category, _text(args, "tags", "")[:200])
+            added = store.add(new, ctx.provenance())
             f = added.fact
             return {"ok": True, "fact_id": f.id, "duplicate": not added.created, "entities": list(f.entities),
                     "message": "Already stored." if not added.created else "Stored."}  # fmt: skip
         if action == "search":
-            category = _text(args, "category", "") or None
-            hits = retriever.search(_text(args, "query"), owners, limit, category)
+            wanted = _text(args, "category", "") or None
+            hits = retriever.search(_text(args, "query"), owners, limit, wanted)
             store.count_retrievals(h.fact.id for h in hits)
             return {"ok": True, "results": [_fact_json(h) for h in hits]}
         if action == "probe":
@@ -349,7 +361,7 @@ class HolographicProvider(MemoryProvider):
         fact_id, helpful = args.get("fact_id"), args.get("helpful")
         if not isinstance(fact_id, int) or isinstance(fact_id, bool) or not isinstance(helpful, bool):
             raise _BadArgs("fact_feedback needs 'fact_id' (integer) and 'helpful' (true/false)")
-        fact = store.feedback(fact_id, helpful, _owners(ctx))
+        fact = store.feedback(fact_id, helpful, _owners(ctx), ctx.provenance())
         if fact is None:
             raise _BadArgs(f"no fact {fact_id}")
         return {

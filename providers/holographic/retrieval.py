@@ -254,7 +254,7 @@ class Retriever:
         frames, negated = zip(*(_frame(f) for f in facts), strict=True)
         has_frame = np.array([bool(fr) for fr in frames])
         dim = self.store.dim
-        frame_vecs = np.stack([hrr.encode_text(fr, dim) if fr else np.zeros(dim) for fr in frames])
+        frame_vecs = np.stack([_frame_vector(fr, dim) for fr in frames])
         frame_sim = hrr.similarity_matrix(frame_vecs, frame_vecs) * np.outer(has_frame, has_frame)
         neg = np.array(negated)
         differ = (inter < union) | (neg[:, None] != neg[None, :])
@@ -323,3 +323,9 @@ def _frame(fact: Fact) -> tuple[list[str], bool]:
     negated = any(w in NEGATIONS or w.endswith("n't") for w in all_words)
     frame = [w for w in content_terms(fact.content) if w not in entity_words and w not in NEGATIONS]
     return frame, negated
+
+
+def _frame_vector(frame: Sequence[str], dim: int) -> np.ndarray:
+    """A frame's vector; no words: the zero vector (similar to nothing)."""
+    vector = hrr.encode_text(frame, dim) if frame else None
+    return vector if vector is not None else np.zeros(dim)

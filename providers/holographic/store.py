@@ -24,6 +24,14 @@ and a database from a newer mnemo is refused (``SchemaTooNew``).
 Threading: one connection shared by the manager's worker threads, serialized by a
 lock; every method is synchronous and must be called off the event loop. Scoping is
 not decided here: every read takes the ``owners`` it may see.
+
+Journal: with a ``journal`` bound (``memory/journal.py``), every add, removal and trust
+change is journaled with the caller's provenance. ``facts.db`` is not the journal's
+database, so a write holds ``facts.db.lock`` (a file lock) while its entries are staged
+in the journal, the facts are written together with one ``journal_marks`` row per entry
+(the evidence) in one transaction, and the entries committed: an entry a killed writer
+left staged is kept when its mark is in ``facts.db``, dropped when not. On PostgreSQL
+the entries go into the facts' own transaction (``pg_store.py``).
 """
 
 from __future__ import annotations
@@ -31,8 +39,9 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,8 +49,19 @@ from typing import Any, Protocol
 import numpy as np
 import structlog
 
+from mnemo.memory.atomic import exclusive_lock
 from mnemo.memory.db import create_private_database
 from mnemo.memory.errors import SchemaTooNew, StoreError
+from mnemo.memory.journal import (
+    MARKS_SQL,
+    DocumentJournal,
+    Layer,
+    MarkEvidence,
+    NewEntry,
+    Provenance,
+    commit_written,
+    mark_within,
+)
 from mnemo.memory.threats import guard_write
 from mnemo.providers.holographic import hrr
 from mnemo.providers.holographic.entities import content_terms, extract_entities, ngrams
@@ -111,6 +131,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         END;
         """,
     ),
+    ("0002_journal_marks", MARKS_SQL + ";"),
 )
 
 _FACT_COLUMNS = (
@@ -194,6 +215,7 @@ class FactStore:
         self.clock = clock
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
+        self.journal: DocumentJournal | None = None  # bound by the provider (None: not journaled)
 
     # --- lifecycle ----------------------------------------------------------------
     def open(self) -> None:
@@ -277,11 +299,45 @@ class FactStore:
         with self._lock:
             yield self.db
 
-    # --- writes -------------------------------------------------------------------
-    def add(self, new: NewFact) -> Added:
-        return self.add_many([new])[0]
+    # --- the journal ----------------------------------------------------------------
+    def _journal_lock(self) -> AbstractContextManager[None]:
+        """Held from staging to committing (the lock the entries' evidence names)."""
+        return exclusive_lock(self.path.with_name(self.path.name + ".lock"))
 
-    def add_many(self, facts: Sequence[NewFact]) -> list[Added]:
+    def _record(self, db: Conn, entry: NewEntry, staged: list[int]) -> None:
+        """Journal ``entry`` from inside this store's write transaction."""
+        assert self.journal is not None
+        token = uuid.uuid4().hex
+        evidence = MarkEvidence(self.path.with_name(self.path.name + ".lock"), self.path, token)
+        staged.append(self.journal.stage(entry, evidence))
+        mark_within(db, token, self.clock())
+
+    @contextmanager
+    def _journaled(self) -> Iterator[tuple[Conn, Callable[[NewEntry], None]]]:
+        """A write transaction whose ``record(entry)`` calls journal its changes, both
+        or neither (module docstring)."""
+        journal = self.journal
+        if journal is None:
+            with self._write() as db:
+                yield db, lambda entry: None
+            return
+        staged: list[int] = []
+        with self._lock, self._journal_lock():
+            try:
+                with self._write() as db:
+                    yield db, lambda entry: self._record(db, entry, staged)
+            except BaseException:
+                for entry_id in staged:
+                    journal.abort(entry_id)
+                raise
+            for entry_id in staged:
+                commit_written(journal, entry_id)
+
+    # --- writes -------------------------------------------------------------------
+    def add(self, new: NewFact, by: Provenance | None = None) -> Added:
+        return self.add_many([new], by)[0]
+
+    def add_many(self, facts: Sequence[NewFact], by: Provenance | None = None) -> list[Added]:
         """Insert facts in one transaction (existing content of the same owner is
         returned as-is, not duplicated). Every text is threat-scanned first: one
         refused fact refuses the batch (``MemoryRefused``) and nothing is written."""
@@ -291,11 +347,11 @@ class FactStore:
             guard_write(new.tags, "the tags")
         out: list[Added] = []
         banks: dict[tuple[str, str], tuple[np.ndarray, int]] = {}
-        with self._write() as db:
+        with self._journaled() as (db, record):
             for new in facts:
                 row = db.execute(self._SQL_FIND, self._find_params(new.owner, new.content)).fetchone()
                 if row is not None:
-                    out.append(Added(self._fact(db, row[0]), created=False))
+                    out.append(Added(self._require_fact(db, row[0]), created=False))
                     continue
                 names = self._entities_in(db, new.content, (new.owner, SHARED))
                 blob = hrr.to_blob(hrr.encode_fact(content_terms(new.content), names, self.dim))
@@ -323,24 +379,30 @@ class FactStore:
                 # exactly what was added; one bank write per category per transaction.
                 total, n = banks.get((new.owner, new.category), (np.zeros(self.dim, dtype=np.complex128), 0))
                 banks[(new.owner, new.category)] = (total + hrr.phasors(hrr.from_blob(blob)), n + 1)
-                out.append(Added(self._fact(db, fact_id), created=True))
+                out.append(Added(self._require_fact(db, fact_id), created=True))
+                record(
+                    self._entry("add", new.owner, None, new.content, by, f"fact {fact_id} ({new.category})")
+                )
             for (owner, category), (total, n) in banks.items():
                 self._bank_add(db, owner, category, total, n)
         return out
 
-    def remove(self, fact_id: int, owners: Sequence[str]) -> Fact | None:
+    def remove(self, fact_id: int, owners: Sequence[str], by: Provenance | None = None) -> Fact | None:
         """Delete a fact the caller can see; returns it, or None if there was none."""
-        with self._write() as db:
+        with self._journaled() as (db, record):
             fact = self._fact(db, fact_id, owners)
             if fact is None:
                 return None
             self._delete(db, fact)
+            record(self._entry("remove", fact.owner, fact.content, None, by, f"fact {fact.id}"))
             return fact
 
-    def remove_mirrored(self, owner: str, category: str, old_text: str) -> Fact | None:
+    def remove_mirrored(
+        self, owner: str, category: str, old_text: str, by: Provenance | None = None
+    ) -> Fact | None:
         """Delete the mirrored copy of a built-in entry: the exact content first, else
         the newest mirrored fact containing ``old_text``."""
-        with self._write() as db:
+        with self._journaled() as (db, record):
             row = db.execute(
                 "SELECT id FROM facts WHERE owner=? AND category=? AND source='mirror' AND content=?",
                 (owner, category, old_text),
@@ -353,9 +415,9 @@ class FactStore:
                 ).fetchone()
             if row is None:
                 return None
-            fact = self._fact(db, row[0])
-            assert fact is not None
+            fact = self._require_fact(db, row[0])
             self._delete(db, fact)
+            record(self._entry("remove", fact.owner, fact.content, None, by, f"fact {fact.id}"))
             return fact
 
     def _delete(self, db: Conn, fact: Fact) -> None:
@@ -372,18 +434,34 @@ class FactStore:
                 entity_ids,
             )
 
-    def feedback(self, fact_id: int, helpful: bool, owners: Sequence[str]) -> Fact | None:
+    def feedback(
+        self, fact_id: int, helpful: bool, owners: Sequence[str], by: Provenance | None = None
+    ) -> Fact | None:
         """Helpful: trust +0.05 (and helpful_count +1); not helpful: −0.10; clamped."""
         delta = 0.05 if helpful else -0.10
-        with self._write() as db:
-            if self._fact(db, fact_id, owners) is None:
+        with self._journaled() as (db, record):
+            before = self._fact(db, fact_id, owners)
+            if before is None:
                 return None
             db.execute(
                 f"UPDATE facts SET trust = {self._SQL_CLAMPED_TRUST}, helpful_count = helpful_count + ?"
                 " WHERE id=?",
                 (delta, 1 if helpful else 0, fact_id),
             )
-            return self._fact(db, fact_id)
+            after = self._require_fact(db, fact_id)
+            note = f"fact {fact_id}: {'helpful' if helpful else 'not helpful'}"
+            record(
+                self._entry(
+                    "feedback", after.owner, f"trust {before.trust:.2f}", f"trust {after.trust:.2f}", by, note
+                )
+            )
+            return after
+
+    @staticmethod
+    def _entry(
+        op: str, owner: str, old: str | None, new: str | None, by: Provenance | None, note: str
+    ) -> NewEntry:
+        return NewEntry(Layer.FACTS, owner, op, old, new, by or Provenance.system(), note)
 
     def count_retrievals(self, fact_ids: Iterable[int]) -> None:
         ids = sorted(set(fact_ids))
@@ -478,6 +556,13 @@ class FactStore:
         found = self.facts(db, [fact_id], owners)
         return found[0] if found else None
 
+    def _require_fact(self, db: Conn, fact_id: int) -> Fact:
+        """A fact this transaction just found or wrote (it exists)."""
+        fact = self._fact(db, fact_id)
+        if fact is None:
+            raise StoreError(f"fact {fact_id} vanished inside its own transaction")
+        return fact
+
     def facts(self, db: Conn, fact_ids: Sequence[int], owners: Sequence[str] | None = None) -> list[Fact]:
         """Facts by id, in the order given, skipping ids the owners cannot see."""
         if not fact_ids:
@@ -492,7 +577,7 @@ class FactStore:
                 sql += f" AND f.owner IN ({_placeholders(len(owners))})"
                 params.extend(owners)
             for row in db.execute(sql, params):
-                by_id[row[0]] = Fact(*row, entities=names.get(row[0], ()))
+                by_id[row[0]] = _fact_of(row, names.get(row[0], ()))
         return [by_id[i] for i in fact_ids if i in by_id]
 
     def candidates(
@@ -587,7 +672,7 @@ class FactStore:
         sharing visible facts with ``entity_id``, heaviest first."""
         return [
             tuple(r)
-            for r in db.execute(  # type: ignore[misc]
+            for r in db.execute(
                 f"SELECT e2.name, COUNT(*), SUM(f.trust), {self._SQL_ID_LIST} FROM fact_entities fe1"
                 " JOIN facts f ON f.id = fe1.fact_id"
                 " JOIN fact_entities fe2 ON fe2.fact_id = fe1.fact_id AND fe2.entity_id != fe1.entity_id"
@@ -602,6 +687,24 @@ class FactStore:
 
 
 MAX_QUERY_TERMS = 32
+
+
+def _fact_of(row: Sequence[Any], entities: tuple[str, ...]) -> Fact:
+    """A fact from a row of ``_FACT_COLUMNS``."""
+    return Fact(
+        id=row[0],
+        owner=row[1],
+        content=row[2],
+        category=row[3],
+        tags=row[4],
+        source=row[5],
+        trust=row[6],
+        retrieval_count=row[7],
+        helpful_count=row[8],
+        created_at=row[9],
+        updated_at=row[10],
+        entities=entities,
+    )
 
 
 def fts_query(terms: Sequence[str]) -> str:
