@@ -235,6 +235,7 @@ class CuratedFile:
         lock_timeout: float = 10.0,
         owner: str = SHARED,
         journal: DocumentJournal | None = None,
+        by: Provenance | None = None,
     ) -> None:
         self.target = Target(target)
         self.path = Path(path)
@@ -243,6 +244,7 @@ class CuratedFile:
         self._root = root  # the folder this file must stay inside, checked before mkdir
         self._lock_timeout = lock_timeout
         self._journal = journal
+        self._by = by  # the provenance of a write that names none (an importer's files)
 
     def __repr__(self) -> str:
         return f"CuratedFile({self.target}, {str(self.path)!r}, limit={self.limit})"
@@ -431,7 +433,7 @@ class CuratedFile:
             str(action),
             outcome.old_entry,
             outcome.entry,
-            by or Provenance.system(),
+            by or self._by or Provenance.system(),
         )
 
     def _transact(
@@ -558,8 +560,10 @@ class MemoryFiles:
         lock_timeout: float = 10.0,
         identities: Identities | None = None,
         journal: DocumentJournal | None = None,
+        by: Provenance | None = None,
     ) -> None:
         self.memories_dir = Path(memories_dir)
+        self.by = by  # the provenance of writes that name none (e.g. ``mnemo import``'s)
         self.memory_limit = memory_limit
         self.user_limit = user_limit
         self._lock_timeout = lock_timeout
@@ -578,6 +582,7 @@ class MemoryFiles:
             root=self.memories_dir,
             lock_timeout=self._lock_timeout,
             journal=self.journal,
+            by=self.by,
         )
 
     def user(self, ref: UserRef) -> CuratedFile:
@@ -599,6 +604,7 @@ class MemoryFiles:
             lock_timeout=self._lock_timeout,
             owner=str(ref),
             journal=self.journal,
+            by=self.by,
         )
 
     def copy_own(self, source: UserRef, dest: UserRef) -> None:

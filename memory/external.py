@@ -24,6 +24,11 @@ inherits:
 
 This is a convenience for our providers, not part of the contract: a third-party
 provider implements ``MemoryProvider`` (and, for durable writes, ``DurableWrites``).
+
+Every durable write is journaled once it is applied (``journal_entry``: the gateway's
+job handler appends it, keyed by the write's dedupe key so a retried job never
+journals twice): what reached the provider, in whose scope, from which session. An
+erasure's ``forget_user`` is not journaled: it would name the person it erases.
 """
 
 from __future__ import annotations
@@ -36,16 +41,51 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from mnemo.memory.durable import DurableWrites, ProviderHealth, RetryLater
+from mnemo.memory.journal import Actor, Layer, NewEntry, Provenance, Trust
 from mnemo.memory.provider import Availability, MemoryProvider, ProviderContext, Recall, ToolSchema
 from mnemo.memory.provider_config import provider_dir
 from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope, scope_for
 from mnemo.memory.provider_tools import SEARCH_MAX_LIMIT, SharedTools
-from mnemo.memory.writes import ForgetUser, LegacyWrite, Operation, ProviderWrite, Remember
+from mnemo.memory.writes import (
+    Conversation,
+    ForgetUser,
+    LegacyWrite,
+    MirrorWrite,
+    Operation,
+    ProviderWrite,
+    Remember,
+    SyncTurn,
+)
 
 C = TypeVar("C")
 T = TypeVar("T")
 
 DEFAULT_SEARCH_LIMIT = 10
+
+
+def journal_entry(provider: str, write: ProviderWrite) -> NewEntry | None:
+    """The journal entry of an applied provider write (None: not journaled)."""
+    op = write.operation
+    if isinstance(op, ForgetUser | LegacyWrite):
+        return None
+    new: str | None = None
+    if isinstance(op, MirrorWrite | Remember):
+        new = op.content
+    if isinstance(op, SyncTurn):
+        note = "a conversation turn"
+    elif isinstance(op, Conversation):
+        note = f"{len(op.messages)} messages of the conversation"
+    else:
+        note = None
+    by = Provenance(
+        Actor.job("provider_write"),
+        Trust.INFERRED,
+        speaker=write.scope.user_id,
+        session=write.session_id or None,
+    )
+    return NewEntry(
+        Layer.PROVIDER, write.scope.user_id, str(op.op), None, new, by, f"{provider}: {note or op.op}"
+    )
 
 
 def answer(ok: bool = True, **fields: Any) -> str:

@@ -171,7 +171,8 @@ def close_within(conn: sqlite3.Connection, entry_id: int) -> None:
 def erase_within(conn: sqlite3.Connection, account: str, now: float, *, delete: bool) -> int:
     """A person's journal: the entries about them go, their name leaves the entries they
     caused elsewhere (shared memory keeps its text, not who said it), and one
-    content-free receipt stays. Returns how many entries were (or would be) removed."""
+    content-free receipt stays — when, and how many entries, never whose (an erasure
+    leaves no trace of the person). Returns how many entries were (or would be) removed."""
     n = int(
         conn.execute(
             "SELECT COUNT(*) FROM memory_journal WHERE target = ? AND layer != 'journal'", (account,)
@@ -185,14 +186,18 @@ def erase_within(conn: sqlite3.Connection, account: str, now: float, *, delete: 
         " tool_call = NULL WHERE speaker = ?",
         (account,),
     )
-    insert_within(conn, receipt(account, n), now)
+    insert_within(conn, receipt(n), now)
     return n
 
 
-def receipt(account: str, n: int) -> NewEntry:
+ERASED = "erased"  # the target of an erasure receipt: it names nobody
+
+
+def receipt(n: int) -> NewEntry:
+    """What stays of an erased person's journal: when, and how many entries went."""
     return NewEntry(
         Layer.JOURNAL,
-        account,
+        ERASED,
         "erase",
         None,
         None,

@@ -15,11 +15,14 @@ The de-duplication rule lives here: one job per dedupe key at a time (the queue'
 flight), and a key already done is not queued again, so a turn is never sent twice.
 Erasure queues ``forget_user`` rows of the same shape itself, inside its own transaction
 (``gateway/people/erasure.py``), and a later erasure of the same person is sent again.
+An applied write is journaled (``memory/external.journal_entry``), once per dedupe key.
 """
 
 from __future__ import annotations
 
 from mnemo.gateway.jobs.queue import Job, JobQueue, JobRun, JobState
+from mnemo.memory.external import journal_entry
+from mnemo.memory.journal import JournalRepository
 from mnemo.memory.manager import MemoryManager
 from mnemo.memory.writes import ProviderWrite
 
@@ -32,11 +35,22 @@ def dedupe_key(provider: str, write_key: str) -> str:
     return f"{provider}:{write_key}"
 
 
-def register_provider_writes(jobs: JobQueue, providers: MemoryManager) -> None:
+def register_provider_writes(
+    jobs: JobQueue, providers: MemoryManager, journal: JournalRepository | None = None
+) -> None:
     """Run ``provider_write`` jobs and route the providers' durable writes into the queue."""
 
     async def handle(job: Job, run: JobRun) -> None:
         await providers.apply_write(job.payload["provider"], job.payload["payload"])
+        if journal is None:
+            return
+        try:
+            write = ProviderWrite.from_payload(job.payload["payload"])
+        except ValueError:
+            return  # apply_write refused what it could not read
+        entry = journal_entry(job.payload["provider"], write)
+        if entry is not None:
+            await journal.append(entry, dedupe=job.dedupe_key or f"job:{job.id}")
 
     async def sink(provider: str, write: ProviderWrite) -> None:
         key = dedupe_key(provider, write.key)

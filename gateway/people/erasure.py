@@ -16,6 +16,9 @@ What goes (``Receipt.counts`` names each layer, the same on SQLite and PostgreSQ
 * ``facts`` — holographic facts owned by them (``facts.db``, or the ``holographic``
   schema on PostgreSQL);
 * ``links`` — their identity links and pending ``/link`` codes;
+* ``journal`` — their memory journal (every entry about them; their name leaves the
+  entries made in their turns on shared memory) and their memory policy, in the same
+  transaction; one content-free receipt stays (``memory/journal_sqlite.erase_within``);
 * ``skills`` — their own skills (``skills/users/P/ID``) and those skills' history;
 * ``media`` — files they sent (``media/``, named in their messages' ``meta``) that no
   remaining message still refers to;
@@ -73,6 +76,7 @@ LAYERS = (
     "rate_limits",
     "facts",
     "links",
+    "journal",
     "skills",
     "media",
     "media_usage",

@@ -26,6 +26,7 @@ from mnemo.gateway.logs import get_logger
 from mnemo.gateway.people.erasure import PROVIDER_WRITE, Found, media_names
 from mnemo.gateway.people.links import members_within
 from mnemo.gateway.people.media_usage import erase_usage_within
+from mnemo.memory import journal_sqlite, policy
 from mnemo.memory.db import Database
 from mnemo.memory.durable import forget_user
 from mnemo.memory.migrations import context_sql
@@ -204,6 +205,7 @@ class StateData:
             "links": n("SELECT member FROM identity_links WHERE member = :p || ':' || :u")
             + n("SELECT code_hash FROM link_codes WHERE user = :p || ':' || :u"),
             "provider": self._forget_at_provider(conn, user, delete=False),
+            "journal": journal_sqlite.erase_within(conn, str(user), time.time(), delete=False),
         }
         gone = [r[0] for r in conn.execute(f"{own_msgs} UNION {shared_msgs}", who)]
         found = Found(counts, _their_media(conn, gone))
@@ -257,6 +259,8 @@ class StateData:
             conn.execute("DELETE FROM link_codes WHERE user = ?", (str(user),))
             conn.execute("UPDATE identity_generation SET n = n + 1 WHERE id = 1")
             counts["provider"] = self._forget_at_provider(conn, user, delete=True)
+            journal_sqlite.erase_within(conn, str(user), time.time(), delete=True)
+            policy.erase_within(conn, str(user), delete=True)
             present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             for index in (
                 i for i in _FTS_INDEXES if i in present

@@ -31,6 +31,8 @@ from mnemo.gateway.people.erasure import PROVIDER_WRITE, Found, media_names
 from mnemo.gateway.storage_pg.budgets import PgBudgets
 from mnemo.gateway.storage_pg.links import LINKS_LOCK, members_of
 from mnemo.memory.durable import forget_user
+from mnemo.memory.pg import journal as pg_journal
+from mnemo.memory.pg import policy as pg_policy
 from mnemo.memory.pg.db import Connection, PgDatabase
 from mnemo.memory.provider_config import provider_dir
 from mnemo.memory.provider_scope import safe_id
@@ -62,6 +64,8 @@ TOUCHED = (
     "rate_limit_users",
     "rate_limit_hits",
     "media_usage",
+    "memory_journal",
+    "memory_policies",
 )
 
 # Their own sessions: their DMs (P:dm:CHAT — on Discord the chat is a DM channel, not
@@ -182,6 +186,7 @@ class PgPersonalData:
         for layer, sql in _COUNTS.items():
             counts[layer] = len(await _column(conn, sql, who))
         counts["provider"] = int(self._provider() is not None)
+        counts["journal"] = await pg_journal.erase_within(conn, str(user), time.time(), delete=False)
         gone = await _column(conn, f"{_OWN_MESSAGES} UNION {_SHARED_MESSAGES}", who)
         found = Found(counts, await _their_media(conn, gone))
         if not delete:
@@ -219,6 +224,8 @@ class PgPersonalData:
         await conn.execute("DELETE FROM rate_limit_users WHERE key = %(who)s", who)
         await conn.execute("DELETE FROM media_usage WHERE owner = %(who)s", who)
         await self._forget_at_provider(conn, user)
+        await pg_journal.erase_within(conn, str(user), time.time(), delete=True)
+        await pg_policy.erase_within(conn, str(user), delete=True)
         return found
 
     def _provider(self) -> str | None:

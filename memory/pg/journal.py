@@ -193,7 +193,7 @@ async def erase_within(c: Connection, account: str, now: float, *, delete: bool)
         " tool_call = NULL WHERE speaker = %s",
         (account,),
     )
-    await insert_within(c, receipt(account, n), now)
+    await insert_within(c, receipt(n), now)
     return n
 
 

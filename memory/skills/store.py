@@ -148,10 +148,18 @@ def _no_symlinks(folder: Path, root: Path) -> None:
 
 
 class SkillStore:
-    def __init__(self, root: Path, max_visible: int = 200, *, journal: DocumentJournal | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        max_visible: int = 200,
+        *,
+        journal: DocumentJournal | None = None,
+        by: Provenance | None = None,
+    ) -> None:
         self.root = root
         self.max_visible = max_visible
         self.journal = journal  # every write is journaled here (None: not journaled)
+        self.by = by  # the provenance of writes that name none (``mnemo import``)
         # The flock is per open file: a thread that holds it and scans (which may
         # finish a crashed rollback under the lock) must not take it a second time.
         self._held = threading.local()
@@ -291,7 +299,9 @@ class SkillStore:
             settle_held(journal, Layer.SKILLS, target)
             path, text = where()
             data = None if text is None else text.encode("utf-8")
-            entry = NewEntry(Layer.SKILLS, target, op, None, text, by or Provenance.system(), note=name)
+            entry = NewEntry(
+                Layer.SKILLS, target, op, None, text, by or self.by or Provenance.system(), note=name
+            )
             evidence = FileEvidence(self.root / ".lock", path, digest(data) if data is not None else ABSENT)
             entry_id = journal.stage(entry, evidence)
             try:

@@ -427,8 +427,22 @@ def run(
         receipt.soul = _soul(bundle, settings.soul_path, dry_run=True)
         _plan_sessions(bundle, chats, settings.state_db, receipt)
     else:
-        _memory(bundle, MemoryFiles(settings.memories_dir, *limits), user, receipt)
-        _skills(bundle.skills, SkillStore(settings.skills_dir, settings.skills.max_visible), receipt.skills)
+        # Journaled as the importer's, trust "imported" (memory/journal.py).
+        from mnemo.gateway.storage import state_database
+        from mnemo.memory.journal import Actor, Provenance, Trust
+        from mnemo.memory.journal_sqlite import SqliteJournal
+
+        by = Provenance(Actor.importer(bundle.kind), Trust.IMPORTED)
+        db = state_database(settings.state_db)
+        db.open_sync()
+        try:
+            journal = SqliteJournal(db)
+            files = MemoryFiles(settings.memories_dir, *limits, journal=journal, by=by)
+            _memory(bundle, files, user, receipt)
+            store = SkillStore(settings.skills_dir, settings.skills.max_visible, journal=journal, by=by)
+            _skills(bundle.skills, store, receipt.skills)
+        finally:
+            db.close_sync()
         receipt.soul = _soul(bundle, settings.soul_path, dry_run=False)
         asyncio.run(_write_sessions(bundle, chats, settings, receipt))
     unused = chats.unused(c for chat in receipt.chats.values() for c in chat.sources)

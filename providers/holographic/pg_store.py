@@ -41,7 +41,7 @@ import psycopg
 from psycopg import pq
 
 from mnemo.memory.errors import SchemaTooNew, StoreError
-from mnemo.memory.journal import NewEntry
+from mnemo.memory.journal import DocumentJournal, NewEntry
 from mnemo.memory.pg.db import redact
 from mnemo.memory.pg.journal import insert_sync
 from mnemo.providers.holographic import hrr
@@ -200,6 +200,7 @@ class PgFactStore(FactStore):
         self.clock = clock
         self._lock = threading.RLock()
         self._pg: psycopg.Connection[Any] | None = None
+        self.journal: DocumentJournal | None = None  # set: entries go into the facts' transaction
 
     def __repr__(self) -> str:
         return f"PgFactStore({self.where})"
