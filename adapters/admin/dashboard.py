@@ -7,6 +7,7 @@ server (the web chat's ``WebServer``), with a small stylesheet and script from
     GET  /admin/users, /admin/users/{PLATFORM:ID}     people; one person + their USER.md
     GET  /admin/memory               the shared MEMORY.md
     POST /admin/memory               add / replace / remove an entry (either file)
+    GET  /admin/memory/history;      POST /admin/memory/revert   the journal (``journal.py``)
     GET  /admin/sessions, /admin/sessions/{id}, /admin/search
     GET  /admin/skills, /admin/skills/view;  POST /admin/skills/promote|rollback
     GET  /admin/cron;                POST /admin/cron/{id}/pause|resume|run
@@ -44,6 +45,7 @@ from mnemo.adapters.admin.auth import (
     token_matches,
 )
 from mnemo.adapters.admin.chart import activity_svg
+from mnemo.adapters.admin.journal import JournalPages
 from mnemo.adapters.admin.pages import badge, cards, esc, href, layout, post_button, seg, table, usd
 from mnemo.adapters.admin.ports import AdminDeps
 from mnemo.gateway.cron.service import Caller, job_summary
@@ -53,6 +55,7 @@ from mnemo.gateway.jobs.store import JobState
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.webserver import WebServer, is_loopback
 from mnemo.memory.errors import InvalidIdentifier, InvalidSearchQuery
+from mnemo.memory.journal import Actor
 from mnemo.memory.memory_tool import MemoryCallContext, WriteAttempts, run_memory_tool
 from mnemo.memory.ports import CuratedDocument
 from mnemo.memory.scope import AgentContext, UserRef
@@ -112,6 +115,9 @@ class AdminDashboard:
         get("/admin/users/{user}", self._page(self._user))
         get("/admin/memory", self._page(self._memory))
         post("/admin/memory", self._write(self._memory_write))
+        journal = JournalPages(deps, self._audit, _html)
+        get("/admin/memory/history", self._page(journal.history))
+        post("/admin/memory/revert", self._write(journal.revert))
         get("/admin/sessions", self._page(self._sessions))
         get("/admin/sessions/{session_id}", self._page(self._transcript))
         get("/admin/search", self._page(self._search))
@@ -343,6 +349,10 @@ class AdminDashboard:
                 f'<a href="{href("/admin/users/" + seg(str(owner)))}">{esc(owner)}</a>.</p>'
             )
         parts.append(await self._memory_editor(session, profile, target="user", user=person))
+        parts.append(
+            f'<p><a href="{href("/admin/memory/history", user=person)}">Memory history of {esc(person)}</a>'
+            " — every change with where it came from, and revert.</p>"
+        )
         others = [m for m in members if m != ref]
         parts.append("<h2>Linked identities</h2>")
         parts.append(
@@ -370,6 +380,10 @@ class AdminDashboard:
     # --- curated memory ------------------------------------------------------------------
     async def _memory(self, request: web.Request, session: AdminSession) -> web.Response:
         body = await self._memory_editor(session, self.deps.files.shared(), target="memory", user=None)
+        body += (
+            f'<p><a href="{href("/admin/memory/history")}">Memory history</a> — every memory write '
+            "with its provenance (who, from which message, trust), and revert.</p>"
+        )
         return _html(layout("Shared memory (MEMORY.md)", body, active="memory", session=session))
 
     async def _memory_editor(
@@ -450,6 +464,7 @@ class AdminDashboard:
             agent_context=AgentContext.PRIMARY,
             is_admin=True,
             shared_write=self.deps.settings.memory.shared_write,
+            actor=Actor.ADMIN,
         )
         await self.deps.links.refresh()  # a linked account's edit goes to its person's USER.md
         result = await run_memory_tool(self.deps.files, args, ctx, WriteAttempts())
@@ -495,8 +510,10 @@ class AdminDashboard:
             )
             who = esc(m.author_name or m.author_id or m.role)
             text = f"<pre>{esc(m.content)}</pre>" if m.content else ""
+            # The memory history links a write to the platform message it came from.
+            anchor = f' id="p-{esc(m.platform_message_id)}"' if m.platform_message_id else ""
             items.append(
-                f'<li class="msg {esc(m.role)}"><div class="who">{who} <span class="muted">{when} · #{m.id}'
+                f'<li class="msg {esc(m.role)}"{anchor}><div class="who">{who} <span class="muted">{when} · #{m.id}'
                 f"</span></div>{text}{calls}</li>"
             )
         head = cards(

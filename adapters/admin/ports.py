@@ -22,6 +22,8 @@ from mnemo.gateway.cron.service import CronJobs
 from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.people.directory import PersonFacts
 from mnemo.gateway.people.links import LinkRepository
+from mnemo.memory.journal import JournalRepository
+from mnemo.memory.policy import PolicyRepository
 from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 from mnemo.memory.scope import UserRef
 from mnemo.memory.skills import SkillStore
@@ -83,3 +85,5 @@ class AdminDeps:
     is_admin: Callable[[str, str], bool]  # (platform, user_id): an access.admins entry
     budgets: BudgetGate
     links: LinkRepository  # linked identities (/link): who owns a shared USER.md
+    journal: JournalRepository | None = None  # memory history with provenance, revert
+    policies: PolicyRepository | None = None  # a person's memory policy, shown with their history

@@ -297,7 +297,7 @@ class HolographicProvider(MemoryProvider):
         limit = _limit(args)
         if action == "add":
             if not ctx.may_write:
-                raise _BadArgs(f"facts cannot be written in a {ctx.agent_context.value} run")
+                raise _BadArgs(_read_only(ctx, "facts cannot be written"))
             content = " ".join(_text(args, "content").split())
             if len(content) > MAX_CONTENT:
                 raise _BadArgs(f"content is longer than {MAX_CONTENT} characters; store one fact at a time")
@@ -357,7 +357,7 @@ class HolographicProvider(MemoryProvider):
     def _feedback(self, args: Mapping[str, Any], ctx: ProviderContext) -> dict[str, Any]:
         store, _ = self._ready()
         if not ctx.may_write:
-            raise _BadArgs(f"feedback cannot be recorded in a {ctx.agent_context.value} run")
+            raise _BadArgs(_read_only(ctx, "feedback cannot be recorded"))
         fact_id, helpful = args.get("fact_id"), args.get("helpful")
         if not isinstance(fact_id, int) or isinstance(fact_id, bool) or not isinstance(helpful, bool):
             raise _BadArgs("fact_feedback needs 'fact_id' (integer) and 'helpful' (true/false)")
@@ -370,6 +370,12 @@ class HolographicProvider(MemoryProvider):
             "trust": round(fact.trust, 3),
             "helpful_count": fact.helpful_count,
         }
+
+
+def _read_only(ctx: ProviderContext, what: str) -> str:
+    if not ctx.remember:
+        return f"{what}: nothing is remembered from this conversation (its memory policy)"
+    return f"{what} in a {ctx.agent_context.value} run"
 
 
 def _text(args: Mapping[str, Any], key: str, default: str | None = None) -> str:
