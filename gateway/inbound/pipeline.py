@@ -19,7 +19,7 @@ inbox rows left unfinished by a crash are fed back into their lanes (``recover``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from mnemo.gateway.config import Settings
@@ -72,6 +72,7 @@ class Gateway:
         metrics: Metrics | None = None,
         budget: TurnBudget | None = None,
         proposals: ProposalRepository | None = None,
+        forget_session: Callable[[str], Awaitable[int]] | None = None,
     ) -> None:
         metrics = metrics or Metrics()
         self.inbox = ledgers.inbox
@@ -114,6 +115,7 @@ class Gateway:
             compression=settings.compression,
             context_window=context_window(settings.llm),
             proposals=proposals,  # what a remember: ask turn asks to keep, under its reply
+            forget_session=forget_session,  # history: off chats keep no messages
         )
         self.submission = Submission(access, self.inbox, chats, self.replies, metrics, commands=commands)
         self.runner = TurnRunner(

@@ -8,6 +8,8 @@
   (``memory.show_recall_indicator``).
 * ``with_proposals`` — for a person who confirms every memory (``remember: ask``), what
   the turn proposed to remember and how to confirm it, under the reply.
+* ``forget_turn`` — in a chat whose policy is ``history: off``, after the reply is in the
+  outbox: the session ends and its messages are deleted, so nothing carries over.
 * ``after`` — background work, never on the reply path: the providers' sync of the
   turn, the compression or memory-review job the turn made due, then the turn
   listeners (``SkillReview`` and tests).
@@ -22,25 +24,31 @@ from typing import Protocol
 
 from mnemo.gateway.config import CompressionSettings
 from mnemo.gateway.events import InboundMessage
+from mnemo.gateway.logs import get_logger
 from mnemo.gateway.turns.agent import TurnResult
 from mnemo.gateway.turns.model_input import turn_notes
 from mnemo.gateway.turns.sessions import JobSink
 from mnemo.gateway.turns.tools import TurnContext
 from mnemo.memory.journal import ProposalRepository
 from mnemo.memory.manager import MemoryManager
-from mnemo.memory.policy import Groups, Remember
+from mnemo.memory.policy import Groups, History, Remember
 from mnemo.memory.ports import CuratedRepository
 from mnemo.memory.sessions import SessionRow
+
+log = get_logger(__name__)
 
 TurnListener = Callable[[TurnContext, TurnResult], Awaitable[None]]
 
 
 class SpeakerProfiles(Protocol):
-    """Whether a chat is a shared room, and the curated files (``SessionResolver``)."""
+    """Whether a chat is a shared room, the curated files, ending a session
+    (``SessionResolver``)."""
 
     files: CuratedRepository
 
     def shared_room(self, msg: InboundMessage) -> bool: ...
+
+    async def end(self, session: SessionRow, reason: str) -> None: ...
 
 
 class TurnMemory:
@@ -55,8 +63,10 @@ class TurnMemory:
         compression: CompressionSettings,
         context_window: int,
         proposals: ProposalRepository | None = None,
+        forget_session: Callable[[str], Awaitable[int]] | None = None,
     ) -> None:
         self.proposals = proposals
+        self.forget_session = forget_session
         self.sessions = sessions
         self.providers = providers
         self.jobs = jobs
@@ -97,6 +107,13 @@ class TurnMemory:
             for p in reversed(mine)
         ]
         return "\n\n".join([reply, "\n".join(lines)])
+
+    async def forget_turn(self, session: SessionRow, ctx: TurnContext) -> None:
+        if ctx.policy.history is not History.OFF or self.forget_session is None:
+            return
+        await self.sessions.end(session, "history_off")
+        gone = await self.forget_session(session.id)
+        log.info("turn_forgotten", session=session.id, messages=gone)
 
     async def after(self, session: SessionRow, ctx: TurnContext, text: str, result: TurnResult) -> None:
         if self.providers is not None and not result.failed:

@@ -144,6 +144,7 @@ class TurnRunner:
         reply = await self.memory.with_proposals(reply, batch[-1].msg, run.ctx)
         await self.replies.finish(batch, reply, kind="reply", session_id=run.session.id)
         await self.memory.after(run.session, run.ctx, text, run.result)
+        await self.memory.forget_turn(run.session, run.ctx)
 
     async def _voice_not_set_up(self, batch: Sequence[Queued]) -> None:
         if self.media.voice_notice_due(chat_of(batch[-1].msg)):

@@ -143,6 +143,11 @@ class PersonalData(Protocol):
         ``/forget me CODE`` being answered, which the pipeline still marks done."""
         ...
 
+    async def forget_session(self, session_id: str) -> int:
+        """Delete the messages of one ended session (and their search index entries):
+        a chat whose memory policy is ``history: off`` keeps none. How many went."""
+        ...
+
 
 class Erasure:
     def __init__(self, data: PersonalData, settings: Settings, *, scrub: Scrub | None = None) -> None:

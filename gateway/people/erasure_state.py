@@ -120,6 +120,19 @@ class StateData:
         await asyncio.to_thread(_compact, self.db.path)
         return found
 
+    async def forget_session(self, session_id: str) -> int:
+        def tx(conn: sqlite3.Connection) -> int:
+            ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ?", (session_id,))]
+            if ids:
+                conn.execute(
+                    "DELETE FROM message_vectors WHERE id IN (SELECT value FROM json_each(?))",
+                    (json.dumps(ids),),
+                )
+                _delete_messages(conn, ids)
+            return len(ids)
+
+        return int(await self.db.write(tx))
+
     def _files(self, user: UserRef, found: Found) -> None:
         folder = self._profile_dir(user)
         found.counts["profile"] = sum(1 for p in folder.iterdir() if p.is_file()) if folder.is_dir() else 0

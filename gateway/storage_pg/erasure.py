@@ -156,6 +156,13 @@ class PgPersonalData:
         await self.db.vacuum(TOUCHED)
         return found
 
+    async def forget_session(self, session_id: str) -> int:
+        async def tx(conn: Connection) -> int:
+            cur = await conn.execute("DELETE FROM messages WHERE session_id = %s", (session_id,))
+            return cur.rowcount
+
+        return int(await self.db.write(tx))
+
     def _facts(self, account: UserRef, *, delete: bool) -> int:
         """Their holographic facts on the server, and in a ``facts.db`` left from SQLite."""
         from mnemo.providers.holographic import erasure
