@@ -1,8 +1,9 @@
 """The system prompt, rendered once when a session starts and stored on its row.
 
 Everything in it is stable for the session: persona, the MEMORY.md snapshot, in a DM
-(or a per-member group session) the speaker's USER.md snapshot, platform hints and tool
-guidance. Nothing per-turn (time, recalled context, notes) ever goes here — that would
+the speaker's USER.md snapshot (never in a group, per-member sessions included: a
+profile shared with groups goes into its person's own turns, ``turn_memory.py``),
+platform hints and tool guidance. Nothing per-turn (time, recalled context, notes) ever goes here — that would
 change the cached prefix on every request. The renderer is a pure function of its
 inputs, so the same inputs give byte-identical prompts.
 """
@@ -56,7 +57,7 @@ CRON_HINT = (
 class PromptParts:
     persona: str | None
     memory_block: str
-    user_block: str | None  # None: no profile in this session's prompt (shared room)
+    user_block: str | None  # None: no profile in this session's prompt (every group)
     platform: str
     is_group: bool = False
     is_cron: bool = False
