@@ -45,11 +45,13 @@ from mnemo.gateway.replicas import ReplicaMonitor
 from mnemo.gateway.storage import open_backend
 from mnemo.gateway.supervisor import AdapterSupervisor
 from mnemo.gateway.turns.agent import AgentDeps
+from mnemo.gateway.turns.policy import MemoryPolicies, defaults_of
 from mnemo.gateway.turns.providers import open_providers
 from mnemo.gateway.turns.sessions import SessionResolver
 from mnemo.gateway.turns.tools import ToolRegistry
 from mnemo.gateway.webserver import WebServer
 from mnemo.memory.db import Database
+from mnemo.memory.journal import JournalRepository
 from mnemo.memory.manager import MemoryManager
 from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 from mnemo.memory.skills import SkillStore
@@ -95,6 +97,8 @@ class App:
     adapter_supervisor: AdapterSupervisor | None = None  # retries adapters unreachable at start
     budgets: BudgetGate | None = None  # the backend's ledger behind the gate
     links: LinkRepository | None = None  # linked identities (/link)
+    journal: JournalRepository | None = None  # every memory write with its provenance
+    policies: MemoryPolicies | None = None  # what may be remembered, per person and chat
     replicas: ReplicaMonitor | None = None  # on PostgreSQL (gateway/replicas.py); None on SQLite
 
 
@@ -134,10 +138,12 @@ async def open_app(
         from mnemo.backups import scrubber
 
         forget_me = ForgetMe(Erasure(backend.personal_data, settings, scrub=scrubber(settings)))
+        # Memory policies, read where each write happens (memory/policy.py).
+        policies = MemoryPolicies(backend.policies, defaults_of(settings.memory.policy), backend.identities)
         model = await open_model(
             stack, settings, metrics, trial=use_trial, base_url=llm_base_url, api_key=api_key
         )
-        providers = await open_providers(settings)
+        providers = await open_providers(settings, backend.documents)  # local providers journal their writes
         # Linked accounts share a USER.md, a budget and a provider scope (gateway/people/links).
         providers.identities = backend.identities
         stack.push_async_callback(providers.shutdown)
@@ -148,8 +154,8 @@ async def open_app(
             default_timezone=settings.cron.timezone or settings.gateway.timezone,
             platforms=settings.known_platforms,
         )
-        skills = SkillStore(settings.skills_dir, settings.skills.max_visible)
-        tools = build_tools(settings, backend, model.llm, providers, cron, skills)
+        skills = SkillStore(settings.skills_dir, settings.skills.max_visible, journal=backend.documents)
+        tools = build_tools(settings, backend, model.llm, providers, cron, skills, policies)
         access = AccessControl(settings, backend.pairings, rate=backend.rate_limits)
         jobs = JobQueue(backend.jobs, settings.worker, metrics=metrics)
         commands = build_commands(
@@ -162,6 +168,7 @@ async def open_app(
             skills=skills,
             forget_me=forget_me,
             trial=use_trial,
+            policies=policies,
         )
         sessions = SessionResolver(
             settings,
@@ -171,6 +178,8 @@ async def open_app(
             jobs=jobs,
             shared_lock=backend.shared_lock,
             links=backend.links,
+            policies=policies,
+            journal=backend.journal,  # the trust markers of the prompt's entries
         )
         quota = MediaQuota(backend.media_usage, settings.media.quota)  # what people may store
         agent = AgentDeps(
@@ -192,6 +201,8 @@ async def open_app(
             jobs=jobs,
             metrics=metrics,
             budget=budgets,
+            proposals=backend.proposals,
+            forget_session=backend.personal_data.forget_session,
         )
         housekeeping = register_background(
             settings,
@@ -202,6 +213,8 @@ async def open_app(
             access=access,
             providers=providers,
             skills=skills,
+            policies=policies,
+            journal=backend.journal,
         )
         for adapter in adapters:
             gateway.add_adapter(adapter)
@@ -256,6 +269,8 @@ async def open_app(
             budgets=budgets,
             links=backend.links,
             replicas=replicas.monitor,
+            journal=backend.journal,
+            policies=policies,
         )
         # Every adapter's stop is on the stack before its first attempt, so one the
         # supervisor starts later (a platform unreachable at boot) is stopped like the

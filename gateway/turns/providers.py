@@ -25,6 +25,7 @@ from mnemo.gateway.turns.builtin_tools import OnWrite
 from mnemo.gateway.turns.tools import Tool, ToolRegistry, ToolResult, TurnContext
 from mnemo.memory.discovery import load_provider, provider_config
 from mnemo.memory.errors import ProviderError
+from mnemo.memory.journal import DocumentJournal
 from mnemo.memory.manager import ManagerLimits, MemoryManager
 from mnemo.memory.memory_tool import MemoryWrite
 from mnemo.memory.provider import MemoryProvider
@@ -42,8 +43,9 @@ def shared_database_config(settings: Settings, provider: MemoryProvider) -> dict
     return {**provider_config(settings.home, provider), "database_url": url.get_secret_value()}
 
 
-async def open_providers(settings: Settings) -> MemoryManager:
-    """The started MemoryManager with the configured external provider, if it loads."""
+async def open_providers(settings: Settings, journal: DocumentJournal | None = None) -> MemoryManager:
+    """The started MemoryManager with the configured external provider, if it loads;
+    ``journal``: where providers that store locally journal their writes."""
     manager = MemoryManager(
         settings.home,
         ManagerLimits(
@@ -52,6 +54,7 @@ async def open_providers(settings: Settings) -> MemoryManager:
             drain_timeout_s=settings.worker.drain_timeout_s,
         ),
     )
+    manager.journal = journal
     name = settings.memory.provider
     if name:
         try:

@@ -19,7 +19,9 @@ from mnemo.gateway.jobs.skill_review import SkillReview
 from mnemo.gateway.media_quota import KeepsUploads, MediaQuota
 from mnemo.gateway.ports import Adapter
 from mnemo.gateway.turns.agent import AgentDeps
+from mnemo.gateway.turns.policy import MemoryPolicies
 from mnemo.gateway.turns.sessions import SessionResolver
+from mnemo.memory.journal import JournalRepository
 from mnemo.memory.manager import MemoryManager
 from mnemo.memory.skills import SkillStore
 
@@ -34,18 +36,20 @@ def register_background(
     access: AccessControl,
     providers: MemoryManager,
     skills: SkillStore,
+    policies: MemoryPolicies,
+    journal: JournalRepository,
 ) -> Housekeeping:
-    register_provider_writes(jobs, providers)
+    register_provider_writes(jobs, providers, journal)  # an applied write is journaled
     housekeeping = Housekeeping(
         settings,
         sessions=sessions,
         agent=agent,
         access=access,
-        hooks=ProviderSessionHooks(providers, settings.home),
+        hooks=ProviderSessionHooks(providers, settings.home, policies),
     )
     housekeeping.register(jobs)
     # After a turn with many tool calls, a background pass may keep it as a skill.
-    skill_review = SkillReview(settings, agent=agent, skills=skills, access=access)
+    skill_review = SkillReview(settings, agent=agent, skills=skills, access=access, policies=policies)
     skill_review.register(jobs)
     gateway.turn_listeners.append(skill_review.after_turn)
     return housekeeping

@@ -11,10 +11,12 @@ from mnemo.gateway.cron.service import CronJobs
 from mnemo.gateway.cron.tool import CronCommand
 from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.inbound.commands import CommandDeps, CommandRegistry, default_commands
+from mnemo.gateway.inbound.memory_command import MemoryStores
 from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.people.command import ForgetMe
 from mnemo.gateway.people.link_command import link_command
 from mnemo.gateway.storage import StorageBackend
+from mnemo.gateway.turns.policy import MemoryPolicies
 from mnemo.gateway.turns.skill_tools import SkillsCommand
 from mnemo.memory.skills import SkillStore
 
@@ -30,6 +32,7 @@ def build_commands(
     skills: SkillStore,
     forget_me: ForgetMe,
     trial: bool,
+    policies: MemoryPolicies,
 ) -> CommandRegistry:
     links = backend.links
     return default_commands(
@@ -43,6 +46,13 @@ def build_commands(
             trial=trial,
             forget_me=forget_me,
             linked_dms=links.linked_dm_keys if settings.search.linked_dms else None,
+            memory=MemoryStores(  # /memory history, undo, confirm, policy
+                backend.files,
+                journal=backend.journal,
+                proposals=backend.proposals,
+                policies=policies,
+                shared_write=settings.memory.shared_write,
+            ),
         ),
         extra=[
             Command(

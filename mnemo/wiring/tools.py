@@ -11,6 +11,7 @@ from mnemo.gateway.llm.client import LLMClient
 from mnemo.gateway.storage import StorageBackend
 from mnemo.gateway.turns.builtin_tools import register_builtin_tools
 from mnemo.gateway.turns.digest import LLMSearchDigest
+from mnemo.gateway.turns.policy import MemoryPolicies
 from mnemo.gateway.turns.providers import memory_mirror, register_provider_tools
 from mnemo.gateway.turns.skill_tools import skill_tools
 from mnemo.gateway.turns.tools import ToolRegistry
@@ -25,6 +26,7 @@ def build_tools(
     providers: MemoryManager,
     cron: CronJobs,
     skills: SkillStore,
+    policies: MemoryPolicies,
 ) -> ToolRegistry:
     tools = ToolRegistry(max_output_chars=settings.sessions.tool_output_max_chars)
     register_builtin_tools(
@@ -35,6 +37,9 @@ def build_tools(
         on_memory_write=memory_mirror(providers, settings.home),
         digest=LLMSearchDigest(llm, settings.llm.aux_model, store=backend.sessions),
         linked_dms=backend.links.linked_dm_keys,
+        policies=policies,  # read at every memory write (gateway/turns/policy.py)
+        journal=backend.journal,
+        proposals=backend.proposals,
     )
     tools.register(cronjob_tool(cron))
     for tool in skill_tools(skills):

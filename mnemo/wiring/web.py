@@ -52,6 +52,8 @@ async def start_web(
         health=gateway.health,
         is_admin=access.is_admin,
         links=backend.links,
+        journal=backend.journal,
+        policies=backend.policies,
     )
     await web.start()
     stack.push_async_callback(web.stop)
