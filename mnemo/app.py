@@ -134,8 +134,9 @@ async def open_app(
         from mnemo.backups import scrubber
 
         forget_me = ForgetMe(Erasure(backend.personal_data, settings, scrub=scrubber(settings)))
+        # Every model request passes the budget gate (gateway/budgets/gate.py).
         model = await open_model(
-            stack, settings, metrics, trial=use_trial, base_url=llm_base_url, api_key=api_key
+            stack, settings, metrics, gate=budgets, trial=use_trial, base_url=llm_base_url, api_key=api_key
         )
         providers = await open_providers(settings)
         # Linked accounts share a USER.md, a budget and a provider scope (gateway/people/links).
@@ -208,7 +209,14 @@ async def open_app(
         await start_upload_sweep(stack, adapters, quota)
         await start_jobs(stack, jobs)
         schedules = await start_schedules(
-            stack, settings, backend, cron=cron, gateway=gateway, access=access, enabled=scheduler
+            stack,
+            settings,
+            backend,
+            cron=cron,
+            gateway=gateway,
+            access=access,
+            budget=budgets,
+            enabled=scheduler,
         )
         await gateway.start()
         stack.push_async_callback(gateway.stop)

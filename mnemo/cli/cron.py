@@ -34,7 +34,7 @@ from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.cli.terminal import spinner
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.service import Caller, CronJobs, job_line, job_summary, parse_chat
-from mnemo.gateway.cron.store import Claimed, CronRepository, CronRun, RunState
+from mnemo.gateway.cron.store import Claimed, CronJob, CronRepository, CronRun, RunState
 from mnemo.gateway.errors import InvalidJob, JobNotAllowed, JobNotFound
 from mnemo.gateway.storage import open_backend
 from mnemo.memory.errors import StoreError
@@ -188,12 +188,16 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
 def _list(args: argparse.Namespace, settings: Settings) -> int:
     from mnemo.adapters.terminal import printable, printable_json
 
-    jobs = _with_jobs(settings, lambda j: j.list(OPERATOR))
+    async def body(jobs: CronJobs) -> tuple[list[CronJob], dict[str, int]]:
+        return await jobs.list(OPERATOR), await jobs.store.count_runs(RunState.SKIPPED)
+
+    jobs, skipped = _with_jobs(settings, body)
     for job in jobs:
+        n = skipped.get(job.id, 0)
         print(
-            printable_json(json.dumps(job_summary(job), ensure_ascii=False))
+            printable_json(json.dumps(job_summary(job, skipped_runs=n), ensure_ascii=False))
             if args.json
-            else printable(job_line(job, with_chat=True))
+            else printable(job_line(job, with_chat=True, skipped_runs=n))
         )
     if not jobs and not args.json:
         print("no scheduled jobs", file=sys.stderr)
