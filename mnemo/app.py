@@ -39,6 +39,7 @@ from mnemo.gateway.media_quota import MediaQuota
 from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.people.command import ForgetMe
 from mnemo.gateway.people.erasure import Erasure
+from mnemo.gateway.people.link_command import OutboxNotices
 from mnemo.gateway.people.links import LinkRepository
 from mnemo.gateway.ports import Adapter
 from mnemo.gateway.replicas import ReplicaMonitor
@@ -162,6 +163,8 @@ async def open_app(
             cron=cron,
             skills=skills,
             forget_me=forget_me,
+            # A redeemed /link code is announced to the person's other accounts.
+            notices=OutboxNotices(backend.outbox, wake=lambda: gateway.wake_delivery()),
             trial=use_trial,
         )
         sessions = SessionResolver(

@@ -13,7 +13,7 @@ from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.inbound.commands import CommandDeps, CommandRegistry, default_commands
 from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.people.command import ForgetMe
-from mnemo.gateway.people.link_command import link_command
+from mnemo.gateway.people.link_command import AccountNotices, link_command
 from mnemo.gateway.storage import StorageBackend
 from mnemo.gateway.turns.skill_tools import SkillsCommand
 from mnemo.memory.skills import SkillStore
@@ -29,6 +29,7 @@ def build_commands(
     cron: CronJobs,
     skills: SkillStore,
     forget_me: ForgetMe,
+    notices: AccountNotices,
     trial: bool,
 ) -> CommandRegistry:
     links = backend.links
@@ -55,6 +56,6 @@ def build_commands(
                 takes_args=True,
             ),
             usage_command(budgets),
-            link_command(links),
+            link_command(links, notices),
         ],
     )
