@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mnemo.app import open_app
+from mnemo.gateway.budgets.charge import UNMETERED, Charge, RequestKind
 from mnemo.gateway.config import load_settings
 from mnemo.gateway.emulator import Emulator, Reply, ToolUse
 from mnemo.gateway.llm.client import LLMClient, Usage, cost_usd
@@ -36,6 +37,8 @@ from mnemo.gateway.turns.tools import ToolRegistry
 from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.scope import AgentContext, UserRef
 from tests.support.loopback import LoopbackAdapter
+
+TURN = Charge(RequestKind.TURN)  # no gate here: the client on its own
 
 TOPICS = [
     "my vegetable garden",
@@ -118,7 +121,7 @@ async def run_naive(turns: int, min_cacheable: int, model: str) -> tuple[Usage, 
         schemas = tools.schemas(AgentContext.PRIMARY)
         async with Emulator(min_cacheable_tokens=min_cacheable) as emu:
             emu.script(*script_for(turns))
-            llm = LLMClient(settings.llm, base_url=emu.base_url, api_key="k")
+            llm = LLMClient(settings.llm, gate=UNMETERED, base_url=emu.base_url, api_key="k")
             history: list[dict] = []
             for t in range(1, turns + 1):
                 history.append({"role": "user", "content": user_text(t)})
@@ -131,7 +134,9 @@ async def run_naive(turns: int, min_cacheable: int, model: str) -> tuple[Usage, 
                             platform="loop",
                         )
                     )
-                    resp = await llm.create(system=system, messages=history, tools=schemas, cache=False)
+                    resp = await llm.create(
+                        charge=TURN, system=system, messages=history, tools=schemas, cache=False
+                    )
                     history.append({"role": "assistant", "content": list(resp.content)})
                     if not resp.tool_uses:
                         break

@@ -56,7 +56,19 @@ class CommandCall:
         return self.chats.is_admin(self.msg)
 
 
-Handler = Callable[[CommandCall], Awaitable[str]]
+@dataclass(frozen=True, slots=True)
+class Unrecorded:
+    """A command answer that leaves no row behind: sent once, straight to the platform,
+    never through the outbox, and the answered message's inbox row is not touched —
+    the command removed it itself. ``/forget me CODE``'s receipt: the erasure deletes
+    the person's rows, that message's included, and nothing written afterwards may
+    name them again. Best effort, like any direct send: a receipt that cannot be
+    delivered is not retried."""
+
+    text: str
+
+
+Handler = Callable[[CommandCall], Awaitable[str | Unrecorded]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ Sources, later ones winning:
 
 1. the embedded defaults below (``mnemo run`` starts on them with nothing configured),
 2. ``$MNEMO_HOME/config.yaml`` (behaviour),
-3. ``$MNEMO_HOME/.env`` (secrets; ``KEY=value`` lines),
+3. ``$MNEMO_HOME/.env`` (secrets; ``KEY=value`` lines, read by python-dotenv's parser),
 4. the real process environment.
 
 Environment variables are mapped onto settings keys by the single table ``ENV_KEYS``;
@@ -17,6 +17,7 @@ values: ``memory.shared_write: 'everyone' is not allowed (allowed: 'admins', 'al
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -503,7 +504,17 @@ def resolve_home(cli_home: str | os.PathLike[str] | None, environ: Mapping[str, 
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
-    """Parse ``KEY=value`` lines; ``#`` comments, ``export`` prefixes and quotes allowed."""
+    """``$MNEMO_HOME/.env`` through python-dotenv's parser: ``KEY=value`` lines,
+    ``export`` prefixes, ``#`` comments (whole lines, and after a value), single and
+    double quotes (removed; escapes inside double quotes read), values spanning lines
+    inside quotes. No ``${VAR}`` expansion: a secret is taken exactly as written.
+
+    A statement the parser cannot read (or without ``=``, or whose name is not a
+    variable name) is a ``ConfigError`` naming the file and line, never the value.
+    The parser (``dotenv.parser.parse_stream``) is used rather than ``dotenv_values``
+    because the latter only logs such lines — with a warning — and skips them."""
+    from dotenv.parser import parse_stream
+
     out: dict[str, str] = {}
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -511,22 +522,20 @@ def read_dotenv(path: Path) -> dict[str, str]:
         return out
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read: {e}") from e
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not key.isidentifier():
-            raise ConfigError(f"{path}:{lineno}: expected KEY=value")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        else:
-            value = value.split(" #", 1)[0].rstrip()
-        out[key] = value
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.key is None and not binding.error:
+            continue  # a blank line or a comment
+        original = binding.original
+        # A statement's text starts with the blank lines before it.
+        skipped = original.string[: len(original.string) - len(original.string.lstrip())]
+        line = original.line + skipped.count("\n")
+        if binding.error or binding.key is None:
+            raise ConfigError(f"{path}:{line}: expected KEY=value (quote a value that holds spaces or #)")
+        if binding.value is None:  # the "key" may be a pasted secret: never repeat it
+            raise ConfigError(f"{path}:{line}: expected KEY=value (no '=' on this line)")
+        if not binding.key.isidentifier():
+            raise ConfigError(f"{path}:{line}: expected KEY=value (not a variable name before '=')")
+        out[binding.key] = binding.value
     return out
 
 

@@ -11,6 +11,7 @@
     │   ├── ContextTooLong           the request does not fit the context window
     │   ├── InvalidLLMRequest        400 for another reason (a bug on our side)
     │   └── BadLLMResponse           malformed or unexpected response body
+    ├── OverBudget(retry_after_s)    a spending cap forbids this model request (budgets)
     ├── PlatformError                a chat platform refused or failed a call
     │   ├── PlatformRateLimited(retry_after)
     │   ├── PlatformUnavailable      network down, 5xx; retry later
@@ -24,6 +25,8 @@ Memory-layer errors live in ``memory/errors.py`` (memory never imports gateway).
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 
 class MnemoError(Exception):
@@ -66,6 +69,19 @@ class InvalidLLMRequest(LLMError):
 
 class BadLLMResponse(LLMError):
     pass
+
+
+class OverBudget(MnemoError):
+    """No model request may be made for this person (or the whole bot) until a cap
+    resets (``gateway/budgets/gate.py``). Not an ``LLMError``: nothing failed, and a
+    caller that treats model failures as a fallback must not do so here — background
+    work waits for the reset instead (``retry_after_s``, read by the job queue)."""
+
+    def __init__(self, message: str, cap: str, resets_at: datetime, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.cap = cap
+        self.resets_at = resets_at
+        self.retry_after_s = retry_after_s
 
 
 class PlatformError(MnemoError):

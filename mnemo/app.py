@@ -39,6 +39,7 @@ from mnemo.gateway.media_quota import MediaQuota
 from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.people.command import ForgetMe
 from mnemo.gateway.people.erasure import Erasure
+from mnemo.gateway.people.link_command import OutboxNotices
 from mnemo.gateway.people.links import LinkRepository
 from mnemo.gateway.ports import Adapter
 from mnemo.gateway.replicas import ReplicaMonitor
@@ -140,8 +141,9 @@ async def open_app(
         forget_me = ForgetMe(Erasure(backend.personal_data, settings, scrub=scrubber(settings)))
         # Memory policies, read where each write happens (memory/policy.py).
         policies = MemoryPolicies(backend.policies, defaults_of(settings.memory.policy), backend.identities)
+        # Every model request passes the budget gate (gateway/budgets/gate.py).
         model = await open_model(
-            stack, settings, metrics, trial=use_trial, base_url=llm_base_url, api_key=api_key
+            stack, settings, metrics, gate=budgets, trial=use_trial, base_url=llm_base_url, api_key=api_key
         )
         providers = await open_providers(settings, backend.documents)  # local providers journal their writes
         # Linked accounts share a USER.md, a budget and a provider scope (gateway/people/links).
@@ -167,6 +169,8 @@ async def open_app(
             cron=cron,
             skills=skills,
             forget_me=forget_me,
+            # A redeemed /link code is announced to the person's other accounts.
+            notices=OutboxNotices(backend.outbox, wake=lambda: gateway.wake_delivery()),
             trial=use_trial,
             policies=policies,
         )
@@ -221,7 +225,14 @@ async def open_app(
         await start_upload_sweep(stack, adapters, quota)
         await start_jobs(stack, jobs)
         schedules = await start_schedules(
-            stack, settings, backend, cron=cron, gateway=gateway, access=access, enabled=scheduler
+            stack,
+            settings,
+            backend,
+            cron=cron,
+            gateway=gateway,
+            access=access,
+            budget=budgets,
+            enabled=scheduler,
         )
         await gateway.start()
         stack.push_async_callback(gateway.stop)

@@ -1,12 +1,21 @@
-"""The budget gate: may this person's turn ask the model, and what did they spend.
+"""The budget gate: the one place that decides whether a model request may be made.
 
-The pipeline enters ``turn(user, admin=…)`` around every turn. It yields None (go on)
-or a ``Refusal`` (no LLM request is made; the person is told once per reset when the
-cap lifts). A capped person's turns run one at a time across all their chats, checked
-after the previous one has been counted: that is what keeps ten chats at once within
-one turn's cost of the cap, since a turn's cost is known only when it is over. A turn
-that has started always finishes. The global cap is checked before every turn too;
-turns of other people already running may take it past by what they cost.
+**Every request** passes ``admit(charge)``: ``LLMClient.create`` calls it before it
+sends anything (``charge.py``), so turns, cron runs, delegated work and background
+work (flush, memory review, compression summaries, skill review, search digests) meet
+the same caps and no new kind of request can skip them. At a cap it raises
+``OverBudget`` and no request is made; background work then waits in the job queue
+until the cap resets (``retry_after_s``), without using up an attempt.
+
+**Turns and cron runs** enter ``turn(user, admin=…)`` first. It yields None (go on) or
+a ``Refusal`` (the person is told once per reset — per cron job for a job's runs,
+``topic``), and it *admits* the run: every request made inside the block for that
+person passes ``admit`` without a new check, so a turn that has started always
+finishes, tool calls and their digests included. A capped person's turns run one at a
+time across all their chats, checked after the previous one has been counted: that is
+what keeps ten chats at once within one turn's cost of the cap, since a turn's cost is
+known only when it is over. The global cap is checked before every turn too; turns of
+other people already running may take it past by what they cost.
 
 Limits: ``budgets.per_user`` unless the person has an override (``mnemo users
 budget``); admins are exempt from the per-user caps by default, never from the global
@@ -18,12 +27,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from mnemo.gateway.budgets.charge import Charge
 from mnemo.gateway.budgets.ledger import EVERYONE, BudgetRepository, Override, Spend
 from mnemo.gateway.config import BudgetSettings
+from mnemo.gateway.errors import OverBudget
+from mnemo.gateway.logs import get_logger
 from mnemo.memory.scope import UserRef
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +65,27 @@ class Refusal:
     checked_at: datetime
 
     @property
-    def text(self) -> str:
-        what = {
+    def what(self) -> str:
+        return {
             "daily_usd": f"your daily budget (${self.limit:.2f})",
             "monthly_usd": f"your monthly budget (${self.limit:.2f})",
             "daily_tokens": f"your daily token budget ({int(self.limit):,} tokens)",
             "global_daily_usd": f"this bot's daily budget (${self.limit:.2f})",
         }[self.cap]
-        return (
-            f"You've reached {what}, so I won't answer until it resets: "
-            f"{self.resets_at:%Y-%m-%d %H:%M} {self.resets_at.tzname()} ({_in(self.resets_at - self.checked_at)})."
-        )
+
+    @property
+    def resets(self) -> str:
+        """``2026-12-02 00:00 CET (in 1 min)``"""
+        return f"{self.resets_at:%Y-%m-%d %H:%M} {self.resets_at.tzname()} ({_in(self.resets_at - self.checked_at)})"
+
+    @property
+    def text(self) -> str:
+        return f"You've reached {self.what}, so I won't answer until it resets: {self.resets}."
+
+    @property
+    def retry_after_s(self) -> float:
+        """How long background work waits: until the reset (at least a second)."""
+        return max(1.0, (self.resets_at - self.checked_at).total_seconds())
 
 
 def _in(delta: timedelta) -> str:
@@ -84,7 +109,23 @@ def next_month(now: datetime) -> datetime:
     return datetime.combine(first.replace(day=1), datetime.min.time(), tzinfo=now.tzinfo)
 
 
+@dataclass(slots=True)
+class _Admission:
+    """A turn or cron run let in by ``turn``: its person's requests pass while it runs.
+    Closed when the block ends, so a task the turn started and left running (which
+    inherits the context) is checked like any other request."""
+
+    user: str
+    open: bool = True
+
+
+_ADMITTED: ContextVar[_Admission | None] = ContextVar("mnemo_admitted_turn", default=None)
+
+
 class BudgetGate:
+    """Implements the client's ``RequestGate`` (``admit``) and the pipeline's
+    ``TurnBudget`` (``turn``); ``/usage`` reads ``report``."""
+
     def __init__(self, settings: BudgetSettings, ledger: BudgetRepository) -> None:
         self.settings = settings
         self.ledger = ledger
@@ -94,7 +135,9 @@ class BudgetGate:
         """The person whose budget it is: linked accounts share their canonical one's."""
         return await self.ledger.payer(str(user))
 
-    async def limits(self, user: UserRef, *, admin: bool) -> Limits:
+    async def limits(self, user: UserRef | None, *, admin: bool) -> Limits:
+        if user is None:
+            return Limits()  # nobody's: the global cap only
         base = self.settings.per_user
         own = await self.ledger.override(str(user)) or Override()
         return Limits(
@@ -104,40 +147,68 @@ class BudgetGate:
             exempt=admin and self.settings.admins_exempt,
         )
 
-    @contextlib.asynccontextmanager
-    async def turn(self, user: UserRef, *, admin: bool) -> AsyncIterator[Refusal | None]:
-        limits = await self.limits(user, admin=admin)
-        if not limits.capped:
-            yield await self._check(user, limits)
+    async def admit(self, charge: Charge) -> None:
+        """The ``RequestGate`` of the LLM client: every model request comes here first."""
+        admitted = _ADMITTED.get()
+        if (
+            admitted is not None
+            and admitted.open
+            and charge.payer is not None
+            and str(charge.payer) == admitted.user
+        ):
+            return  # a request of a turn or cron run already let in
+        refusal = await self._check(charge.payer, await self.limits(charge.payer, admin=charge.admin))
+        if refusal is None:
             return
-        # One lock per capped person for the life of the process (a few bytes each).
-        async with self._locks.setdefault(await self.payer(user), asyncio.Lock()):
-            yield await self._check(user, limits)
+        log.info(
+            "request_over_budget",
+            kind=charge.kind.value,
+            payer=str(charge.payer) if charge.payer is not None else None,
+            cap=refusal.cap,
+            resets_at=refusal.resets_at.isoformat(),
+        )
+        raise OverBudget(refusal.text, refusal.cap, refusal.resets_at, refusal.retry_after_s)
 
-    async def _check(self, user: UserRef, limits: Limits) -> Refusal | None:
+    @contextlib.asynccontextmanager
+    async def turn(self, user: UserRef, *, admin: bool, topic: str = "") -> AsyncIterator[Refusal | None]:
+        """Around a turn or a cron run (module docstring). ``topic`` keys the once-per-
+        reset notice apart from the person's turn notice (``cron:JOB``)."""
+        limits = await self.limits(user, admin=admin)
+        # One lock per capped person for the life of the process (a few bytes each).
+        lock = self._locks.setdefault(await self.payer(user), asyncio.Lock()) if limits.capped else None
+        async with lock if lock is not None else contextlib.nullcontext():
+            refusal = await self._check(user, limits)
+            if refusal is not None:
+                # One notice per person and reset (and topic), also for the global cap.
+                key = f"{await self.payer(user)}|{refusal.cap}" + (f"|{topic}" if topic else "")
+                yield replace(refusal, notify=await self.ledger.claim_notice(key, refusal.resets_at))
+                return
+            admission = _Admission(str(user))
+            token = _ADMITTED.set(admission)
+            try:
+                yield None
+            finally:
+                admission.open = False
+                _ADMITTED.reset(token)
+
+    async def _check(self, user: UserRef | None, limits: Limits) -> Refusal | None:
         now = self.ledger.local_now()
-        found: tuple[str, float, float, datetime, str] | None = None
         glob = self.settings.global_.daily_usd
         if glob is not None:
             spent = (await self.ledger.spend(EVERYONE)).day_usd
             if spent >= glob:
-                found = ("global_daily_usd", glob, spent, next_day(now), EVERYONE)
-        if found is None and limits.capped:
-            s = await self.ledger.spend(await self.payer(user))
-            for cap, limit, spent, resets in (
-                ("monthly_usd", limits.monthly_usd, s.month_usd, next_month(now)),
-                ("daily_usd", limits.daily_usd, s.day_usd, next_day(now)),
-                ("daily_tokens", limits.daily_tokens, s.day_tokens, next_day(now)),
-            ):
-                if limit is not None and spent >= limit:
-                    found = (cap, float(limit), float(spent), resets, await self.payer(user))
-                    break
-        if found is None:
+                return Refusal("global_daily_usd", glob, spent, next_day(now), False, now)
+        if user is None or not limits.capped:
             return None
-        cap, limit, spent, resets, _ = found
-        # One notice per person and reset, also for the global cap.
-        notify = await self.ledger.claim_notice(f"{await self.payer(user)}|{cap}", resets)
-        return Refusal(cap, limit, spent, resets, notify, now)
+        s = await self.ledger.spend(await self.payer(user))
+        for cap, limit, spent, resets in (
+            ("monthly_usd", limits.monthly_usd, s.month_usd, next_month(now)),
+            ("daily_usd", limits.daily_usd, s.day_usd, next_day(now)),
+            ("daily_tokens", limits.daily_tokens, s.day_tokens, next_day(now)),
+        ):
+            if limit is not None and spent >= limit:
+                return Refusal(cap, float(limit), float(spent), resets, False, now)
+        return None
 
     async def report(self, user: UserRef, *, admin: bool) -> str:
         """``/usage``: today's and this month's spend against the caps."""

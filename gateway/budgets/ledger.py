@@ -19,19 +19,20 @@ by another process applies at the next request.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
+from mnemo.gateway.budgets.charge import Billing, billed_to, current_billing
 from mnemo.gateway.people.links import canonical_within, members_within
 from mnemo.memory.db import Database
 from mnemo.memory.usage import Usage
+
+__all__ = ["EVERYONE", "Billing", "BudgetRepository", "SqliteBudgets", "billed_to", "current_billing"]
 
 EVERYONE = "*"
 
@@ -66,32 +67,6 @@ class Override:
     daily_usd: float | None = None
     monthly_usd: float | None = None
     daily_tokens: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Billing:
-    """Where a request made on a turn's behalf by a tool (the search digest) is counted."""
-
-    session_id: str
-    payer: str | None
-
-
-_BILLING: ContextVar[Billing | None] = ContextVar("mnemo_billing", default=None)
-
-
-@contextlib.contextmanager
-def billed_to(billing: Billing) -> Iterator[None]:
-    """The agent wraps each tool call in this, so a tool's own LLM requests are counted
-    against the same session and person as the turn's."""
-    token = _BILLING.set(billing)
-    try:
-        yield
-    finally:
-        _BILLING.reset(token)
-
-
-def current_billing() -> Billing | None:
-    return _BILLING.get()
 
 
 class BudgetRepository(Protocol):

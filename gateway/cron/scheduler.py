@@ -23,7 +23,12 @@ same pipeline as a user message.
 ``CronRunner`` runs one claimed job: a synthetic ``InboundMessage`` with
 ``agent_context=cron`` (the target chat, the job's user, a message id unique per run)
 goes through ``Gateway.run_scheduled`` — a fresh session, the cron hint in its system
-prompt, no cronjob tool, personal memory read-only. The reply is queued in the outbox
+prompt, no cronjob tool, personal memory read-only — inside the budget gate's
+``turn`` for the job's user (``gateway/budgets/gate.py``): a run whose user (or the
+whole bot) is at a spending cap is skipped, recorded as ``skipped`` (``mnemo cron
+list`` counts them) and makes no model request; the chat gets one note per job and
+reset saying so. The operator's group jobs speak for nobody and meet the global cap
+only. The reply is queued in the outbox
 in the same transaction that finishes the run (a reply of exactly ``[SILENT]``, or a
 failed run, queues nothing), so an interrupted run has delivered nothing and can run
 again after a restart (if still within the grace) without a second message. Before
@@ -40,6 +45,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Coroutine
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -53,6 +59,7 @@ from apscheduler.events import (
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from mnemo.gateway.budgets.gate import Refusal
 from mnemo.gateway.config import CronSettings
 from mnemo.gateway.cron.schedules import local_time, utc, zone
 from mnemo.gateway.cron.service import OPERATOR_USER, CronJobs
@@ -123,14 +130,32 @@ class RunAccess(Protocol):
 
     async def user_allowed(self, user: UserRef) -> bool: ...
 
+    def is_admin(self, platform: str, user_id: str) -> bool: ...
+
+
+class RunBudget(Protocol):
+    """The budget gate (``BudgetGate.turn``): entered around a run, it yields None to go
+    on — admitting the run's model requests — or the refusal."""
+
+    def turn(
+        self, user: UserRef, *, admin: bool, topic: str = ""
+    ) -> AbstractAsyncContextManager[Refusal | None]: ...
+
 
 class CronRunner:
     def __init__(
-        self, turns: ScheduledTurns, access: RunAccess, store: CronRepository, *, clock: Clock = utc_now
+        self,
+        turns: ScheduledTurns,
+        access: RunAccess,
+        store: CronRepository,
+        *,
+        budget: RunBudget,
+        clock: Clock = utc_now,
     ) -> None:
         self.turns = turns
         self.access = access
         self.store = store
+        self.budget = budget
         self.clock = clock
 
     async def run(self, claimed: Claimed) -> RunState:
@@ -142,8 +167,14 @@ class CronRunner:
             await self._pause(job, run_id, reason)
             return RunState.PAUSED
         log.info("cron_run_started", job=job.id, run=run_id, target=str(job.target), manual=claimed.manual)
+        user = UserRef(job.target.platform, job.user_id)
+        admin = _operator_group_job(job) or self.access.is_admin(user.platform, user.user_id)
         try:
-            result = await self.turns.run_scheduled(msg, deliver=False)
+            async with self.budget.turn(user, admin=admin, topic=f"cron:{job.id}") as refusal:
+                if refusal is None:
+                    result = await self.turns.run_scheduled(msg, deliver=False)
+            if refusal is not None:
+                return await self._skip(job, run_id, refusal, job_done=job_done)
         except asyncio.CancelledError:
             await self.store.mark_run(run_id, RunState.INTERRUPTED, self.clock(), "stopped during the run")
             raise
@@ -180,14 +211,44 @@ class CronRunner:
         log.info("cron_run_finished", job=job.id, run=run_id, result=state.value, session=result.session_id)
         return state
 
+    async def _skip(self, job: CronJob, run_id: int, refusal: Refusal, *, job_done: bool) -> RunState:
+        """Over budget: no model request; the run is recorded as skipped, and the chat is
+        told once per job and reset."""
+        log.info(
+            "cron_run_skipped_over_budget", job=job.id, run=run_id, cap=refusal.cap, notified=refusal.notify
+        )
+        delivery = None
+        if refusal.notify:
+            then = (
+                "It will not run again (it was a one-off job)."
+                if job_done
+                else f"Its runs go ahead again after the reset: {refusal.resets}."
+            )
+            delivery = OutboundMessage(
+                chat=job.target.chat,
+                text=f"Skipped scheduled job {job.id} ({job.schedule.describe()}): {refusal.what} is used up. {then}",
+                mention_user_id=None if job.user_id == OPERATOR_USER else job.user_id,
+                scheduled=True,
+            )
+        outbox_id = await self.store.finish_run(
+            run_id,
+            RunState.SKIPPED,
+            self.clock(),
+            detail=f"over budget ({refusal.cap}) until {refusal.resets_at.isoformat()}",
+            delivery=delivery,
+            job_done=job_done,
+        )
+        if outbox_id is not None:
+            self.turns.wake_delivery()
+        return RunState.SKIPPED
+
     async def _unauthorized(self, job: CronJob, msg: InboundMessage) -> str | None:
         access = self.access
         if not access.chat_allowed(msg):
             return f"the bot no longer works in {job.target}"
         # A group job of the operator's speaks for nobody; any other run speaks for its
         # user, who must still be allowed (in a DM, that user is the chat).
-        operator_group_job = job.source in (JobSource.CLI, JobSource.CONFIG) and job.user_id == OPERATOR_USER
-        if not operator_group_job and not await access.user_allowed(
+        if not _operator_group_job(job) and not await access.user_allowed(
             UserRef(job.target.platform, job.user_id)
         ):
             return f"{job.target.platform}:{job.user_id} is no longer authorized"
@@ -203,6 +264,11 @@ class CronRunner:
             f"Once that is fixed, /cron resume {job.id} — or /cron remove {job.id}."
         )
         await self.turns.notify_admins(note)
+
+
+def _operator_group_job(job: CronJob) -> bool:
+    """A group job the operator set up (CLI, config.yaml): it speaks for nobody."""
+    return job.source in (JobSource.CLI, JobSource.CONFIG) and job.user_id == OPERATOR_USER
 
 
 @dataclass(frozen=True, slots=True)

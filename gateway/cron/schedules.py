@@ -3,21 +3,13 @@
 Three kinds, each stored as text so a job reads the same after a restart:
 
 * ``cron``  — a 5-field crontab expression (``0 8 * * 1-5``) or an alias (``@daily``),
-  evaluated in the job's time zone (so 08:00 stays 08:00 across daylight saving);
+  evaluated in the job's time zone (so 08:00 stays 08:00 across daylight saving); its
+  fire times, and what happens to a time the clocks skip or repeat, are
+  ``calendar.py``'s (cronsim);
 * ``every`` — a fixed interval (``30m``, ``2h``, ``1d``) on a grid that starts one
   interval after the job was created;
 * ``at``    — one run at an instant (``2025-06-01T08:00``, ``17:30``), also what
   ``in 10m`` becomes.
-
-APScheduler 3.x reads crontab text differently from cron in two ways, both handled in
-``cron_trigger`` (and pinned by a property test against a plain crontab matcher):
-
-* weekday numbers: crontab's 0 (and 7) is Sunday, APScheduler's 0 is Monday (its issue
-  286). The day-of-week field is expanded to a set of days and handed over as names,
-  which both read alike;
-* when day-of-month *and* day-of-week are restricted, crontab runs on days matching
-  either, APScheduler only on days matching both: such an expression becomes an
-  ``OrTrigger`` of the two halves.
 
 Datetimes are compared and subtracted in UTC only: Python ignores the offset when both
 sides carry the same ``ZoneInfo``, which would make a daylight-saving night look an
@@ -33,10 +25,22 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from mnemo.gateway.cron.calendar import ALIASES, CronCalendar, normalize_cron
 from mnemo.gateway.errors import InvalidJob
 
 if TYPE_CHECKING:  # APScheduler is imported where a trigger is built: `mnemo cron list` never needs it
     from apscheduler.triggers.base import BaseTrigger
+
+__all__ = [
+    "ALIASES",
+    "Schedule",
+    "ScheduleKind",
+    "cron_trigger",
+    "make_schedule",
+    "normalize_cron",
+    "utc",
+    "zone",
+]
 
 
 class ScheduleKind(StrEnum):
@@ -44,16 +48,6 @@ class ScheduleKind(StrEnum):
     EVERY = "every"
     AT = "at"
 
-
-ALIASES = {
-    "@hourly": "0 * * * *",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@weekly": "0 0 * * 0",
-    "@monthly": "0 0 1 * *",
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-}
 
 _UNITS = {
     **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1),
@@ -66,9 +60,6 @@ _DURATION = re.compile(r"^\s*(?:\d+\s*[a-z]+\s*,?\s*)+$", re.IGNORECASE)
 _DURATION_PART = re.compile(r"(\d+)\s*([a-z]+)", re.IGNORECASE)
 MAX_DURATION = timedelta(days=3660)
 _CLOCK_TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
-
-# crontab weekday numbers (index) and the names APScheduler reads unambiguously.
-_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 
 # How far ahead a cron expression's runs are checked against the minimum interval.
 # Within a day the pattern of runs is the same on every day it fires, so two days of
@@ -122,88 +113,12 @@ def format_duration(td: timedelta) -> str:
     return " ".join(parts) or "0s"
 
 
-def _weekday(token: str, expr: str) -> int:
-    if token.isdigit() and int(token) <= 7:
-        return int(token)
-    if token in _WEEKDAYS:
-        return _WEEKDAYS.index(token)
-    raise InvalidJob(f"invalid cron expression {expr!r}: {token!r} is not a weekday (0-7 or sun-sat)")
-
-
-def _weekdays(field: str, expr: str) -> str:
-    """A crontab day-of-week field as a list of day names (see the module docstring)."""
-    if field == "*":
-        return "*"
-    days: set[int] = set()
-    for item in field.lower().split(","):
-        span, slash, step_text = item.partition("/")
-        if slash and (not step_text.isdigit() or int(step_text) == 0):
-            raise InvalidJob(f"invalid cron expression {expr!r}: bad step in {item!r}")
-        step = int(step_text) if slash else 1
-        if span == "*":
-            low, high = 0, 6
-        elif "-" in span:
-            first, _, last = span.partition("-")
-            low, high = _weekday(first, expr), _weekday(last, expr)
-        else:
-            low = _weekday(span, expr)
-            high = 7 if slash else low  # crontab's weekday range is 0-7 (7 = Sunday again)
-        if low > high:
-            raise InvalidJob(f"invalid cron expression {expr!r}: weekday range {span!r} runs backwards")
-        days.update(d % 7 for d in range(low, high + 1, step))
-    # Monday first, as APScheduler numbers them; every name stands alone.
-    return ",".join(_WEEKDAYS[d] for d in sorted(days, key=lambda d: (d + 6) % 7))
-
-
-def normalize_cron(expr: str) -> str:
-    text = " ".join(expr.split())
-    return ALIASES.get(text.lower(), text)
-
-
 def cron_trigger(expr: str, tz: ZoneInfo) -> BaseTrigger:
-    """The trigger of a crontab expression, with crontab's meaning (module docstring)."""
-    from apscheduler.triggers.combining import OrTrigger
-    from apscheduler.triggers.cron import CronTrigger
+    """The APScheduler trigger of a crontab expression (also the backup schedule's):
+    its times are ``CronCalendar``'s. Raises ``InvalidJob``."""
+    from mnemo.gateway.cron.trigger import CalendarTrigger
 
-    fields = normalize_cron(expr).split(" ")
-    if len(fields) != 5:
-        raise InvalidJob(
-            f"invalid cron expression {expr!r}: expected 5 fields (minute hour day-of-month month "
-            f"day-of-week), e.g. '0 8 * * 1-5' for weekdays at 08:00; got {len(fields)}"
-        )
-    minute, hour, dom, month, dow = fields
-    days = _weekdays(dow, expr)
-    try:
-        if not dom.startswith("*") and not dow.startswith("*"):
-            return OrTrigger(
-                [
-                    CronTrigger(minute=minute, hour=hour, day=dom, month=month, timezone=tz),
-                    CronTrigger(minute=minute, hour=hour, month=month, day_of_week=days, timezone=tz),
-                ]
-            )
-        return CronTrigger(minute=minute, hour=hour, day=dom, month=month, day_of_week=days, timezone=tz)
-    except ValueError as e:
-        raise InvalidJob(f"invalid cron expression {expr!r}: {e}") from None
-
-
-def shortest_gap(trigger: BaseTrigger, start: datetime, floor: timedelta) -> timedelta | None:
-    """The shortest time between two consecutive runs after ``start`` (sampled over
-    ``GAP_HORIZON``), or the first gap found below ``floor``. None if it runs < 2 times."""
-    prev = trigger.get_next_fire_time(None, start)
-    best: timedelta | None = None
-    for _ in range(GAP_MAX_RUNS):
-        if prev is None or utc(prev) - utc(start) > GAP_HORIZON:
-            break
-        nxt = trigger.get_next_fire_time(prev, prev)
-        if nxt is None:
-            break
-        gap = utc(nxt) - utc(prev)
-        if best is None or gap < best:
-            best = gap
-            if best < floor:
-                break
-        prev = nxt
-    return best
+    return CalendarTrigger(CronCalendar.parse(expr, tz))
 
 
 def parse_at(text: str, tz: ZoneInfo, now: datetime) -> datetime:
@@ -273,10 +188,19 @@ class Schedule:
             return IntervalTrigger(seconds=int(self.value), start_date=self.start, timezone=tz)
         return DateTrigger(run_date=self.instant, timezone=tz)
 
+    @property
+    def calendar(self) -> CronCalendar:
+        """A ``cron`` schedule's fire times (``calendar.py``)."""
+        assert self.kind is ScheduleKind.CRON, "only a cron schedule has a calendar"
+        return CronCalendar.parse(self.value, zone(self.timezone))
+
     def next_run(self, now: datetime) -> datetime | None:
         """The first run at or after ``now`` (UTC), None when there is none."""
         if self.kind is ScheduleKind.AT:  # a DateTrigger answers with its date even when past
             return self.instant if self.instant >= utc(now) else None
+        if self.kind is ScheduleKind.CRON:
+            fire = self.calendar.next_at_or_after(utc(now))
+            return None if fire is None else utc(fire)
         fire = self.trigger().get_next_fire_time(None, utc(now))
         return None if fire is None else utc(fire)
 
@@ -297,17 +221,16 @@ def make_schedule(kind: str, text: str, tz_name: str, now: datetime, *, min_inte
     now = utc(now)
     minimum = timedelta(seconds=min_interval_s)
     if kind == "cron":
-        expr = normalize_cron(text)
-        trigger = cron_trigger(expr, tz)
-        if trigger.get_next_fire_time(None, now) is None:
+        calendar = CronCalendar.parse(text, tz)
+        if calendar.next_at_or_after(now) is None:
             raise InvalidJob(f"cron expression {text!r} never runs")
-        gap = shortest_gap(trigger, now, minimum)
+        gap = calendar.shortest_gap(now, minimum, GAP_HORIZON, GAP_MAX_RUNS)
         if gap is not None and gap < minimum:
             raise InvalidJob(
                 f"cron expression {text!r} runs as often as every {format_duration(gap)}; recurring jobs "
                 f"may run at most once every {format_duration(minimum)} (cron.min_interval_s)"
             )
-        return Schedule(ScheduleKind.CRON, expr, tz.key)
+        return Schedule(ScheduleKind.CRON, calendar.expr, tz.key)
     if kind == "every":
         interval = parse_duration(text)
         if interval < minimum:

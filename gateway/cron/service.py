@@ -486,9 +486,11 @@ class CronJobs:
             return False
 
 
-def job_summary(job: CronJob) -> dict[str, Any]:
-    """A job as the tool and ``mnemo cron list --json`` show it."""
+def job_summary(job: CronJob, *, skipped_runs: int | None = None) -> dict[str, Any]:
+    """A job as the tool and ``mnemo cron list --json`` show it; ``skipped_runs``: how
+    many runs the budget gate skipped (``CronRunRepository.count_runs``), where known."""
     tz = job.schedule.timezone
+    extra = {} if skipped_runs is None else {"skipped_runs": skipped_runs}
     return {
         "id": job.id,
         "chat": str(job.target),
@@ -502,13 +504,17 @@ def job_summary(job: CronJob) -> dict[str, Any]:
         "last_result": job.last_result,
         "source": job.source.value,
         "prompt": job.prompt,
+        **extra,
     }
 
 
-def job_line(job: CronJob, *, with_chat: bool = False) -> str:
+def job_line(job: CronJob, *, with_chat: bool = False, skipped_runs: int = 0) -> str:
     """One line for /cron list and ``mnemo cron list``."""
     when = f"next {local_time(job.next_run_at, job.schedule.timezone)}" if job.next_run_at else "no next run"
     prompt = job.prompt if len(job.prompt) <= 60 else job.prompt[:59] + "…"
     chat = f"{job.target}  " if with_chat else ""
     last = f"  last: {job.last_result}" if job.last_result else ""
-    return f"{job.id}  {job.state.value:<6}  {chat}{job.schedule.describe()}  {when}  “{prompt}”{last}"
+    skipped = f"  skipped: {skipped_runs} (budget)" if skipped_runs else ""
+    return (
+        f"{job.id}  {job.state.value:<6}  {chat}{job.schedule.describe()}  {when}  “{prompt}”{last}{skipped}"
+    )

@@ -59,6 +59,7 @@ class RunState(StrEnum):
     MISSED = "missed"  # later than the misfire grace: skipped
     INTERRUPTED = "interrupted"  # the process stopped or died during the run
     PAUSED = "paused"  # the target chat is no longer authorized; the job was paused
+    SKIPPED = "skipped"  # its user (or the bot) was at a spending cap: no model request
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +256,10 @@ class CronRunRepository(Protocol):
     async def get_run(self, run_id: int) -> CronRun | None: ...
 
     async def runs(self, job_id: str | None = None) -> list[CronRun]: ...
+
+    async def count_runs(self, state: RunState) -> dict[str, int]:
+        """Job id -> how many of its runs ended in ``state`` (jobs with none left out)."""
+        ...
 
 
 class CronRepository(CronJobRepository, CronRunRepository, Protocol):
@@ -539,3 +544,11 @@ class CronStore:
             ).fetchall()
         )
         return [_run(r) for r in rows]
+
+    async def count_runs(self, state: RunState) -> dict[str, int]:
+        rows = await self.db.read(
+            lambda c: c.execute(
+                "SELECT job_id, COUNT(*) FROM cron_runs WHERE state = ? GROUP BY job_id", (state.value,)
+            ).fetchall()
+        )
+        return {job_id: n for job_id, n in rows}

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from mnemo.gateway.commands import ChatControl, Command, CommandCall, Handler
+from mnemo.gateway.commands import ChatControl, Command, CommandCall, Handler, Unrecorded
 from mnemo.gateway.events import InboundMessage
 from mnemo.gateway.inbound.memory_command import MemoryCommand, MemoryStores
 from mnemo.gateway.ports import CommandInfo
@@ -79,7 +79,7 @@ class CommandRegistry:
         differ per user everywhere; the handler refuses non-admins)."""
         return [c.info for c in self._commands.values()]
 
-    async def run(self, chats: ChatControl, msg: InboundMessage, name: str, args: str) -> str:
+    async def run(self, chats: ChatControl, msg: InboundMessage, name: str, args: str) -> str | Unrecorded:
         if name not in self._names:
             return f"Unknown command /{name}. See /help for the commands I know."
         command = self._commands[self._names[name]]
@@ -146,7 +146,7 @@ class BuiltinCommands:
             lines.append(await self.deps.jobs.status_line())
         return "\n".join(lines)
 
-    async def forget(self, call: CommandCall) -> str:
+    async def forget(self, call: CommandCall) -> str | Unrecorded:
         target = call.args.strip()
         if not target:
             return "Usage: /forget TEXT (removes the entry of your profile containing TEXT) or /forget all"

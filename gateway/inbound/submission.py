@@ -28,7 +28,7 @@ from typing import Protocol
 
 import structlog
 
-from mnemo.gateway.commands import ChatControl, parse_command
+from mnemo.gateway.commands import ChatControl, Unrecorded, parse_command
 from mnemo.gateway.delivery.inbox import InboxRepository
 from mnemo.gateway.events import InboundMessage, Submitted, to_payload
 from mnemo.gateway.inbound.access import AccessDecision, Verdict
@@ -56,7 +56,9 @@ class Authorizer(Protocol):
 class CommandRunner(Protocol):
     """Runs a slash command for the chat it was typed in (``CommandRegistry``)."""
 
-    async def run(self, chats: ChatControl, msg: InboundMessage, name: str, args: str) -> str: ...
+    async def run(
+        self, chats: ChatControl, msg: InboundMessage, name: str, args: str
+    ) -> str | Unrecorded: ...
 
 
 class Submission:
@@ -136,5 +138,8 @@ class Submission:
         except Exception:  # loop boundary: a broken command answers, never crashes the adapter
             log.exception("command_failed", command=name)
             reply = f"/{name} failed unexpectedly; the error is in the bot's log."
+        if isinstance(reply, Unrecorded):  # /forget me's receipt: no row may name them again
+            await self.replies.send_direct(msg, reply.text)
+            return
         await self.replies.reply(msg, reply, inbox_id=inbox_id, kind="command")
         await self.inbox.mark_done(inbox_id)

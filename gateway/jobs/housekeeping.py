@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from mnemo.gateway.budgets.charge import Charge, RequestKind
 from mnemo.gateway.config import Settings
 from mnemo.gateway.errors import LLMError, ProviderAuthError, RateLimited, TransientNetworkError
 from mnemo.gateway.events import ChatType, InboundMessage, session_key
@@ -216,6 +217,7 @@ class Housekeeping:
         try:
             response = await self._ask(
                 session,
+                RequestKind.SUMMARY,
                 system=request.system,
                 prompt=request.prompt,
                 max_tokens=request.max_tokens + request.max_tokens // 4,
@@ -382,6 +384,7 @@ class Housekeeping:
         )
         response = await self._ask(
             session,
+            RequestKind.REVIEW if context is AgentContext.REVIEW else RequestKind.FLUSH,
             system=MEMORY_PASS_SYSTEM,
             prompt=prompt,
             tools=schemas,
@@ -406,6 +409,7 @@ class Housekeeping:
     async def _ask(
         self,
         session: SessionRow,
+        kind: RequestKind,
         *,
         system: str,
         prompt: str,
@@ -414,14 +418,21 @@ class Housekeeping:
     ) -> LLMResponse:
         """The auxiliary model first; the main model if the auxiliary one fails for a
         reason other than load (a wrong or retired auxiliary model name must not stop
-        compression). Usage is added to the session's counters."""
+        compression). Usage is added to the session's counters and billed to the session's
+        person (a shared room's background work to nobody), whose caps apply: at one the
+        budget gate raises ``OverBudget`` and the job waits for the reset."""
         llm = self.settings.llm
         models = [llm.aux_model] + ([llm.model] if llm.model != llm.aux_model else [])
+        stand_in = session_message(session, ())
+        payer = None if stand_in.shared_room else stand_in.speaker
+        admin = payer is not None and self.access.is_admin(payer.platform, payer.user_id)
+        charge = Charge(kind, payer, admin)
         for i, model in enumerate(models):
             try:
                 response = await self.llm.create(
                     system=system,
                     messages=[{"role": "user", "content": prompt}],
+                    charge=charge,
                     tools=tools,
                     model=model,
                     max_tokens=max_tokens,
@@ -436,10 +447,9 @@ class Housekeeping:
                     "aux_model_failed", model=model, fallback=models[-1], error=f"{type(e).__name__}: {e}"
                 )
                 continue
-            # Billed to the session's person; a shared room's background work to nobody.
-            stand_in = session_message(session, ())
-            payer = None if stand_in.shared_room else str(stand_in.speaker)
-            await self.store.add_usage(session.id, response.usage, payer=payer)
+            await self.store.add_usage(
+                session.id, response.usage, payer=None if payer is None else str(payer)
+            )
             return response
         raise AssertionError("unreachable")  # pragma: no cover
 

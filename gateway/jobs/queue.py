@@ -25,6 +25,9 @@ moves through::
 * **Crash recovery.** On start, jobs left ``running`` by a dead process are queued
   again (handlers are idempotent and record progress in the row's ``checkpoint``);
   ``done`` is recorded in the same row, so a finished job never runs twice.
+* **Budgets.** A handler whose model request the budget gate refused (``OverBudget``:
+  its person, or the whole bot, is at a cap) is queued again for the reset, with its
+  attempt given back: background work waits for the cap, it is not lost.
 * **Graceful shutdown.** ``stop`` takes no new job, lets running ones finish for
   ``worker.drain_timeout_s``, then cancels them (they are queued again, without using
   an attempt).
@@ -46,6 +49,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from mnemo.gateway.config import WorkerSettings
+from mnemo.gateway.errors import OverBudget
 from mnemo.gateway.jobs.store import Job, JobState, JobStorage
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.metrics import Metrics
@@ -358,6 +362,24 @@ class JobQueue:
             # Shutdown: not the job's fault, so the attempt is given back.
             await asyncio.shield(self._requeue(job.id))
             raise
+        except OverBudget as e:
+            # At a spending cap: not the job's fault either; it waits for the reset.
+            await self._requeue(job.id)
+            await self._mark(
+                job.id,
+                JobState.QUEUED,
+                error=f"waiting for the budget: {e}",
+                not_before=self._clock() + e.retry_after_s,
+            )
+            log.info(
+                "job_waits_for_budget",
+                kind=job.kind,
+                job=job.id,
+                cap=e.cap,
+                resets_at=e.resets_at.isoformat(),
+            )
+            self._observe(job.kind, time.monotonic() - started, "retry")
+            return
         except Exception as e:  # loop boundary: every failure is recorded on the job row
             elapsed = time.monotonic() - started
             error = f"{type(e).__name__}: {e}"

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from mnemo.gateway.budgets.charge import Charge, RequestKind
 from mnemo.gateway.config import Settings
 from mnemo.gateway.errors import LLMError, RateLimited
 from mnemo.gateway.jobs.housekeeping import TRANSIENT, AdminCheck, session_message
@@ -201,11 +202,13 @@ class SkillReview:
         than load; usage is billed to the session's user."""
         llm = self.settings.llm
         models = [llm.aux_model] + ([llm.model] if llm.model != llm.aux_model else [])
+        charge = Charge(RequestKind.SKILL_REVIEW, ctx.speaker, ctx.is_admin)  # OverBudget: the job waits
         for i, model in enumerate(models):
             try:
                 response = await self.llm.create(
                     system=SKILL_REVIEW_SYSTEM,
                     messages=[{"role": "user", "content": prompt}],
+                    charge=charge,
                     tools=tools,
                     model=model,
                     max_tokens=MAX_TOKENS,

@@ -15,6 +15,11 @@ It owns three things the rest of mnemo must not think about:
 
 A global semaphore bounds concurrent requests (``llm.max_concurrency``).
 
+**Budgets.** Every ``create`` carries a ``Charge`` (who pays, what for) and passes the
+client's ``RequestGate`` before anything is sent: the budget gate
+(``gateway/budgets/gate.py``) raises ``OverBudget`` at a cap and no request is made.
+This is the one place every model request goes through.
+
 **Streaming.** ``create(on_text=…)`` asks for an SSE stream (``messages.stream``) and
 reports every text delta to ``on_text`` as it arrives; the result is the same
 ``LLMResponse`` as without. Retries before the first delta are as above. A failure
@@ -38,6 +43,7 @@ from typing import Any
 
 import anthropic
 
+from mnemo.gateway.budgets.charge import Charge, RequestGate
 from mnemo.gateway.config import LLMSettings, Price
 from mnemo.gateway.errors import (
     BadLLMResponse,
@@ -237,6 +243,7 @@ class LLMClient:
         self,
         settings: LLMSettings,
         *,
+        gate: RequestGate,
         base_url: str | None = None,
         api_key: str | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -244,6 +251,7 @@ class LLMClient:
         metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self._gate = gate
         self._metrics = metrics
         key = api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
         self._client = anthropic.AsyncAnthropic(
@@ -281,6 +289,7 @@ class LLMClient:
         *,
         system: str,
         messages: Sequence[Mapping[str, Any]],
+        charge: Charge,
         tools: Sequence[Mapping[str, Any]] = (),
         model: str | None = None,
         max_tokens: int | None = None,
@@ -288,11 +297,13 @@ class LLMClient:
         on_text: Callable[[str], None] | None = None,
         on_reset: Callable[[], None] | None = None,
     ) -> LLMResponse:
-        """One Messages API call (with retries). Raises a ``gateway.errors.LLMError``.
+        """One Messages API call (with retries), if the gate admits ``charge``. Raises a
+        ``gateway.errors.LLMError``, or ``OverBudget`` (nothing sent).
 
         With ``on_text`` the response is streamed and each text delta reported to it
         (see the module docstring); ``on_reset`` is called before a retry that follows
         reported deltas."""
+        await self._gate.admit(charge)
         model = model or self.settings.model
         if cache:
             system_blocks, msgs = apply_cache_breakpoints(

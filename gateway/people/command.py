@@ -3,6 +3,10 @@
 ``/forget me`` answers with a one-time code valid for ten minutes; ``/forget me CODE``
 from the same account erases and answers with the receipt. Codes live in memory: a
 restart simply asks for a new one.
+
+The erasure takes the confirming message's own inbox row with the rest, and the
+receipt goes straight to the platform (``Unrecorded``): no outbox row, so afterwards no
+row names the person — not even the confirmation's.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import secrets
 import time
 from collections.abc import Callable
 
-from mnemo.gateway.commands import CommandCall
+from mnemo.gateway.commands import CommandCall, Unrecorded
 from mnemo.gateway.people.erasure import Erasure
 
 CODE_TTL_S = 600
@@ -23,7 +27,7 @@ class ForgetMe:
         self.clock = clock
         self._codes: dict[str, tuple[str, float]] = {}
 
-    async def __call__(self, call: CommandCall) -> str:
+    async def __call__(self, call: CommandCall) -> str | Unrecorded:
         user = call.msg.speaker
         words = call.args.split()[1:]  # after "me"
         now = self.clock()
@@ -42,5 +46,5 @@ class ForgetMe:
         if pending is None or pending[1] < now or not secrets.compare_digest(words[0].upper(), pending[0]):
             return "That code is wrong or has expired: send /forget me for a new one."
         del self._codes[str(user)]
-        receipt = await self.erasure.erase(user, keep=(call.msg.chat_id, call.msg.message_id))
-        return "Erased everything I had of you:\n" + "\n".join(receipt.lines())
+        receipt = await self.erasure.erase(user)
+        return Unrecorded("Erased everything I had of you:\n" + "\n".join(receipt.lines()))

@@ -134,13 +134,11 @@ class PersonalData(Protocol):
         """What ``delete`` would remove of ``account``, removing nothing."""
         ...
 
-    async def delete(
-        self, accounts: Sequence[UserRef], *, keep: tuple[str, str] | None = None
-    ) -> list[Found]:
+    async def delete(self, accounts: Sequence[UserRef]) -> list[Found]:
         """Remove every account's rows in one transaction (and queue the provider's
         ``forget_user``), then the backend's own files of them (profile, facts), then
-        compact what was touched. ``keep``: (chat id, message id) of the inbox row of a
-        ``/forget me CODE`` being answered, which the pipeline still marks done."""
+        compact what was touched. The inbox row of a ``/forget me CODE`` being answered
+        goes too: its receipt is sent without a row (``command.py``)."""
         ...
 
     async def forget_session(self, session_id: str) -> int:
@@ -168,12 +166,10 @@ class Erasure:
             _add(total, await self._files(account, found, delete=False))
         return await self._backups(accounts, total, delete=False)
 
-    async def erase(self, user: UserRef, *, keep: tuple[str, str] | None = None) -> Receipt:
-        """``keep``: (chat id, message id) of the ``/forget me CODE`` being answered, whose
-        inbox row the pipeline still marks done (it holds only the command)."""
+    async def erase(self, user: UserRef) -> Receipt:
         accounts = await self.accounts(user)
         total: dict[str, int] = {}
-        for account, found in zip(accounts, await self.data.delete(accounts, keep=keep), strict=True):
+        for account, found in zip(accounts, await self.data.delete(accounts), strict=True):
             _add(total, await self._files(account, found, delete=True))
         receipt = await self._backups(accounts, total, delete=True)
         log.info("user_erased", user=str(user), accounts=len(accounts), **total)

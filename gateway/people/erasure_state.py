@@ -102,13 +102,11 @@ class StateData:
         found.counts["facts"] = await asyncio.to_thread(count_owner, self._facts_db(), str(account))
         return found
 
-    async def delete(
-        self, accounts: Sequence[UserRef], *, keep: tuple[str, str] | None = None
-    ) -> list[Found]:
+    async def delete(self, accounts: Sequence[UserRef]) -> list[Found]:
         from mnemo.providers.holographic.erasure import erase_owner
 
         def tx(conn: sqlite3.Connection) -> list[Found]:
-            return [self._rows(conn, a, delete=True, keep=keep) for a in accounts]
+            return [self._rows(conn, a, delete=True) for a in accounts]
 
         found = await self.db.write(tx)
         for account, f in zip(accounts, found, strict=True):
@@ -167,17 +165,13 @@ class StateData:
         user: UserRef,
         *,
         delete: bool,
-        keep: tuple[str, str] | None = None,
     ) -> Found:
         """Count (and with ``delete`` remove) their rows, and name the media files only
         their messages refer to."""
         p, u = user.platform, user.user_id
-        kc, km = keep or (None, None)
         who = {
             "p": p,
             "u": u,
-            "kc": kc,
-            "km": km,
             "kind": PROVIDER_WRITE,
             "scope": safe_id(str(user)),
             "forget": WriteOp.FORGET_USER.value,
@@ -191,7 +185,6 @@ class StateData:
         inbox = (
             "SELECT id FROM inbox WHERE platform = :p AND (json_extract(payload, '$.user_id') = :u"
             " OR (chat_id = :u AND json_extract(payload, '$.chat_type') = 'dm'))"
-            " AND NOT (chat_id IS :kc AND message_id IS :km)"
         )
         outbox = (
             f"SELECT id FROM outbox WHERE session_id IN ({_OWN_SESSIONS})"

@@ -53,6 +53,7 @@ from mnemo.memory.scope import UserRef
 log = get_logger(__name__)
 
 CODE_TTL_S = 600
+UNDO_WINDOW_S = 24 * 3600  # /link undo: how long the newest link may be taken back
 CODE_LEN = 8
 # No 0/O, 1/I/L: the code is read on one screen and typed on another.
 _ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
@@ -89,6 +90,16 @@ class UnlinkResult:
     was_linked: bool
     canonical: UserRef | None = None  # the canonical account of the accounts still linked
     remaining: tuple[UserRef, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UndoResult:
+    """``undone``: the accounts split off (() when there was nothing to undo, or it was
+    too late); ``linked_at``: when the newest link was made."""
+
+    undone: tuple[UserRef, ...] = ()
+    too_late: bool = False
+    linked_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +173,12 @@ class LinkRepository(Protocol):
         """The DM chats (session keys) of ``user``'s other linked accounts."""
         ...
 
+    async def undo_latest(self, user: UserRef) -> UndoResult:
+        """Take back the newest link of ``user``'s person if it is less than
+        ``UNDO_WINDOW_S`` old: the accounts it joined are split off *without* a copy
+        of the profile they were linked into (``/link undo``, from any account)."""
+        ...
+
 
 class LinkRules:
     """What every backend's links share: the profile merge and copies (through the
@@ -177,6 +194,32 @@ class LinkRules:
 
     async def refresh(self) -> None:
         raise NotImplementedError  # each backend reads its own table
+
+    async def rows(self, user: UserRef) -> list[LinkRow]:
+        raise NotImplementedError  # each backend reads its own table
+
+    async def unlink(self, user: UserRef) -> UnlinkResult:
+        raise NotImplementedError  # each backend writes its own table
+
+    async def undo_latest(self, user: UserRef) -> UndoResult:
+        """``LinkRepository.undo_latest``: the same on every backend. A leaked code is
+        the case it is for: whoever redeemed it must not walk away with a copy of the
+        profile, so the split-off accounts' copies are dropped (what their own profile
+        added to the shared one at the link stays there)."""
+        rows = await self.rows(user)
+        if not rows:
+            return UndoResult()
+        newest = max(r.linked_at for r in rows)
+        joined = tuple(r.member for r in rows if r.linked_at == newest and r.member != r.canonical)
+        if not joined:
+            return UndoResult()
+        if self.clock() - newest.timestamp() > UNDO_WINDOW_S:
+            return UndoResult(too_late=True, linked_at=newest)
+        for member in joined:
+            await self.unlink(member)
+            await asyncio.to_thread(self.files.drop_own, member)
+        log.info("identity_link_undone", by=str(user), undone=[str(m) for m in joined])
+        return UndoResult(joined, linked_at=newest)
 
     def _merge(self, into: UserRef, other: UserRef) -> tuple[int, int]:
         """Add ``other``'s USER.md entries to ``into``'s (blocking; inside the links'

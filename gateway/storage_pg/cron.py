@@ -306,3 +306,9 @@ class PgCronStore:
             "SELECT * FROM cron_runs WHERE %s::text IS NULL OR job_id = %s ORDER BY id", (job_id, job_id)
         )
         return [_run(r) for r in rows]
+
+    async def count_runs(self, state: RunState) -> dict[str, int]:
+        rows = await self._fetch(
+            "SELECT job_id, COUNT(*) AS n FROM cron_runs WHERE state = %s GROUP BY job_id", (state.value,)
+        )
+        return {r["job_id"]: int(r["n"]) for r in rows}

@@ -85,7 +85,6 @@ _SHARED_MESSAGES = (
 _INBOX = (
     "SELECT id FROM inbox WHERE platform = %(p)s AND (payload::jsonb ->> 'user_id' = %(u)s"
     " OR (chat_id = %(u)s AND payload::jsonb ->> 'chat_type' = 'dm'))"
-    " AND NOT (chat_id IS NOT DISTINCT FROM %(kc)s AND message_id IS NOT DISTINCT FROM %(km)s)"
 )
 _OUTBOX = (
     f"SELECT id FROM outbox WHERE session_id IN ({_OWN_SESSIONS})"
@@ -143,12 +142,10 @@ class PgPersonalData:
         found.counts["facts"] = await asyncio.to_thread(self._facts, account, delete=False)
         return found
 
-    async def delete(
-        self, accounts: Sequence[UserRef], *, keep: tuple[str, str] | None = None
-    ) -> list[Found]:
+    async def delete(self, accounts: Sequence[UserRef]) -> list[Found]:
         async def tx(conn: Connection) -> list[Found]:
             await conn.execute(LINKS_LOCK)  # no replica links or unlinks them meanwhile
-            return [await self._rows(conn, a, delete=True, keep=keep) for a in accounts]
+            return [await self._rows(conn, a, delete=True) for a in accounts]
 
         found = await self.db.write(tx)
         for account, f in zip(accounts, found, strict=True):
@@ -174,16 +171,11 @@ class PgPersonalData:
             )
         return erasure.count_owner_pg(self.db.url, str(account)) + erasure.count_owner(leftover, str(account))
 
-    async def _rows(
-        self, conn: Connection, user: UserRef, *, delete: bool, keep: tuple[str, str] | None = None
-    ) -> Found:
-        kc, km = keep or (None, None)
+    async def _rows(self, conn: Connection, user: UserRef, *, delete: bool) -> Found:
         who: dict[str, Any] = {
             "p": user.platform,
             "u": user.user_id,
             "who": str(user),
-            "kc": kc,
-            "km": km,
             "kind": PROVIDER_WRITE,
             "scope": safe_id(str(user)),
             "forget": WriteOp.FORGET_USER.value,

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mnemo.gateway.budgets.ledger import Billing, billed_to
+from mnemo.gateway.budgets.charge import Billing, Charge, RequestKind, billed_to
 from mnemo.gateway.config import MemorySettings, SessionSettings
 from mnemo.gateway.delivery.live import StreamSink, tool_status
 from mnemo.gateway.errors import ContextTooLong, LLMError, ProviderAuthError, RateLimited
@@ -49,6 +49,7 @@ from mnemo.gateway.turns.tools import ToolRegistry, TurnContext
 from mnemo.memory.compressor import CompressionPolicy, ContextCompressor, Row, rows_tokens
 from mnemo.memory.fence import strip_fences
 from mnemo.memory.ports import SessionStorage
+from mnemo.memory.scope import AgentContext
 from mnemo.memory.sessions import MessageRow, NewMessage, SessionRow, ToolCall
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
 from mnemo.memory.usage import Usage
@@ -60,6 +61,8 @@ PREFLIGHT_MARGIN = 0.90  # share of (window - max_tokens) a request may fill by 
 APOLOGY = "Sorry — I couldn't reach my language model just now. Please try again in a moment."
 AUTH_APOLOGY = "Sorry — my language model refused my credentials. The operator needs to check the API key."
 TOO_MANY_TOOLS = "I stopped after too many tool calls in one turn. Please rephrase or narrow the request."
+# What an agent's requests are, for the budget gate (gateway/budgets/charge.py).
+_REQUEST_KIND = {AgentContext.CRON: RequestKind.CRON, AgentContext.SUBAGENT: RequestKind.DELEGATE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +195,11 @@ class Agent:
         shared room's background work)."""
         return str(self.ctx.speaker) if self.ctx.speaker is not None else None
 
+    @property
+    def _charge(self) -> Charge:
+        kind = _REQUEST_KIND.get(self.ctx.agent_context, RequestKind.TURN)
+        return Charge(kind, self.ctx.speaker, self.ctx.is_admin)
+
     def _model_input(self, notes: str, schemas: Sequence[Any] = ()) -> ModelInput:
         return model_input(
             self.session.system_prompt,
@@ -235,6 +243,7 @@ class Agent:
                 response = await self.deps.llm.create(
                     system=request.system,
                     messages=request.messages,
+                    charge=self._charge,
                     tools=request.tools,
                     on_text=stream.delta if stream is not None else None,
                     on_reset=stream.reset if stream is not None else None,
@@ -273,7 +282,7 @@ class Agent:
                 if self.stream is not None:
                     self.stream.status(tool_status(call["name"]))
                 ctx = replace(self.ctx, tool_call_id=call["id"])  # a write names its tool call
-                with billed_to(Billing(self.session.id, self._payer)):
+                with billed_to(Billing(self.session.id, self._payer, self.ctx.is_admin)):
                     result = await self.deps.tools.call(call["name"], call.get("input") or {}, ctx)
                 memory_written = memory_written or result.memory_write
                 results.append(

@@ -8,7 +8,7 @@ than raw snippets. Any failure raises; the search tool then returns the plain hi
 
 from __future__ import annotations
 
-from mnemo.gateway.budgets.ledger import current_billing
+from mnemo.gateway.budgets.charge import RequestKind, current_billing, on_behalf_of_turn
 from mnemo.gateway.llm.client import LLMClient
 from mnemo.memory.ports import SessionStorage
 from mnemo.memory.search import SearchResult
@@ -45,6 +45,7 @@ class LLMSearchDigest:
         response = await self.llm.create(
             system="You summarise search results precisely and briefly.",
             messages=[{"role": "user", "content": prompt}],
+            charge=on_behalf_of_turn(RequestKind.DIGEST),
             model=self.model,
             max_tokens=DIGEST_MAX_TOKENS,
             cache=False,

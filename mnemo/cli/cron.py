@@ -22,17 +22,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.cli.terminal import spinner
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.service import Caller, CronJobs, job_line, job_summary, parse_chat
-from mnemo.gateway.cron.store import Claimed, CronRepository, CronRun, RunState
+from mnemo.gateway.cron.store import Claimed, CronJob, CronRepository, CronRun, RunState
 from mnemo.gateway.errors import InvalidJob, JobNotAllowed, JobNotFound
 from mnemo.gateway.storage import open_backend
 from mnemo.memory.errors import StoreError
@@ -51,11 +53,12 @@ CHAT_HELP = (
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "cron",
-        help="scheduled jobs: add, list, pause, resume, remove, run-now",
+        help="scheduled jobs: add, list, pause, resume, remove, run-now, preview",
         description="Manage scheduled jobs ($MNEMO_HOME/state.db, or database.url's PostgreSQL). "
         "A running gateway picks changes up within cron.poll_s seconds.",
     )
     sub = parser.add_subparsers(dest="cron_command", metavar="ACTION", required=True)
+    # preview reads no database: it only needs the configured default time zone
 
     add = sub.add_parser("add", help="schedule a job", description="Schedule a job. --chat: " + CHAT_HELP)
     add.add_argument("--chat", required=True, metavar="PLATFORM:CHAT_ID", help=CHAT_HELP)
@@ -98,6 +101,31 @@ def register(subparsers: Any) -> None:
         help="how long to wait for a run the gateway took (default 300)",
     )
     run.set_defaults(handler=_run_now)
+
+    preview = sub.add_parser(
+        "preview",
+        help="the next fire times of a cron expression",
+        description="Print the next fire times of a 5-field cron expression, computed as the "
+        "scheduler computes them (daylight saving included: a time the clocks skip runs at the "
+        "first minute after the gap, a time they repeat runs once).",
+    )
+    preview.add_argument(
+        "expr", metavar="EXPR", help="5-field crontab expression or alias, e.g. '0 8 * * 1-5'"
+    )
+    preview.add_argument(
+        "--tz", metavar="ZONE", help="IANA time zone (default: cron.timezone / gateway.timezone)"
+    )
+    preview.add_argument(
+        "--from",
+        dest="start",
+        metavar="ISO-8601",
+        help="the first time that may fire (default: now); without an offset it is read in --tz",
+    )
+    preview.add_argument(
+        "--count", type=int, default=5, metavar="N", help=f"how many times (1-{PREVIEW_MAX}, default 5)"
+    )
+    preview.add_argument("--json", action="store_true", help='{"times": ["2027-03-01T00:05:00+01:00", …]}')
+    preview.set_defaults(handler=_preview)
 
 
 def _jobs(settings: Settings, store: CronRepository) -> CronJobs:
@@ -160,12 +188,16 @@ def _add(args: argparse.Namespace, settings: Settings) -> int:
 def _list(args: argparse.Namespace, settings: Settings) -> int:
     from mnemo.adapters.terminal import printable, printable_json
 
-    jobs = _with_jobs(settings, lambda j: j.list(OPERATOR))
+    async def body(jobs: CronJobs) -> tuple[list[CronJob], dict[str, int]]:
+        return await jobs.list(OPERATOR), await jobs.store.count_runs(RunState.SKIPPED)
+
+    jobs, skipped = _with_jobs(settings, body)
     for job in jobs:
+        n = skipped.get(job.id, 0)
         print(
-            printable_json(json.dumps(job_summary(job), ensure_ascii=False))
+            printable_json(json.dumps(job_summary(job, skipped_runs=n), ensure_ascii=False))
             if args.json
-            else printable(job_line(job, with_chat=True))
+            else printable(job_line(job, with_chat=True, skipped_runs=n))
         )
     if not jobs and not args.json:
         print("no scheduled jobs", file=sys.stderr)
@@ -180,6 +212,45 @@ def _change(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_OK
 
     return _with_jobs(settings, body)
+
+
+# --- preview ---------------------------------------------------------------------------
+
+PREVIEW_MAX = 1000
+
+
+def _preview(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.gateway.cron.calendar import CronCalendar
+    from mnemo.gateway.cron.schedules import zone
+
+    if not 1 <= args.count <= PREVIEW_MAX:
+        raise CommandError(f"--count must be between 1 and {PREVIEW_MAX} (got {args.count})", EXIT_USAGE)
+    try:
+        tz = zone(args.tz or settings.cron.timezone or settings.gateway.timezone)
+        calendar = CronCalendar.parse(args.expr, tz)
+    except InvalidJob as e:
+        raise CommandError(str(e), EXIT_USAGE) from e
+    start = utc_now()
+    if args.start is not None:
+        try:
+            start = datetime.fromisoformat(args.start.strip())
+        except ValueError:
+            raise CommandError(
+                f"invalid --from {args.start!r}: use ISO 8601 such as 2027-03-01T00:00 (read in {tz.key}) "
+                "or 2027-03-01T00:00+01:00",
+                EXIT_USAGE,
+            ) from None
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=tz)
+    times = list(itertools.islice(calendar.times(start - timedelta(microseconds=1)), args.count))
+    if args.json:
+        print(json.dumps({"times": [t.isoformat() for t in times]}))
+    else:
+        for t in times:
+            print(f"{t.isoformat()}  {t:%a %d %b %Y %H:%M} {t.tzname()}")
+    if len(times) < args.count:
+        print(f"no run after {times[-1].isoformat() if times else 'that'} within 50 years", file=sys.stderr)
+    return EXIT_OK
 
 
 # --- run-now ---------------------------------------------------------------------------

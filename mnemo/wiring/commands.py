@@ -14,7 +14,7 @@ from mnemo.gateway.inbound.commands import CommandDeps, CommandRegistry, default
 from mnemo.gateway.inbound.memory_command import MemoryStores
 from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.people.command import ForgetMe
-from mnemo.gateway.people.link_command import link_command
+from mnemo.gateway.people.link_command import AccountNotices, link_command
 from mnemo.gateway.storage import StorageBackend
 from mnemo.gateway.turns.policy import MemoryPolicies
 from mnemo.gateway.turns.skill_tools import SkillsCommand
@@ -31,6 +31,7 @@ def build_commands(
     cron: CronJobs,
     skills: SkillStore,
     forget_me: ForgetMe,
+    notices: AccountNotices,
     trial: bool,
     policies: MemoryPolicies,
 ) -> CommandRegistry:
@@ -65,6 +66,6 @@ def build_commands(
                 takes_args=True,
             ),
             usage_command(budgets),
-            link_command(links),
+            link_command(links, notices),
         ],
     )

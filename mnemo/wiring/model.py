@@ -1,10 +1,12 @@
-"""The LLM client, and in trial mode the scripted emulator it talks to."""
+"""The LLM client, and in trial mode the scripted emulator it talks to. The client asks
+``gate`` (the budget gate) before every request."""
 
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
+from mnemo.gateway.budgets.charge import RequestGate
 from mnemo.gateway.config import TRIAL_BANNER, Settings
 from mnemo.gateway.llm.client import LLMClient
 from mnemo.gateway.logs import get_logger
@@ -25,6 +27,7 @@ async def open_model(
     settings: Settings,
     metrics: Metrics,
     *,
+    gate: RequestGate,
     trial: bool,
     base_url: str | None,
     api_key: str | None,
@@ -40,6 +43,6 @@ async def open_model(
         base_url = emulator.base_url
         api_key = api_key or "trial-mode"
         log.info("trial_mode", banner=TRIAL_BANNER)  # the commands print TRIAL_BANNER once themselves
-    llm = LLMClient(settings.llm, base_url=base_url, api_key=api_key, metrics=metrics)
+    llm = LLMClient(settings.llm, gate=gate, base_url=base_url, api_key=api_key, metrics=metrics)
     stack.push_async_callback(llm.aclose)
     return Model(llm, emulator)

@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from mnemo.gateway.config import Settings
-from mnemo.gateway.cron.scheduler import CronRunner, CronScheduler
+from mnemo.gateway.cron.scheduler import CronRunner, CronScheduler, RunBudget
 from mnemo.gateway.cron.service import CronJobs
 from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.inbound.pipeline import Gateway
@@ -30,9 +30,10 @@ async def start_schedules(
     cron: CronJobs,
     gateway: Gateway,
     access: AccessControl,
+    budget: RunBudget,
     enabled: bool,
 ) -> Schedules:
-    runner = CronRunner(gateway, access, cron.store)
+    runner = CronRunner(gateway, access, cron.store, budget=budget)  # a capped person's runs are skipped
     if not enabled:
         return Schedules(runner, None)
     await cron.sync_declared(settings.cron.jobs)

@@ -102,3 +102,15 @@ async def test_a_requested_run_is_claimed_by_one_process(backend: Backend) -> No
     # Nothing was delivered for a run finished without a delivery.
     assert await cron.finish_run(run_id, RunState.SILENT, now) is None
     assert await backend.outbox.counts() == {}
+
+
+async def test_runs_are_counted_by_how_they_ended(backend: Backend) -> None:
+    cron, now = backend.cron, backend.clock.dt()
+    await cron.insert(make_job(backend, "j1"))
+    await cron.insert(make_job(backend, "j2"))
+    for job_id, state in (("j1", RunState.SKIPPED), ("j1", RunState.SKIPPED), ("j2", RunState.DELIVERED)):
+        run_id = await cron.request_run(job_id, now)
+        await cron.finish_run(run_id, state, now, detail="over budget (daily_usd)")
+    assert await cron.count_runs(RunState.SKIPPED) == {"j1": 2}
+    assert await cron.count_runs(RunState.DELIVERED) == {"j2": 1}
+    assert await cron.count_runs(RunState.MISSED) == {}

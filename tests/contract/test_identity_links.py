@@ -149,3 +149,18 @@ async def test_linked_dm_keys_are_the_other_accounts_private_chats(rig: Rig) -> 
     await rig.links.link(A, B)
     assert await rig.links.linked_dm_keys(A) == ("discord:dm:555",)
     assert await rig.links.linked_dm_keys(B) == ("telegram:dm:1",)
+
+
+async def test_undo_takes_back_only_the_newest_link_within_24_hours(rig: Rig) -> None:
+    links, clock = rig.links, rig.clock
+    assert (await links.undo_latest(A)).undone == (), "nothing linked: nothing to undo"
+    await links.link(A, B)
+    clock.now += 3600
+    await links.link(A, C)
+    clock.now += 23 * 3600
+    result = await links.undo_latest(B)  # from any account of the person
+    assert result.undone == (C,) and set(await links.members(A)) == {A, B}
+    assert rig.files.user(C).load().entries == (), "the undone account keeps no copy of the profile"
+    clock.now += 2 * 3600  # A and B were linked 26 h ago
+    late = await links.undo_latest(A)
+    assert late.too_late and late.undone == () and set(await links.members(A)) == {A, B}

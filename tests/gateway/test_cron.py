@@ -385,7 +385,7 @@ async def test_bad_input_is_a_clear_error_and_stores_nothing(app_factory, emulat
         ):
             assert '"success": false' in error and expected in error
         texts = sorted(m.text for m in sent)
-        assert any("too frequent" in t for t in texts) and any("not a weekday" in t for t in texts)
+        assert any("too frequent" in t for t in texts) and any("bad day-of-week field" in t for t in texts)
         assert await app.cron.store.all() == []
 
 

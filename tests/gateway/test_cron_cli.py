@@ -106,7 +106,7 @@ async def _has_not(app, job_id: str) -> bool:
 @pytest.mark.parametrize(
     ("argv", "code", "message"),
     [
-        (["add", "--chat", "loop:u1", "--cron", "0 8 * * 1-8", "x"], 2, "not a weekday"),
+        (["add", "--chat", "loop:u1", "--cron", "0 8 * * 1-8", "x"], 2, "bad day-of-week field"),
         (["add", "--chat", "loop:u1", "--at", "2001-01-01T08:00", "x"], 2, "in the past"),
         (["add", "--chat", "loop:u1", "--every", "10s", "x"], 2, "too frequent"),
         (["add", "--chat", "loop:u1", "--every", "1h", "--tz", "Moon/Base", "x"], 2, "unknown time zone"),

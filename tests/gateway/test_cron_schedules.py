@@ -1,9 +1,9 @@
 """Schedule parsing and validation (gateway/schedules.py), with a fixed clock.
 
-The crontab property test compares the APScheduler trigger mnemo builds with a plain
-crontab matcher written from the crontab manual, minute by minute: it pins both
-differences between APScheduler 3.x and cron (weekday numbers; day-of-month OR
-day-of-week).
+The crontab property test compares the trigger mnemo hands APScheduler with a plain
+crontab matcher written from the crontab manual, minute by minute, in UTC: weekday
+numbers (0 and 7 are Sunday) and day-of-month OR day-of-week as cron reads them.
+Daylight saving is test_cron_calendar.py's.
 """
 
 from __future__ import annotations
@@ -180,8 +180,9 @@ def test_describe() -> None:
     [
         ("cron", "61 * * * *", "UTC", "invalid cron expression"),
         ("cron", "0 8 * *", "UTC", "expected 5 fields"),
-        ("cron", "0 8 * * 8", "UTC", "not a weekday"),
-        ("cron", "0 8 * * fri-mon", "UTC", "runs backwards"),
+        ("cron", "0 8 * * 8", "UTC", r"bad day-of-week field '8' \(allowed: 0-7 or sun-sat"),
+        ("cron", "0 8 * * fri-mon", "UTC", "bad day-of-week field 'fri-mon'.*low to high"),
+        ("cron", "0 25 * * *", "UTC", r"bad hour field '25' \(allowed: 0-23\)"),
         ("cron", "0 0 30 2 *", "UTC", "never runs"),
         ("cron", "*/5 * * * *", "UTC", "runs as often as every 5m"),
         ("every", "30s", "UTC", "too frequent"),

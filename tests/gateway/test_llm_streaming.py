@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import pytest
 
+from mnemo.gateway.budgets.charge import UNMETERED, Charge, RequestKind
 from mnemo.gateway.config import LLMSettings
 from mnemo.gateway.emulator import Emulator, Fault, Reply, ToolUse
 from mnemo.gateway.errors import InvalidLLMRequest
 from mnemo.gateway.llm.client import LLMClient
+
+TURN = Charge(RequestKind.TURN)  # no gate here: the client on its own
 
 MSG = [{"role": "user", "content": "hi"}]
 TEXT = "A streamed answer that is long enough to arrive in several deltas. " * 4
@@ -28,7 +31,9 @@ async def emu():
 
 
 def client(emu: Emulator) -> LLMClient:
-    return LLMClient(LLMSettings(max_retries=2), base_url=emu.base_url, api_key="k", sleep=_no_sleep)
+    return LLMClient(
+        LLMSettings(max_retries=2), gate=UNMETERED, base_url=emu.base_url, api_key="k", sleep=_no_sleep
+    )
 
 
 async def test_deltas_reach_the_callback_and_the_response_matches_the_unstreamed_one(emu: Emulator) -> None:
@@ -36,8 +41,8 @@ async def test_deltas_reach_the_callback_and_the_response_matches_the_unstreamed
     emu.script(Reply(text=TEXT, tool_uses=[ToolUse("lookup", {"q": "x"}, id="toolu_1")]))
     deltas: list[str] = []
     llm = client(emu)
-    streamed = await llm.create(system="s", messages=MSG, tools=[TOOL], on_text=deltas.append)
-    plain = await llm.create(system="s", messages=MSG, tools=[TOOL])
+    streamed = await llm.create(charge=TURN, system="s", messages=MSG, tools=[TOOL], on_text=deltas.append)
+    plain = await llm.create(charge=TURN, system="s", messages=MSG, tools=[TOOL])
     assert emu.requests[0].stream and not emu.requests[1].stream
     assert len(deltas) > 3 and "".join(deltas) == TEXT
     assert streamed.content == plain.content
@@ -55,7 +60,7 @@ async def test_a_failure_before_any_delta_is_retried_as_without_streaming(emu: E
     emu.script(Fault(status=529), Fault(status=500), Reply(text="ok"))
     resets: list[None] = []
     resp = await client(emu).create(
-        system="s", messages=MSG, on_text=lambda t: None, on_reset=lambda: resets.append(None)
+        charge=TURN, system="s", messages=MSG, on_text=lambda t: None, on_reset=lambda: resets.append(None)
     )
     assert resp.text == "ok" and resp.attempts == 3
     assert resets == [], "nothing was shown, nothing to take back"
@@ -68,7 +73,9 @@ async def test_a_stream_broken_after_deltas_is_retried_and_the_viewer_starts_ove
     def reset() -> None:
         shown.clear()
 
-    resp = await client(emu).create(system="s", messages=MSG, on_text=shown.append, on_reset=reset)
+    resp = await client(emu).create(
+        charge=TURN, system="s", messages=MSG, on_text=shown.append, on_reset=reset
+    )
     assert resp.text == TEXT and resp.attempts == 2
     assert "".join(shown) == TEXT, "the partial text was taken back before the retry"
 
@@ -79,7 +86,7 @@ async def test_a_stream_broken_for_good_raises_and_returns_no_partial_answer(emu
     resets: list[None] = []
     with pytest.raises(InvalidLLMRequest):
         await client(emu).create(
-            system="s", messages=MSG, on_text=shown.append, on_reset=lambda: resets.append(None)
+            charge=TURN, system="s", messages=MSG, on_text=shown.append, on_reset=lambda: resets.append(None)
         )
     assert shown and resets == [None]
     assert len(emu.requests) == 1, "not retryable: asked once"
@@ -91,5 +98,5 @@ async def test_a_failing_callback_never_fails_the_request(emu: Emulator) -> None
     def broken(_: str) -> None:
         raise RuntimeError("display bug")
 
-    resp = await client(emu).create(system="s", messages=MSG, on_text=broken)
+    resp = await client(emu).create(charge=TURN, system="s", messages=MSG, on_text=broken)
     assert resp.text == TEXT
