@@ -316,11 +316,12 @@ class LoggingSettings(Section):
 
 
 # Shown wherever a person can mistake the scripted model for Claude (CLI, web page, logs).
-TRIAL_BANNER = (
-    "LOCAL TRIAL MODE: no ANTHROPIC_API_KEY is set, so replies come from a built-in "
-    "SCRIPTED model, not Claude. Set ANTHROPIC_API_KEY (in the environment or "
+TRIAL_DETAIL = (
+    "no ANTHROPIC_API_KEY is set, so replies come from a built-in SCRIPTED model, not "
+    "Claude. Run `mnemo setup` (or set ANTHROPIC_API_KEY in the environment or "
     "$MNEMO_HOME/.env) and restart for real answers."
 )
+TRIAL_BANNER = f"LOCAL TRIAL MODE: {TRIAL_DETAIL}"
 
 
 class ProvidersSettings(Section):

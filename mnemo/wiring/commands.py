@@ -54,7 +54,7 @@ def build_commands(
                 SkillsCommand(skills),
                 takes_args=True,
             ),
-            usage_command(budgets),
+            usage_command(budgets, trial=trial),
             link_command(links),
         ],
     )
