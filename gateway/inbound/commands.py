@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import tzinfo
 from typing import TYPE_CHECKING, Protocol
 
 from mnemo.gateway.commands import ChatControl, Command, CommandCall, Handler
 from mnemo.gateway.events import InboundMessage
 from mnemo.gateway.ports import CommandInfo
+from mnemo.gateway.search_display import conversations, render_text
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import UserRef
 
@@ -49,6 +51,7 @@ class CommandDeps:
     # ``search.linked_dms``: the chat keys of a person's DMs on their linked accounts,
     # searched with /search from a DM (never from a group) — as the session_search tool.
     linked_dms: Callable[[UserRef], Awaitable[Sequence[str]]] | None = None
+    timezone: tzinfo | None = None  # gateway.timezone: dates shown in the bot's local time
 
 
 class CommandRegistry:
@@ -192,16 +195,12 @@ class BuiltinCommands:
         if self.deps.linked_dms is not None and call.msg.is_dm and call.msg.speaker is not None:
             keys += [k for k in await self.deps.linked_dms(call.msg.speaker) if k != call.key]
         result = await search.search(query, chat_keys=keys, limit=self.deps.search_limit)
-        if not result.sessions:
+        # People read a transcript: per conversation, in time order, names not ids, no
+        # tool output (gateway/search_display.py; the model's tool renders its own).
+        found = conversations(result, me=call.msg.user_id)
+        if not found:
             return f"Nothing found for “{query}” in this chat."
-        lines = []
-        for s in result.sessions:
-            # People read what was said; tool output (JSON) is for the model's own search.
-            said = [hit for hit in s.hits if hit.role in ("user", "assistant")][:3]
-            if said:
-                lines.append(f"• {s.started_at:%Y-%m-%d}:")
-                lines += [f"   {hit.speaker}: {hit.snippet}" for hit in said]
-        return "\n".join(lines) if lines else f"Nothing found for “{query}” in this chat."
+        return render_text(found, tz=self.deps.timezone)
 
     async def pair(self, call: CommandCall) -> str:
         words = call.args.split()

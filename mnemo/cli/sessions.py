@@ -17,9 +17,11 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 from mnemo.cli.main import EXIT_OK, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
+from mnemo.gateway.search_display import conversations, render_text
 from mnemo.gateway.storage import StorageBackend, open_backend
 from mnemo.memory.dataset import import_dataset, load_dataset
 from mnemo.memory.errors import InvalidDataset, StoreError
@@ -154,21 +156,11 @@ def _search(args: argparse.Namespace, settings: Settings) -> int:
                 )
             )
             return EXIT_OK
-        if not result.hits:
+        found = conversations(result)
+        if not found:
             print("no matches", file=sys.stderr)
-        for s in result.sessions:
-            print(
-                printable(
-                    f"{s.session_id}  {s.started_at:%Y-%m-%d}  {s.chat_key}"
-                    + (f"  {s.title}" if s.title else "")
-                )
-            )
-            for h in s.hits:
-                print(
-                    printable(
-                        f"  #{h.message_id} {h.created_at:%Y-%m-%d %H:%M} {h.author_name or h.role}: {h.snippet}"
-                    )
-                )
+            return EXIT_OK
+        print(printable(render_text(found, tz=ZoneInfo(settings.gateway.timezone), with_keys=True)))
         return EXIT_OK
 
     return _run(settings, body)

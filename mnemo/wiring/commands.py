@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo
+
 from mnemo.gateway.budgets.command import usage_command
 from mnemo.gateway.budgets.gate import BudgetGate
 from mnemo.gateway.commands import Command
@@ -43,6 +45,7 @@ def build_commands(
             trial=trial,
             forget_me=forget_me,
             linked_dms=links.linked_dm_keys if settings.search.linked_dms else None,
+            timezone=ZoneInfo(settings.gateway.timezone),
         ),
         extra=[
             Command(
