@@ -462,7 +462,7 @@ class AdminDashboard:
             success=result["success"],
             threat=result.get("threat"),
         )
-        session.flash.append(("ok" if result["success"] else "error", str(result["message"])))
+        session.flash.append(("ok" if result["success"] else "error", _write_notice(result)))
         raise _back(back)
 
     # --- sessions --------------------------------------------------------------------------
@@ -824,6 +824,20 @@ def _session_table(rows: Any) -> str:
         ],
         empty="No sessions.",
     )
+
+
+def _write_notice(result: dict[str, Any]) -> str:
+    """A memory write's outcome for the admin: the tool's ``message`` is written for the
+    model ("do not repeat it", "Current entries are listed") and is shown only for a
+    refusal, with the entries it refers to."""
+    usage = f"{result['target']} holds {result['chars']:,}/{result['limit']:,} characters."
+    if result["success"]:
+        done = "Saved." if result.get("changed") else "Nothing changed (the entry is already there)."
+        return f"{done} {usage}"
+    listed = result.get("matches") or result.get("entries")
+    if listed:
+        return f"{result['message']} " + " · ".join(str(e) for e in listed)
+    return str(result["message"])
 
 
 def _hit_line(line: Line) -> str:

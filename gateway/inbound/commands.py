@@ -29,6 +29,7 @@ from mnemo.memory.scope import UserRef
 
 if TYPE_CHECKING:
     from mnemo.gateway.inbound.access import PairingRepository
+    from mnemo.memory.curated import WriteResult
     from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 
 
@@ -87,6 +88,25 @@ class CommandRegistry:
         return await command.handler(call)
 
 
+FORGET_ME_SUMMARY = "erase everything I have of you (asks for a confirmation code first)"
+
+
+def _not_forgotten(target: str, result: WriteResult) -> str:
+    """A refused /forget, in words for the person (the result's message is the memory
+    tool's, written for the model)."""
+    if result.previews:
+        return f"“{target}” is in several entries; quote more of the one to remove:\n" + "\n".join(
+            f"• {p}" for p in result.previews
+        )
+    if result.entries is not None and not any(target in e for e in result.entries):
+        if not result.entries:
+            return f"Nothing to forget: your profile is empty, so nothing contains “{target}”."
+        return f"No entry of your profile contains “{target}”. Your entries:\n" + "\n".join(
+            f"• {e}" for e in result.entries
+        )
+    return result.message
+
+
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "—"
 
@@ -105,6 +125,8 @@ class BuiltinCommands:
             if c.admin_only and not call.admin:
                 continue
             lines.append(f"/{c.name} — {c.summary}")
+            if c.name == "forget" and self.deps.forget_me is not None:
+                lines.append(f"/forget me — {FORGET_ME_SUMMARY}")
         return "\n".join(lines)
 
     async def reset(self, call: CommandCall) -> str:
@@ -115,7 +137,7 @@ class BuiltinCommands:
 
     async def stop(self, call: CommandCall) -> str:
         if call.chats.stop_turn(call.key):
-            return "Stopping what I was doing."
+            return "Stopped."
         return "Nothing to stop."
 
     async def status(self, call: CommandCall) -> str:
@@ -147,10 +169,10 @@ class BuiltinCommands:
     async def memory(self, call: CommandCall) -> str:
         msg = call.msg
         if not msg.is_dm and not msg.private:
-            # A group channel is public: a profile is only ever shown privately.
-            return (
-                "Your profile is private: use the /memory slash command (shown only to you) or send me a DM."
-            )
+            # A group channel is public: a profile is only ever shown privately (a DM, or
+            # a reply only its asker sees where the platform has one, as Discord's
+            # slash commands; Telegram groups have none, so no such promise here).
+            return "Your profile is private, so I only show it in a direct message: send me /memory there."
         files = self.deps.files
         blocks = await asyncio.to_thread(files.blocks, msg.speaker)
         parts = [blocks.user_text or "Your profile is empty — I haven't saved anything about you yet."]
@@ -182,7 +204,9 @@ class BuiltinCommands:
             n = await asyncio.to_thread(clear)
             return f"Forgot {n} entr{'y' if n == 1 else 'ies'} of your profile."
         result = await asyncio.to_thread(user_file.remove, target)
-        return "Forgotten." if result.success else result.message
+        if result.success:
+            return "Forgotten."
+        return _not_forgotten(target, result)
 
     async def search(self, call: CommandCall) -> str:
         query = call.args.strip()

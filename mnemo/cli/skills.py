@@ -20,7 +20,7 @@ from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import UserRef
-from mnemo.memory.skills import SkillRefused, SkillStore
+from mnemo.memory.skills import SkillExists, SkillRefused, SkillStore
 from mnemo.memory.skills.format import SKILL_FILE, SUBFOLDERS, check_file_path
 
 
@@ -95,6 +95,12 @@ def _store(settings: Settings) -> SkillStore:
 
 
 def _refused(e: SkillRefused) -> CommandError:
+    if isinstance(e, SkillExists):  # its reason names the model's actions, not a command
+        return CommandError(
+            f"a skill named {e.name!r} is already installed: remove it first "
+            f"(mnemo skills remove {e.name}) or install the new one under another name",
+            EXIT_REFUSED,
+        )
     return CommandError(e.reason, EXIT_REFUSED)
 
 
