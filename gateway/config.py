@@ -479,6 +479,13 @@ _LIST_KEYS = {
 }
 
 
+def wants_color(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether output may be coloured: not when ``NO_COLOR`` is set to anything but ""
+    (no-color.org), nor on ``TERM=dumb``. (The caller checks it writes to a terminal.)"""
+    env = os.environ if environ is None else environ
+    return not env.get("NO_COLOR") and env.get("TERM") != "dumb"
+
+
 def resolve_home(cli_home: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> Path:
     """``--home`` beats ``$MNEMO_HOME`` beats ``~/.mnemo``."""
     env = os.environ if environ is None else environ

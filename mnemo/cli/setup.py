@@ -28,16 +28,17 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mnemo.cli import setup_checks
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings, load_settings
 from mnemo.gateway.errors import ConfigError
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import UserRef
 
-TELEGRAM_API = "https://api.telegram.org"
+if TYPE_CHECKING:  # the checks import aiohttp: only when setup runs, never for --help
+    from mnemo.cli.setup_checks import Verdict
+
 PAIR_WAIT_S = 120.0
 
 
@@ -84,7 +85,7 @@ class Plan:
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # shown in --json
     provider: tuple[str, dict[str, Any]] | None = None  # settings to store for it
 
-    def checked(self, what: str, verdict: setup_checks.Verdict) -> None:
+    def checked(self, what: str, verdict: Verdict) -> None:
         self.checks[what] = {"ok": verdict.ok, "detail": verdict.detail}
 
 
@@ -127,6 +128,8 @@ def candidate(settings: Settings, overrides: dict[str, Any]) -> Settings:
 
 
 def from_flags(args: argparse.Namespace, settings: Settings) -> Plan:
+    from mnemo.cli import setup_checks
+
     plan = Plan()
     if args.anthropic_base_url:
         plan.config["llm.base_url"] = args.anthropic_base_url
@@ -180,7 +183,7 @@ def _merged(current: tuple[str, ...], new: list[str]) -> list[str]:
     return list(dict.fromkeys([*current, *new]))
 
 
-def _require(plan: Plan, what: str, verdict: setup_checks.Verdict) -> None:
+def _require(plan: Plan, what: str, verdict: Verdict) -> None:
     plan.checked(what, verdict)
     if not verdict.ok:
         raise CommandError(f"{what}: {verdict.detail} — nothing was saved", EXIT_REFUSED)
@@ -189,7 +192,8 @@ def _require(plan: Plan, what: str, verdict: setup_checks.Verdict) -> None:
 def finish(settings: Settings, plan: Plan, *, as_json: bool, out: Callable[[str], None] = print) -> int:
     """Store the provider's settings, write config.yaml and .env, then the doctor."""
     from mnemo.cli import setup_files
-    from mnemo.cli.doctor import Status, provider_secrets, render, run_checks
+    from mnemo.cli.doctor import Status, provider_secrets, render, run_checks, scrub
+    from mnemo.cli.terminal import colored
 
     if plan.provider is not None:
         from mnemo.cli.setup_provider import save_provider
@@ -200,28 +204,29 @@ def finish(settings: Settings, plan: Plan, *, as_json: bool, out: Callable[[str]
     except ConfigError as e:
         raise CommandError(f"not saved: {e}", EXIT_USAGE) from None
     checks = asyncio.run(run_checks(saved))
+    secrets = saved.secret_values() + provider_secrets(saved)
     failed = [c.name for c in checks if c.status is Status.FAIL]
     if as_json:
         body = {
             "home": str(saved.home),
             "changed": {"config": list(changes.config), "env": list(changes.env)},
-            "checks": plan.checks,
-            "doctor": [{"name": c.name, "status": c.status.name.lower(), "detail": c.detail} for c in checks],
+            "checks": {k: {**v, "detail": scrub(v["detail"], secrets)} for k, v in plan.checks.items()},
+            "doctor": [
+                {"name": c.name, "status": c.status.name.lower(), "detail": scrub(c.detail, secrets)}
+                for c in checks
+            ],
             "ok": not failed,
         }
-        text = json.dumps(body, indent=2)
-        for secret in saved.secret_values() + provider_secrets(saved):
-            text = text.replace(secret, "***")
-        out(text)
+        out(json.dumps(body, indent=2))
         return EXIT_REFUSED if failed else EXIT_OK
     what = ", ".join([*changes.config, *changes.env]) or "nothing (every value was already set)"
     out(f"saved in {saved.home}: {what}")
     if changes.backup is not None:
         out(f"the previous config.yaml is kept as {changes.backup}")
     out("mnemo doctor:")
-    secrets = saved.secret_values() + provider_secrets(saved)
+    color = colored(sys.stdout)
     for check in checks:
-        out("  " + render(check, secrets))
+        out("  " + render(check, secrets, color=color))
     if failed:
         out(f"{len(failed)} check(s) failed: {', '.join(failed)} — fix them and run mnemo setup again")
         return EXIT_REFUSED

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from mnemo.cli.doctor import DISCORD_API, Status, check_llm
 from mnemo.gateway.config import Settings
+
+if TYPE_CHECKING:  # aiohttp is imported when a check runs: the CLI's --help stays quick
+    import aiohttp
 
 TIMEOUT_S = 10.0
 # Application flags: the Message Content intent, for verified (1 << 18) and
@@ -44,7 +45,15 @@ class Sender:
 
 
 def _http(timeout_s: float = TIMEOUT_S) -> aiohttp.ClientSession:
+    import aiohttp
+
     return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
+
+
+def _network_errors() -> tuple[type[Exception], ...]:
+    import aiohttp
+
+    return (aiohttp.ClientError, TimeoutError)
 
 
 async def _json(resp: aiohttp.ClientResponse) -> Any:
@@ -58,7 +67,7 @@ async def model(settings: Settings) -> Verdict:
     try:
         async with _http() as http:
             check = await check_llm(settings, http)
-    except (aiohttp.ClientError, TimeoutError) as e:
+    except _network_errors() as e:
         return Verdict(False, f"unreachable: {e or type(e).__name__}")
     return Verdict(check.status is Status.PASS, check.detail)
 
@@ -71,7 +80,7 @@ async def telegram(base: str, token: str) -> Verdict:
     try:
         async with _http() as http, http.get(_telegram_url(base, token, "getMe")) as resp:
             body = await _json(resp)
-    except (aiohttp.ClientError, TimeoutError) as e:
+    except _network_errors() as e:
         return Verdict(False, f"{base} unreachable: {e or type(e).__name__}")
     if resp.status == 200 and isinstance(body, dict) and isinstance(body.get("result"), dict):
         me = body["result"]
@@ -126,7 +135,7 @@ async def discord(base: str | None, token: str) -> Verdict:
                 return Verdict(False, f"Discord refused the token (HTTP {resp.status})")
             async with http.get(f"{root}/oauth2/applications/@me", headers=headers) as resp:
                 app = await _json(resp)
-    except (aiohttp.ClientError, TimeoutError) as e:
+    except _network_errors() as e:
         return Verdict(False, f"{root} unreachable: {e or type(e).__name__}")
     name = str(me.get("username", ""))
     flags = int(app.get("flags") or 0) if isinstance(app, dict) else 0

@@ -13,8 +13,6 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from mnemo.cli.main import EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
 from mnemo.memory.discovery import load_provider
@@ -82,6 +80,8 @@ async def reachable(settings: Settings, name: str, values: Mapping[str, Any]) ->
     ).rstrip("/")
     if not base:
         return True, f"{name}: no server address to check"
+    import aiohttp
+
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
             async with http.get(f"{base}/") as resp:

@@ -43,6 +43,7 @@ def register(subparsers: Any) -> None:
     show.add_argument("name", metavar="NAME")
     _user(show)
     show.add_argument("--file", metavar="PATH", help="a supporting file, e.g. references/api.md")
+    show.add_argument("--json", action="store_true", help="print {name, scope, owner, file, content}")
     show.set_defaults(handler=_show)
 
     install = sub.add_parser("install", help="install a skill folder, .zip or .tar.gz")
@@ -64,6 +65,7 @@ def register(subparsers: Any) -> None:
     history = sub.add_parser("history", help="list the kept previous versions of a skill")
     history.add_argument("name", metavar="NAME")
     _user(history)
+    history.add_argument("--json", action="store_true", help="print {name, versions}, oldest first")
     history.set_defaults(handler=_history)
 
     rollback = sub.add_parser("rollback", help="restore a previous version (default: the latest kept)")
@@ -138,9 +140,22 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
     if skill is None:
         raise CommandError(f"no skill named {args.name!r}", EXIT_REFUSED)
     try:
-        print(printable(_store(settings).read(skill, args.file)))
+        text = _store(settings).read(skill, args.file)
     except SkillRefused as e:
         raise _refused(e) from None
+    if args.json:
+        from mnemo.adapters.terminal import printable_json
+
+        body = {
+            "name": skill.name,
+            "scope": skill.scope,
+            "owner": None if skill.owner is None else str(skill.owner),
+            "file": args.file or SKILL_FILE,
+            "content": text,
+        }
+        print(printable_json(json.dumps(body, ensure_ascii=False, indent=2)))
+    else:
+        print(printable(text))
     return EXIT_OK
 
 
@@ -238,7 +253,10 @@ def _history(args: argparse.Namespace, settings: Settings) -> int:
         versions = _store(settings).history(args.name, _ref(args))
     except SkillRefused as e:
         raise _refused(e) from None
-    print("\n".join(map(str, versions)) if versions else "(no previous versions)")
+    if args.json:
+        print(json.dumps({"name": args.name, "versions": list(versions)}))
+    else:
+        print("\n".join(map(str, versions)) if versions else "(no previous versions)")
     return EXIT_OK
 
 
