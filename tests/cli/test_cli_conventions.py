@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -87,3 +88,21 @@ async def test_doctor_colours_its_marks_on_a_terminal_unless_no_color(tmp_path: 
     assert painted is not bool(no_color), term.output
     if no_color:
         assert "\x1b[3" not in term.output, "no colour at all with NO_COLOR"
+
+
+async def test_chat_on_a_terminal_shows_the_prompt_again_under_the_reply(tmp_path: Path) -> None:
+    env = {**clean_env(tmp_path), "TERM": "xterm"}
+    term = PtySession.spawn(
+        [sys.executable, "-m", "mnemo", "--home", str(tmp_path / "home"), "chat", "--user", "ada"],
+        env=env,
+        cwd=REPO,
+    )
+    try:
+        await term.expect(r"LOCAL TRIAL MODE[^\n]*\n(\x1b\[K)?you> ")  # the banner before the prompt
+        term.send("hello there")
+        # The reply replaces the waiting prompt, and the prompt comes back right under it.
+        await term.expect(r"\x1b\[Kmnemo> \[scripted reply[^\n]*\n\n?you> ")
+        os.write(term.master, b"\x04")  # Ctrl-D ends the chat
+        assert await term.wait() == 0
+    finally:
+        term.kill()
