@@ -830,9 +830,17 @@ def _write_notice(result: dict[str, Any]) -> str:
     """A memory write's outcome for the admin: the tool's ``message`` is written for the
     model ("do not repeat it", "Current entries are listed") and is shown only for a
     refusal, with the entries it refers to."""
-    usage = f"{result['target']} holds {result['chars']:,}/{result['limit']:,} characters."
+    name = "MEMORY.md" if result["target"] == "memory" else "USER.md"
+    usage = f"{name} holds {result['chars']:,}/{result['limit']:,} characters."
     if result["success"]:
-        done = "Saved." if result.get("changed") else "Nothing changed (the entry is already there)."
+        if not result.get("changed"):
+            done = "Nothing changed (the entry is already there)."
+        elif "replaced" in result:
+            done = "Entry replaced."
+        elif "removed" in result:
+            done = "Entry removed."
+        else:
+            done = "Entry added."
         return f"{done} {usage}"
     listed = result.get("matches") or result.get("entries")
     if listed:
