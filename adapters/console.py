@@ -25,6 +25,8 @@ from mnemo.gateway.ports import CommandInfo, InboundSink
 
 log = get_logger(__name__)
 
+PROMPT = "you> "
+
 
 class ConsoleAdapter:
     name = "cli"
@@ -57,6 +59,7 @@ class ConsoleAdapter:
         self._count = 0
         self.finished = asyncio.Event()
         self._connected = False
+        self._prompt_shown = False  # "you> " is on screen, waiting for a line
 
     @property
     def connected(self) -> bool:
@@ -79,7 +82,11 @@ class ConsoleAdapter:
         prefix = f"{marks} " if marks else ""
         text = printable(message.text)  # a reply never drives the terminal (ESC, CR, ...)
         if self.interactive:
-            self._out.write(f"\nmnemo> {prefix}{text}\n")
+            # The reader already shows the next "you> " prompt: the reply replaces that
+            # line and the prompt comes back under it, never left dangling above it.
+            erase = "\r\x1b[K" if self._prompt_shown else "\n"
+            again = PROMPT if self._prompt_shown else ""
+            self._out.write(f"{erase}mnemo> {prefix}{text}\n\n{again}")
         elif self.transcript:
             self._out.write(f"mnemo> {prefix}{text}\n\n")
         else:
@@ -106,12 +113,14 @@ class ConsoleAdapter:
 
     async def _readline(self) -> str:
         if self.interactive:
-            self._out.write("you> ")
+            self._out.write(PROMPT)
             self._out.flush()
+            self._prompt_shown = True
         # Bytes, decoded here one line at a time: a text stream would raise on the
         # first undecodable byte and end the whole run.
         source = getattr(self._in, "buffer", self._in)
         raw: str | bytes = await asyncio.to_thread(source.readline)
+        self._prompt_shown = False
         self._lines += 1
         if isinstance(raw, bytes):
             try:

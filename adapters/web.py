@@ -79,7 +79,7 @@ from urllib.parse import urlsplit
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from mnemo.adapters.web_uploads import Upload, UploadRefused, UploadStore, file_name, read_body
-from mnemo.gateway.config import TRIAL_BANNER
+from mnemo.gateway.config import TRIAL_DETAIL
 from mnemo.gateway.errors import PlatformUnavailable
 from mnemo.gateway.events import Attachment, ChatRef, ChatType, InboundMessage, OutboundMessage
 from mnemo.gateway.logs import get_logger
@@ -139,7 +139,7 @@ class WebAdapter:
         self._token = token.get_secret_value().encode() if token is not None else None
         self._loopback_only = self._token is None and is_loopback(server.settings.host)
         banner = (
-            f'<div class="banner" role="alert"><strong>Local trial mode.</strong> {html.escape(TRIAL_BANNER)}</div>'
+            f'<div class="banner" role="alert"><strong>Local trial mode:</strong> {html.escape(TRIAL_DETAIL)}</div>'
             if trial
             else ""
         )

@@ -334,11 +334,12 @@ class LoggingSettings(Section):
 
 
 # Shown wherever a person can mistake the scripted model for Claude (CLI, web page, logs).
-TRIAL_BANNER = (
-    "LOCAL TRIAL MODE: no ANTHROPIC_API_KEY is set, so replies come from a built-in "
-    "SCRIPTED model, not Claude. Set ANTHROPIC_API_KEY (in the environment or "
+TRIAL_DETAIL = (
+    "no ANTHROPIC_API_KEY is set, so replies come from a built-in SCRIPTED model, not "
+    "Claude. Run `mnemo setup` (or set ANTHROPIC_API_KEY in the environment or "
     "$MNEMO_HOME/.env) and restart for real answers."
 )
+TRIAL_BANNER = f"LOCAL TRIAL MODE: {TRIAL_DETAIL}"
 
 
 class ProvidersSettings(Section):
@@ -494,6 +495,13 @@ _LIST_KEYS = {
     "discord.shard_ids",
     "access.admins",
 }
+
+
+def wants_color(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether output may be coloured: not when ``NO_COLOR`` is set to anything but ""
+    (no-color.org), nor on ``TERM=dumb``. (The caller checks it writes to a terminal.)"""
+    env = os.environ if environ is None else environ
+    return not env.get("NO_COLOR") and env.get("TERM") != "dumb"
 
 
 def resolve_home(cli_home: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> Path:

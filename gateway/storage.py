@@ -79,6 +79,7 @@ from mnemo.gateway.people.links import LinkRepository
 from mnemo.gateway.people.media_usage import MEDIA_USAGE
 from mnemo.gateway.people.schema import IDENTITY_LINKS
 from mnemo.memory.db import Database
+from mnemo.memory.extras import install_hint
 from mnemo.memory.identity import Identities
 from mnemo.memory.journal import DocumentJournal, JournalRepository, ProposalRepository
 from mnemo.memory.journal_sqlite import MEMORY_JOURNAL
@@ -270,7 +271,7 @@ def backend_for(settings: Settings) -> Backend:
     except ImportError as e:
         raise StartupError(
             f"database.url is a PostgreSQL URL but {e.name or 'psycopg'} is not installed: "
-            "pip install 'mnemo[postgres]' (or unset MNEMO_DATABASE_URL for SQLite)"
+            f"{install_hint('postgres')} (or unset MNEMO_DATABASE_URL for SQLite)"
         ) from None
     from mnemo.gateway.storage_postgresql import PgBackend
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from mnemo.memory.durable import DurableWrites, ProviderHealth, RetryLater
+from mnemo.memory.extras import install_hint
 from mnemo.memory.journal import Actor, Layer, NewEntry, Provenance, Trust
 from mnemo.memory.provider import Availability, MemoryProvider, ProviderContext, Recall, ToolSchema
 from mnemo.memory.provider_config import provider_dir
@@ -102,7 +103,7 @@ def missing_package(module: str, package: str, extra: str) -> Availability | Non
     try:
         importlib.import_module(module)
     except ImportError:
-        return Availability(False, f"the {package} package is missing: pip install 'mnemo[{extra}]'")
+        return Availability(False, f"the {package} package is missing: {install_hint(extra)}")
     return None
 
 

@@ -29,10 +29,11 @@ from typing import Protocol
 import numpy as np
 
 from mnemo.memory.db import Database
+from mnemo.memory.extras import install_hint
 from mnemo.memory.fts_query import WORD, ParsedQuery, Scope
 from mnemo.memory.ranking import ContextRetriever, Ranked, participant_words
 
-INSTALL_HINT = "pip install 'mnemo[semantic]'"
+INSTALL_HINT = install_hint("semantic")
 MODEL_NAME = "all-MiniLM-L6-v2"
 
 

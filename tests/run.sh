@@ -40,4 +40,16 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
   fi
 fi
 
+# `mnemo completion zsh|fish` is checked by the shells themselves (zsh -n, fish --no-execute).
+if ! command -v zsh >/dev/null 2>&1 || ! command -v fish >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing zsh and fish for the shell completion tests ..."
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zsh fish >/dev/null
+  else
+    echo "zsh or fish is missing and cannot be installed here (need root + apt-get)" >&2
+    exit 1
+  fi
+fi
+
 exec .venv/bin/python -m pytest "$@"

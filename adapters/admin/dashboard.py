@@ -53,6 +53,7 @@ from mnemo.gateway.cron.store import JobSource
 from mnemo.gateway.errors import CronError
 from mnemo.gateway.jobs.store import JobState
 from mnemo.gateway.logs import get_logger
+from mnemo.gateway.search_display import Line, conversations
 from mnemo.gateway.webserver import WebServer, is_loopback
 from mnemo.memory.errors import InvalidIdentifier, InvalidSearchQuery
 from mnemo.memory.journal import Actor
@@ -476,7 +477,7 @@ class AdminDashboard:
             success=result["success"],
             threat=result.get("threat"),
         )
-        session.flash.append(("ok" if result["success"] else "error", str(result["message"])))
+        session.flash.append(("ok" if result["success"] else "error", _write_notice(result)))
         raise _back(back)
 
     # --- sessions --------------------------------------------------------------------------
@@ -546,15 +547,14 @@ class AdminDashboard:
                 f'<p class="scope">Scope: <strong>{esc(scope)}</strong> · '
                 f"{len(result.hits) if result else 0} matches</p>"
             )
-            for s in result.sessions if result else ():
-                hits = "".join(
-                    f'<li><span class="muted">#{h.message_id} {esc(h.created_at.strftime("%Y-%m-%d %H:%M"))} '
-                    f"{esc(h.speaker)}:</span> {esc(h.snippet)}</li>"
-                    for h in s.hits
-                )
+            # The same readable view as /search and `mnemo sessions search`: per
+            # conversation, in time order, names not ids, no tool output.
+            for c in conversations(result) if result else ():
+                lines = "".join(_hit_line(line) for line in c.lines)
+                title = c.title or f"Conversation of {c.started_at:%Y-%m-%d %H:%M}"
                 parts.append(
-                    f'<section class="hitgroup"><h3><a href="{href("/admin/sessions/" + seg(s.session_id))}">'
-                    f"{esc(s.title or s.session_id)}</a> {badge(s.chat_key, 'scope')}</h3><ul>{hits}</ul></section>"
+                    f'<section class="hitgroup"><h3><a href="{href("/admin/sessions/" + seg(c.session_id))}">'
+                    f"{esc(title)}</a> {badge(c.chat_key, 'scope')}</h3><ul>{lines}</ul></section>"
                 )
         return _html(layout("Search", "".join(parts), active="sessions", session=session))
 
@@ -840,6 +840,37 @@ def _session_table(rows: Any) -> str:
             for s in rows
         ],
         empty="No sessions.",
+    )
+
+
+def _write_notice(result: dict[str, Any]) -> str:
+    """A memory write's outcome for the admin: the tool's ``message`` is written for the
+    model ("do not repeat it", "Current entries are listed") and is shown only for a
+    refusal, with the entries it refers to."""
+    name = "MEMORY.md" if result["target"] == "memory" else "USER.md"
+    usage = f"{name} holds {result['chars']:,}/{result['limit']:,} characters."
+    if result["success"]:
+        if not result.get("changed"):
+            done = "Nothing changed (the entry is already there)."
+        elif "replaced" in result:
+            done = "Entry replaced."
+        elif "removed" in result:
+            done = "Entry removed."
+        else:
+            done = "Entry added."
+        return f"{done} {usage}"
+    listed = result.get("matches") or result.get("entries")
+    if listed:
+        return f"{result['message']} " + " · ".join(str(e) for e in listed)
+    return str(result["message"])
+
+
+def _hit_line(line: Line) -> str:
+    """``date · speaker: text``; a match of the query is marked."""
+    text = f"<mark>{esc(line.text)}</mark>" if line.hit else esc(line.text)
+    return (
+        f'<li class="{"hit" if line.hit else "context"}"><span class="muted">'
+        f"{esc(line.at.strftime('%Y-%m-%d %H:%M'))} · {esc(line.speaker)}:</span> {text}</li>"
     )
 
 

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from mnemo.gateway.budgets.charge import Charge
 from mnemo.gateway.budgets.ledger import EVERYONE, BudgetRepository, Override, Spend
@@ -55,6 +56,15 @@ class Limits:
         )
 
 
+def money(usd: float) -> str:
+    """A cap as set: cents when it has none smaller ($5.00, $2.50), else every digit it
+    has ($0.001, not "$0.00")."""
+    cents = f"{usd:.2f}"
+    if abs(float(cents) - usd) < 1e-9:
+        return f"${cents}"
+    return "$" + format(Decimal(repr(usd)), "f")  # the shortest exact digits of the float
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     cap: str  # "daily_usd" | "monthly_usd" | "daily_tokens" | "global_daily_usd"
@@ -67,10 +77,10 @@ class Refusal:
     @property
     def what(self) -> str:
         return {
-            "daily_usd": f"your daily budget (${self.limit:.2f})",
-            "monthly_usd": f"your monthly budget (${self.limit:.2f})",
+            "daily_usd": f"your daily budget ({money(self.limit)})",
+            "monthly_usd": f"your monthly budget ({money(self.limit)})",
             "daily_tokens": f"your daily token budget ({int(self.limit):,} tokens)",
-            "global_daily_usd": f"this bot's daily budget (${self.limit:.2f})",
+            "global_daily_usd": f"this bot's daily budget ({money(self.limit)})",
         }[self.cap]
 
     @property
@@ -216,16 +226,16 @@ class BudgetGate:
         s: Spend = await self.ledger.spend(str(user))
         now = self.ledger.local_now()
 
-        def of(value: float | None, fmt: str) -> str:
-            return "" if value is None or limits.exempt else f" of {fmt.format(value)}"
+        def of(value: float | None, show: Callable[[float], str]) -> str:
+            return "" if value is None or limits.exempt else f" of {show(value)}"
 
         lines = [
             f"Your usage ({now.tzname()}):",
             (
-                f"Today: ${s.day_usd:.4f}{of(limits.daily_usd, '${:.2f}')} · "
-                f"{s.day_tokens:,} tokens{of(limits.daily_tokens, '{:,}')}"
+                f"Today: ${s.day_usd:.4f}{of(limits.daily_usd, money)} · "
+                f"{s.day_tokens:,} tokens{of(limits.daily_tokens, lambda n: f'{int(n):,}')}"
             ),
-            f"This month: ${s.month_usd:.4f}{of(limits.monthly_usd, '${:.2f}')}",
+            f"This month: ${s.month_usd:.4f}{of(limits.monthly_usd, money)}",
         ]
         if limits.exempt:
             lines.append("No personal cap (admin).")

@@ -120,7 +120,7 @@ CRON_USAGE = (
     "/cron add cron 0 8 * * 1-5 PROMPT   (5 fields, or @daily; Sunday is 0)\n"
     "/cron add at 2025-06-01T08:00 PROMPT   (or at 17:30)\n"
     "/cron add in 20m PROMPT\n"
-    "  optional after the schedule: tz=Europe/Berlin\n"
+    "  optional time zone (after the schedule, or at the end): tz=Europe/Berlin\n"
     "/cron pause ID · /cron resume ID · /cron remove ID"
 )
 
@@ -139,7 +139,24 @@ def _take(text: str, n: int) -> tuple[str, str]:
 
 def parse_add(args: str) -> tuple[str, str, str | None, str]:
     """``KIND SCHEDULE [tz=ZONE] PROMPT`` → (kind, schedule, zone, prompt). A cron
-    schedule is five fields, an @alias, or quoted."""
+    schedule is five fields, an @alias, or quoted. ``tz=ZONE`` is also read first
+    (before KIND) or last (after the prompt), where people put it too: it is never
+    part of the prompt."""
+    words = args.split()
+    outer = None
+    if words and words[0].lower().startswith("tz="):
+        outer, args = words[0][3:], args.strip()[len(words[0]) :]
+    elif len(words) > 1 and words[-1].lower().startswith("tz="):
+        outer, args = words[-1][3:], args.rstrip()[: -len(words[-1])]
+    kind, when, tz, prompt = _parse_add(args)
+    if outer is not None and tz is not None:
+        raise ValueError("tz= is given twice: give the time zone once")
+    if outer is not None and not outer:
+        raise ValueError("tz= needs a zone, e.g. tz=Europe/Lisbon")
+    return kind, when, tz if outer is None else outer, prompt
+
+
+def _parse_add(args: str) -> tuple[str, str, str | None, str]:
     kind, rest = _take(args.strip(), 1)
     kind = kind.lower()
     if kind not in SCHEDULE_KINDS or not rest.strip():

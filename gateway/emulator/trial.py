@@ -18,24 +18,34 @@ Rules, first match wins:
 4. "what did I say about X", "do you remember X", "search X" → ``session_search``;
 5. "remember …", "my name is …", "I prefer/like …", "call me …" → ``memory`` add of a
    declarative fact about the user;
-6. otherwise an acknowledgement that shows what the system prompt's USER PROFILE
-   block holds, so the demo visibly uses memory.
+6. otherwise an acknowledgement that shows what the request says about the person
+   (``trial_memory.py``): the USER PROFILE block with this session's memory writes
+   applied, recalled provider context, and matching hits of earlier searches — so
+   "remember that I like green tea" then "what do you know about me?" answers with
+   the tea in the same session, as a real model reading its tool results would.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from mnemo.gateway.emulator.script import RecordedRequest, Reply, ToolUse
+from mnemo.gateway.emulator.trial_memory import (
+    Known,
+    blocks,
+    found_items,
+    known,
+    parse_json,
+    relevant,
+    result_text,
+)
 
 TRIAL_LABEL = "[scripted reply — no ANTHROPIC_API_KEY set]"
 
 _FENCE = re.compile(r"<memory-context>.*?</memory-context>", re.S | re.I)
 _ROLE_LINE = re.compile(r"^\W*(user|human|assistant|tool)\b[^:\]]{0,40}[:\]]\s*(.*)$", re.I)
 _HEADING = re.compile(r"^(#{1,4})\s+(.+?)\s*$", re.M)
-_SEPARATOR = re.compile(r"^[═=─-]{10,}$")
 _RECALL_VERBS = r"(?:say|tell you|talk about|discuss|mention|decide)"
 _SEARCH = [
     re.compile(rf"\bwhat did (?:i|we|you) {_RECALL_VERBS}\b(?:\s+(?:about|regarding|on))?\s*(.+)", re.I),
@@ -71,7 +81,7 @@ def trial_reply(request: RecordedRequest) -> Reply:
     last = messages[-1] if messages else {}
     if last.get("role") != "user":
         return Reply(text=f"{TRIAL_LABEL} (nothing to add)")
-    if _blocks(last, "tool_result"):
+    if blocks(last, "tool_result"):
         return Reply(text=_after_tools(messages))
     text = _user_text(last)
     instruction = f"{request.system_text}\n{text}"
@@ -94,7 +104,7 @@ def trial_reply(request: RecordedRequest) -> Reply:
             text=f"{TRIAL_LABEL} I'll save that to memory.",
             tool_uses=[ToolUse("memory", {"action": "add", "target": "user", "content": fact})],
         )
-    return Reply(text=_acknowledge(request.system_text, text))
+    return Reply(text=_acknowledge(request, text))
 
 
 # -- statements about the user ---------------------------------------------------------
@@ -182,12 +192,12 @@ def _query_field(request: RecordedRequest) -> str:
 
 
 def _after_tools(messages: list[dict[str, Any]]) -> str:
-    calls = {b["id"]: b for b in _blocks(messages[-2], "tool_use")} if len(messages) > 1 else {}
+    calls = {b["id"]: b for b in blocks(messages[-2], "tool_use")} if len(messages) > 1 else {}
     lines = []
-    for result in _blocks(messages[-1], "tool_result"):
+    for result in blocks(messages[-1], "tool_result"):
         call = calls.get(result["tool_use_id"], {})
-        raw = _result_text(result)
-        data = _json(raw)
+        raw = result_text(result)
+        data = parse_json(raw)
         failed = bool(result.get("is_error")) or (isinstance(data, dict) and data.get("success") is False)
         if call.get("name") == "memory":
             lines.append(_memory_outcome(call.get("input", {}), raw, data, failed))
@@ -209,7 +219,7 @@ def _search_outcome(args: dict[str, Any], raw: str, data: Any, failed: bool) -> 
     query = next((v for v in args.values() if isinstance(v, str)), "")
     if failed:
         return f"The search for “{query}” failed: {_reason(data) or raw}"
-    found = _found_items(data) if data is not None else ([raw.strip()[:160]] if raw.strip() else [])
+    found = found_items(data) if data is not None else ([raw.strip()[:160]] if raw.strip() else [])
     if not found:
         return f"I searched our past conversations for “{query}” and found nothing."
     return f"From our past conversations about “{query}”:\n" + "\n".join(f"- {item}" for item in found)
@@ -221,32 +231,6 @@ def _reason(data: Any) -> str | None:
             if isinstance(data.get(key), str) and data[key]:
                 return str(data[key])
     return None
-
-
-def _found_items(data: Any, limit: int = 5) -> list[str]:
-    """Text snippets anywhere in a search result, whatever its exact shape."""
-    found: list[str] = []
-
-    def walk(node: Any) -> None:
-        if len(found) >= limit:
-            return
-        if isinstance(node, dict):
-            for key in ("snippet", "summary", "digest", "content", "text", "excerpt"):
-                value = node.get(key)
-                if isinstance(value, str) and value.strip():
-                    item = " ".join(value.split())[:160]
-                    if item not in found:
-                        found.append(item)
-                    break
-            else:
-                for value in node.values():
-                    walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(data)
-    return found[:limit]
 
 
 # -- compression and memory review -----------------------------------------------------
@@ -271,7 +255,7 @@ def _summary(instruction: str, messages: list[dict[str, Any]]) -> str:
     files = sorted(
         {f for _, t in turns for f in re.findall(r"[\w./-]+\.[A-Za-z]{1,5}\b", t) if "/" in f or "_" in f}
     )
-    tools = sorted({b["name"] for m in messages for b in _blocks(m, "tool_use")})
+    tools = sorted({b["name"] for m in messages for b in blocks(m, "tool_use")})
     headings: list[tuple[int, str]] = []
     for m in _HEADING.finditer(instruction):
         heading = (len(m.group(1)), m.group(2))
@@ -324,25 +308,6 @@ def _review(messages: list[dict[str, Any]]) -> Reply:
 # -- plain acknowledgement -------------------------------------------------------------
 
 
-def profile_entries(system: str) -> list[str]:
-    """Entries of the USER PROFILE block of a rendered system prompt."""
-    lines = system.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.lstrip().startswith("USER PROFILE")), None)
-    if start is None:
-        return []
-    body: list[str] = []
-    for line in lines[start + 1 :]:
-        if _SEPARATOR.match(line.strip()):
-            if body:
-                break
-            continue
-        if not line.strip():
-            break
-        body.append(line)
-    entries = re.split(r"^§$", "\n".join(body), flags=re.M)
-    return [" ".join(e.split()) for e in entries if e.strip()]
-
-
 def _user_name(entries: list[str]) -> str | None:
     for entry in entries:
         if m := re.search(r"(?:wants to be called|User's name is|Name:)\s*([^\n.;,§]+)", entry, re.I):
@@ -350,50 +315,37 @@ def _user_name(entries: list[str]) -> str | None:
     return None
 
 
-def _acknowledge(system: str, text: str) -> str:
-    entries = profile_entries(system)
-    name = _user_name(entries)
+def _acknowledge(request: RecordedRequest, text: str) -> str:
+    seen: Known = known(request.system_text, request.messages)
+    name = _user_name(list(seen.profile))
     greeting = f"Hi {name}! " if name else ""
     said = f"You said: “{_short(text)}”." if text else "I got your message."
-    if entries:
-        known = "What I remember about you: " + "; ".join(e.rstrip(".") for e in entries[:5]) + "."
+    parts = [f"{TRIAL_LABEL} {greeting}{said}"]
+    if seen.profile:
+        # The newest entries: what was just saved is what a person checks for.
+        parts.append(
+            "What I remember about you: " + "; ".join(e.rstrip(".") for e in seen.profile[-8:]) + "."
+        )
     else:
-        known = "I have nothing saved about you yet."
-    return f"{TRIAL_LABEL} {greeting}{said} {known}"
+        parts.append("I have nothing saved about you yet.")
+    if seen.recalled:
+        parts.append(
+            "Recalled from long-term memory: " + "; ".join(_short(r, 120) for r in seen.recalled[:3]) + "."
+        )
+    if hits := relevant(seen.searched, text):
+        parts.append(
+            "Our past conversations mention: " + "; ".join(f"“{_short(h, 120)}”" for h in hits) + "."
+        )
+    return " ".join(parts)
 
 
 # -- small readers ---------------------------------------------------------------------
 
 
-def _blocks(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    content = message.get("content")
-    return (
-        [b for b in content if isinstance(b, dict) and b.get("type") == kind]
-        if isinstance(content, list)
-        else []
-    )
-
-
 def _user_text(message: dict[str, Any]) -> str:
     content = message.get("content")
-    text = content if isinstance(content, str) else "\n".join(b["text"] for b in _blocks(message, "text"))
+    text = content if isinstance(content, str) else "\n".join(b["text"] for b in blocks(message, "text"))
     return _FENCE.sub("", text).strip()
-
-
-def _result_text(block: dict[str, Any]) -> str:
-    content = block.get("content")
-    if isinstance(content, str):
-        return content
-    return "\n".join(
-        b.get("text", "") for b in content or () if isinstance(b, dict) and b.get("type") == "text"
-    )
-
-
-def _json(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -44,6 +44,9 @@ class Chats:
         self.sessions = sessions
         self.admins = admins
         self.per_user = group_sessions_per_user
+        # Turns cancelled by /stop: its command reply is the one message the person
+        # gets, so the cancelled turn itself answers nothing (see take_stopped).
+        self._stopped: set[str] = set()
 
     def session_key(self, msg: InboundMessage) -> str:
         return key_for(msg, per_user=self.per_user)
@@ -63,7 +66,18 @@ class Chats:
         return await self.sessions.reset(self.session_key(msg))
 
     def stop_turn(self, key: str) -> bool:
-        return self.lanes.cancel_current(key)
+        if not self.lanes.cancel_current(key):
+            return False
+        self._stopped.add(key)
+        return True
+
+    def take_stopped(self, key: str) -> bool:
+        """Whether the turn of ``key`` that just ended cancelled was stopped by /stop
+        (already answered) rather than by shutdown; forgets it."""
+        if key in self._stopped:
+            self._stopped.discard(key)
+            return True
+        return False
 
     def queue_state(self, key: str) -> tuple[int, bool]:
         return self.lanes.queued(key), self.lanes.busy(key)

@@ -17,18 +17,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import tzinfo
 from typing import TYPE_CHECKING, Protocol
 
 from mnemo.gateway.commands import ChatControl, Command, CommandCall, Handler, Unrecorded
 from mnemo.gateway.events import InboundMessage
 from mnemo.gateway.inbound.memory_command import MemoryCommand, MemoryStores
 from mnemo.gateway.ports import CommandInfo
+from mnemo.gateway.search_display import conversations, render_text
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.journal import Actor, Provenance, Trust
 from mnemo.memory.scope import UserRef
 
 if TYPE_CHECKING:
     from mnemo.gateway.inbound.access import PairingRepository
+    from mnemo.memory.curated import WriteResult
     from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 
 
@@ -54,6 +57,7 @@ class CommandDeps:
     # /memory history, undo, confirm, policy: the journal, proposals and policies
     # (``memory_command.py``); None: /memory only shows the profile.
     memory: MemoryStores | None = None
+    timezone: tzinfo | None = None  # gateway.timezone: dates shown in the bot's local time
 
 
 class CommandRegistry:
@@ -89,6 +93,25 @@ class CommandRegistry:
         return await command.handler(call)
 
 
+FORGET_ME_SUMMARY = "erase everything I have of you (asks for a confirmation code first)"
+
+
+def _not_forgotten(target: str, result: WriteResult) -> str:
+    """A refused /forget, in words for the person (the result's message is the memory
+    tool's, written for the model)."""
+    if result.previews:
+        return f"“{target}” is in several entries; quote more of the one to remove:\n" + "\n".join(
+            f"• {p}" for p in result.previews
+        )
+    if result.entries is not None and not any(target in e for e in result.entries):
+        if not result.entries:
+            return f"Nothing to forget: your profile is empty, so nothing contains “{target}”."
+        return f"No entry of your profile contains “{target}”. Your entries:\n" + "\n".join(
+            f"• {e}" for e in result.entries
+        )
+    return result.message
+
+
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "—"
 
@@ -107,6 +130,8 @@ class BuiltinCommands:
             if c.admin_only and not call.admin:
                 continue
             lines.append(f"/{c.name} — {c.summary}")
+            if c.name == "forget" and self.deps.forget_me is not None:
+                lines.append(f"/forget me — {FORGET_ME_SUMMARY}")
         return "\n".join(lines)
 
     async def reset(self, call: CommandCall) -> str:
@@ -117,7 +142,7 @@ class BuiltinCommands:
 
     async def stop(self, call: CommandCall) -> str:
         if call.chats.stop_turn(call.key):
-            return "Stopping what I was doing."
+            return "Stopped."
         return "Nothing to stop."
 
     async def status(self, call: CommandCall) -> str:
@@ -174,7 +199,9 @@ class BuiltinCommands:
             n = await asyncio.to_thread(clear)
             return f"Forgot {n} entr{'y' if n == 1 else 'ies'} of your profile."
         result = await asyncio.to_thread(user_file.remove, target, by)
-        return "Forgotten." if result.success else result.message
+        if result.success:
+            return "Forgotten."
+        return _not_forgotten(target, result)
 
     async def search(self, call: CommandCall) -> str:
         query = call.args.strip()
@@ -187,16 +214,12 @@ class BuiltinCommands:
         if self.deps.linked_dms is not None and call.msg.is_dm and call.msg.speaker is not None:
             keys += [k for k in await self.deps.linked_dms(call.msg.speaker) if k != call.key]
         result = await search.search(query, chat_keys=keys, limit=self.deps.search_limit)
-        if not result.sessions:
+        # People read a transcript: per conversation, in time order, names not ids, no
+        # tool output (gateway/search_display.py; the model's tool renders its own).
+        found = conversations(result, me=call.msg.user_id)
+        if not found:
             return f"Nothing found for “{query}” in this chat."
-        lines = []
-        for s in result.sessions:
-            # People read what was said; tool output (JSON) is for the model's own search.
-            said = [hit for hit in s.hits if hit.role in ("user", "assistant")][:3]
-            if said:
-                lines.append(f"• {s.started_at:%Y-%m-%d}:")
-                lines += [f"   {hit.speaker}: {hit.snippet}" for hit in said]
-        return "\n".join(lines) if lines else f"Nothing found for “{query}” in this chat."
+        return render_text(found, tz=self.deps.timezone)
 
     async def pair(self, call: CommandCall) -> str:
         words = call.args.split()

@@ -49,7 +49,7 @@ USAGE = (
     "/memory reject [ID] · /memory policy [remember on|off|ask] [groups private|shared] · "
     "/memory policy chat remember on|off · /memory policy chat history on|off"
 )
-PRIVATE = "Your profile is private: use the /memory slash command (shown only to you) or send me a DM."
+PRIVATE = "Your profile is private, so I only show it in a direct message: send me /memory there."
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@
    background work (``turn_memory.py``).
 
 A failure answers every message of the batch with an apology and leaves the session's
-history valid; ``/stop`` (a cancelled turn) answers "Stopped.". On start, inbox rows
+history valid; a turn cancelled by ``/stop`` gets the command's one "Stopped." and
+nothing more. On start, inbox rows
 left unfinished by a crash are fed back into their lanes; the agent recognises a user
 message it already stored and a reply it already produced, so nothing is asked twice.
 """
@@ -44,6 +45,8 @@ from mnemo.gateway.transcription import NOT_SET_UP as VOICE_NOT_SET_UP
 from mnemo.memory.scope import UserRef
 
 log = get_logger(__name__)
+
+STOPPED = "Stopped."
 
 APOLOGY = "Sorry — something went wrong on my side. Please try again."
 
@@ -132,8 +135,12 @@ class TurnRunner:
                 self.chats.requeue(key, q)
             return
         except asyncio.CancelledError:
-            # /stop: the turn is abandoned; the messages are answered with a note.
-            await self.replies.finish(batch, "Stopped.", kind="notice")
+            # The turn is abandoned. /stop has answered already (one message, not two);
+            # a shutdown answers the messages with a note.
+            if self.chats.take_stopped(key):
+                await self.replies.done(batch)
+            else:
+                await self.replies.finish(batch, STOPPED, kind="notice")
             raise
         except Exception:
             self.metrics.errors.labels("turn").inc()

@@ -19,6 +19,16 @@ from mnemo.gateway.commands import CommandCall, Unrecorded
 from mnemo.gateway.people.erasure import Erasure
 
 CODE_TTL_S = 600
+# Erasure removes the person's pairing too: without a word they would simply get no
+# more answers.
+PAIRING_WARNING = (
+    "Your pairing with this bot is erased with it: I will not answer you again until the bot's admin "
+    "lets you in again."
+)
+PAIRING_ERASED = (
+    "Your pairing with this bot was erased too, so I will not answer your messages any more; "
+    "to talk to me again, ask the bot's admin to let you in."
+)
 
 
 class ForgetMe:
@@ -37,9 +47,10 @@ class ForgetMe:
             receipt = await self.erasure.count(user)
             linked = [str(a) for a in await self.erasure.accounts(user) if a != user]
             also = f", on this account and your linked accounts ({', '.join(linked)})" if linked else ""
+            access = f" {PAIRING_WARNING}" if receipt.counts.get("pairing") else ""
             return (
                 "This will erase everything I have of you: your profile, your conversations with me, "
-                f"what you wrote in group chats, your facts and usage ({receipt.total} items{also}). "
+                f"what you wrote in group chats, your facts and usage ({receipt.total} items{also}).{access} "
                 f"It cannot be undone. To confirm, send within 10 minutes: /forget me {code}"
             )
         pending = self._codes.get(str(user))
@@ -47,4 +58,7 @@ class ForgetMe:
             return "That code is wrong or has expired: send /forget me for a new one."
         del self._codes[str(user)]
         receipt = await self.erasure.erase(user)
-        return Unrecorded("Erased everything I had of you:\n" + "\n".join(receipt.lines()))
+        text = "Erased everything I had of you:\n" + "\n".join(receipt.lines())
+        if receipt.counts.get("pairing"):
+            text += f"\n{PAIRING_ERASED}"
+        return Unrecorded(text)

@@ -5,7 +5,7 @@
 * :mod:`.store` — shared and per-user skill folders, atomic writes, history.
 """
 
-from mnemo.memory.skills.format import SkillMeta, SkillRefused, parse_skill
+from mnemo.memory.skills.format import SkillExists, SkillMeta, SkillRefused, parse_skill
 from mnemo.memory.skills.store import Skill, SkillStore
 
-__all__ = ["Skill", "SkillMeta", "SkillRefused", "SkillStore", "parse_skill"]
+__all__ = ["Skill", "SkillExists", "SkillMeta", "SkillRefused", "SkillStore", "parse_skill"]

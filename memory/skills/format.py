@@ -43,6 +43,15 @@ class SkillRefused(MemoryRefused):
     """A skill write refused by validation or the guard; ``reason`` names the rule."""
 
 
+class SkillExists(SkillRefused):
+    """A create of a name already taken. ``reason`` is for the model (which has the
+    ``edit``/``patch`` actions); people are told what they can do (``name``)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"exists: a skill named {name!r} already exists; use edit or patch")
+        self.name = name
+
+
 @dataclass(frozen=True, slots=True)
 class SkillMeta:
     name: str

@@ -67,6 +67,7 @@ from mnemo.memory.skills.format import (
     MAX_FILE_CHARS,
     SKILL_FILE,
     SUBFOLDERS,
+    SkillExists,
     SkillMeta,
     SkillRefused,
     check_category,
@@ -397,7 +398,7 @@ class SkillStore:
             check_category(category)
         with self._lock():
             if self._find_owned(meta.name, owner) is not None:
-                raise SkillRefused(f"exists: a skill named {meta.name!r} already exists; use edit or patch")
+                raise SkillExists(meta.name)
             if owner is None:
                 parent = self.root / category if category else self.root
                 if category in _RESERVED or meta.name in _RESERVED:

@@ -1,9 +1,11 @@
-"""``mnemo backup now|list|verify FILE|restore FILE``: the automatic backups by hand
-(mnemo/backups.py; the archive is the one ``mnemo export`` writes)."""
+"""``mnemo backup now|list|verify [FILE]|restore FILE``: the automatic backups by hand
+(mnemo/backups.py; the archive is the one ``mnemo export`` writes). ``verify`` without
+a file checks the newest backup; ``list`` and ``verify`` take ``--json``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,15 @@ def register(subparsers: Any) -> None:
         "now",
         help="write a backup now (verified, older ones pruned beyond backup.keep)",
     ).set_defaults(handler=_now)
-    sub.add_parser("list", help="the backups in backup.dir, oldest first").set_defaults(handler=_list)
+    ls = sub.add_parser("list", help="the backups in backup.dir, oldest first")
+    ls.add_argument("--json", action="store_true", help="print a JSON list of {path, created, size}")
+    ls.set_defaults(handler=_list)
     v = sub.add_parser(
         "verify",
-        help="check an archive: checksums of every file, integrity of every database",
+        help="check an archive (default: the newest backup): checksums of every file, integrity of every database",
     )
-    v.add_argument("file", metavar="FILE")
+    v.add_argument("file", metavar="FILE", nargs="?", help="the archive (default: the newest in backup.dir)")
+    v.add_argument("--json", action="store_true", help="print one JSON object {path, ok, files, error}")
     v.set_defaults(handler=_verify)
     r = sub.add_parser(
         "restore",
@@ -51,6 +56,10 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
 
     folder = backup_dir(settings)
     backups = list_backups(folder)
+    if args.json:
+        rows = [{"path": str(b.path), "created": b.created.isoformat(), "size": b.size} for b in backups]
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
     if not backups:
         print(f"no backups in {folder}")
     for b in backups:
@@ -65,16 +74,34 @@ def _archive(args: argparse.Namespace) -> Path:
     return path
 
 
+def _newest(settings: Settings) -> Path:
+    from mnemo.backups import backup_dir, list_backups
+
+    folder = backup_dir(settings)
+    backups = list_backups(folder)
+    if not backups:
+        raise CommandError(
+            f"no backups in {folder}: take one with `mnemo backup now`, or name a FILE", EXIT_USAGE
+        )
+    return max(backups, key=lambda b: b.created).path
+
+
 def _verify(args: argparse.Namespace, settings: Settings) -> int:
     from mnemo.backups import verify_archive
     from mnemo.cli.profile import BackupRefused
 
-    path = _archive(args)
+    path = _archive(args) if args.file is not None else _newest(settings)
     try:
         count = verify_archive(path)
     except BackupRefused as e:
+        if args.json:
+            print(json.dumps({"path": str(path), "ok": False, "files": None, "error": str(e)}, indent=2))
+            return EXIT_REFUSED
         raise CommandError(f"{path}: verification failed: {e}", EXIT_REFUSED) from None
-    print(f"{path}: OK ({count} files, checksums match, databases intact)")
+    if args.json:
+        print(json.dumps({"path": str(path), "ok": True, "files": count, "error": None}, indent=2))
+    else:
+        print(f"{path}: OK ({count} files, checksums match, databases intact)")
     return EXIT_OK
 
 

@@ -62,9 +62,9 @@ async def _chat(settings: Settings, user: str) -> int:
     from mnemo.app import open_app
 
     console = LiveConsole(user)
+    if settings.trial_mode:  # before the reader's first prompt
+        print(f"*** {TRIAL_BANNER}", file=sys.stderr)
     async with open_app(settings, adapters=[console]) as app:
-        if app.trial:
-            print(f"*** {TRIAL_BANNER}", file=sys.stderr)
         await console.finished.wait()
         # Scripted input ended: let queued replies go out before shutting down.
         await app.gateway.lanes.drain(30.0)

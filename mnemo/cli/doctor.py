@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from mnemo.cli.terminal import spinner
+from mnemo.cli.terminal import colored, paint, spinner
 from mnemo.gateway.config import Settings
 from mnemo.gateway.errors import StartupError
 from mnemo.gateway.storage import Probe, backend_for
@@ -73,6 +73,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--timeout", type=float, default=TIMEOUT_S, help=f"seconds per network check (default {TIMEOUT_S:g})"
     )
+    p.add_argument("--json", action="store_true", help="print {ok, checks: [{name, status, detail}]}")
     p.set_defaults(handler=doctor)
 
 
@@ -426,11 +427,19 @@ async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> lis
     return checks + probes
 
 
-def render(check: Check, secrets: tuple[str, ...], *, unicode: bool = True) -> str:
-    line = f"{check.status.mark(unicode)} {check.name}: {check.detail}"
+def scrub(text: str, secrets: tuple[str, ...]) -> str:
     for secret in secrets:
-        line = line.replace(secret, "***")
-    return line
+        text = text.replace(secret, "***")
+    return text
+
+
+_MARK_COLOR = {Status.PASS: "green", Status.FAIL: "red", Status.SKIP: "dim"}
+
+
+def render(check: Check, secrets: tuple[str, ...], *, unicode: bool = True, color: bool = False) -> str:
+    """One line; the mark coloured on a terminal unless NO_COLOR (``terminal.colored``)."""
+    mark = paint(check.status.mark(unicode), _MARK_COLOR[check.status], color)
+    return scrub(f"{mark} {check.name}: {check.detail}", secrets)
 
 
 def doctor(args: argparse.Namespace, settings: Settings) -> int:
@@ -443,8 +452,19 @@ def doctor(args: argparse.Namespace, settings: Settings) -> int:
     except (UnicodeEncodeError, LookupError):
         unicode = False
     secrets = settings.secret_values() + provider_secrets(settings)
+    if args.json:
+        body = {
+            "ok": not any(c.status is Status.FAIL for c in checks),
+            "checks": [
+                {"name": c.name, "status": c.status.name.lower(), "detail": scrub(c.detail, secrets)}
+                for c in checks
+            ],
+        }
+        print(json.dumps(body, ensure_ascii=False, indent=2))
+        return 0 if body["ok"] else 1
+    color = colored(sys.stdout)
     for check in checks:
-        print(render(check, secrets, unicode=unicode))
+        print(render(check, secrets, unicode=unicode, color=color))
     failed = [c.name for c in checks if c.status is Status.FAIL]
     print(f"{len(failed)} check(s) failed: {', '.join(failed)}" if failed else "all checks passed")
     return 1 if failed else 0

@@ -60,6 +60,9 @@ def register(subparsers: Any) -> None:
 
     show = sub.add_parser("show", help="print the prompt blocks of MEMORY.md and, with --user, a USER.md")
     show.add_argument("--user", metavar="PLATFORM:ID", help="also show this chat user's USER.md")
+    show.add_argument(
+        "--json", action="store_true", help="print {memory, user} with location, entries, chars, limit"
+    )
     show.set_defaults(handler=_show)
 
     add = sub.add_parser("add", help="add an entry")
@@ -141,11 +144,46 @@ def _print_file(file: CuratedDocument) -> bool:
     return snap.readable
 
 
+def _file_json(file: CuratedDocument) -> dict[str, Any]:
+    snap = file.load()
+    return {
+        "location": file.location,
+        "readable": snap.readable,
+        "entries": list(snap.shown_entries),
+        "chars": snap.chars,
+        "limit": snap.limit,
+        "warnings": list(snap.warnings),
+    }
+
+
+async def _show_json(backend: StorageBackend, ref: UserRef | None) -> int:
+    from mnemo.adapters.terminal import printable_json
+
+    files = backend.files
+    body: dict[str, Any] = {"memory": await asyncio.to_thread(_file_json, files.shared()), "user": None}
+    if ref is not None:
+        try:
+            profile = files.user(ref)
+        except InvalidIdentifier as e:
+            raise CommandError(f"--user: {e}", EXIT_USAGE) from None
+        owner = backend.identities.canonical(ref)
+        body["user"] = {
+            "user": str(ref),
+            "kept_under": str(owner),
+            **await asyncio.to_thread(_file_json, profile),
+        }
+    print(printable_json(json.dumps(body, ensure_ascii=False, indent=2)))
+    readable = body["memory"]["readable"] and (body["user"] is None or body["user"]["readable"])
+    return EXIT_OK if readable else EXIT_REFUSED
+
+
 def _show(args: argparse.Namespace, settings: Settings) -> int:
     ref = _user_ref(args.user)
 
     async def body(backend: StorageBackend) -> int:
         files = backend.files
+        if args.json:
+            return await _show_json(backend, ref)
         ok = await asyncio.to_thread(_print_file, files.shared())
         if ref is not None:
             print()

@@ -17,6 +17,7 @@ from typing import Any
 
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
+from mnemo.memory.extras import install_hint
 
 
 def register(subparsers: Any) -> None:
@@ -53,7 +54,7 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
         import psycopg_pool  # noqa: F401
     except ImportError as e:
         raise CommandError(
-            f"mnemo migrate needs {e.name or 'psycopg'}: pip install 'mnemo[postgres]'", EXIT_USAGE
+            f"mnemo migrate needs {e.name or 'psycopg'}: {install_hint('postgres')}", EXIT_USAGE
         ) from None
     from mnemo.cli.terminal import ProgressBar
     from mnemo.memory.errors import SchemaTooNew, StoreError

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+from datetime import UTC, datetime
 
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, CommandError
 from mnemo.gateway.config import Settings
@@ -21,7 +23,10 @@ from mnemo.memory.scope import UserRef
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("pair", help="list, approve or deny pairing requests of unknown users")
     actions = p.add_subparsers(dest="pair_action", metavar="ACTION", required=True)
-    actions.add_parser("list", help="pending requests (codes expire after an hour)")
+    ls = actions.add_parser("list", help="pending requests (codes expire after an hour)")
+    ls.add_argument(
+        "--json", action="store_true", help="print a JSON list of {code, user, user_name, created_at}"
+    )
     for name in ("approve", "deny"):
         a = actions.add_parser(name, help=f"{name} a pending request")
         a.add_argument("code")
@@ -36,6 +41,18 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         store = backend.pairings
         if args.pair_action == "list":
             pending = await store.pending()
+            if args.json:
+                rows = [
+                    {
+                        "code": p.code,
+                        "user": str(p.user),
+                        "user_name": p.user_name,
+                        "created_at": datetime.fromtimestamp(p.created_at, UTC).isoformat(),
+                    }
+                    for p in pending
+                ]
+                print(json.dumps(rows, ensure_ascii=False, indent=2))
+                return EXIT_OK
             for p in pending:
                 print(f"{p.code}  {p.user}  {p.user_name}".rstrip())
             if not pending:

@@ -9,8 +9,9 @@ field is prompted on a terminal (the current or default value in brackets, secre
 without echo), or given as ``--set key=value`` (repeatable; no prompts then for the
 keys given, and none at all when stdin is not a terminal). Settings are stored in
 ``$MNEMO_HOME/providers/NAME/config.json`` — secret fields in ``secrets.json`` (mode
-0600, never exported) — because ``config.yaml`` has no per-provider section. Setup
-does not edit ``config.yaml``; it prints the line that activates the provider.
+0600, never exported) — because ``config.yaml`` has no per-provider section. Then the
+provider is activated (``memory.provider`` in config.yaml, edited in place): with
+``--activate``, or on a terminal when you say yes.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="set one field (repeatable)",
+    )
+    setup.add_argument(
+        "--activate",
+        action="store_true",
+        help="also make it the active provider (memory.provider in config.yaml); on a terminal you are asked",
     )
     setup.set_defaults(handler=_setup)
 
@@ -164,5 +170,29 @@ def _setup(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{args.name} is not available yet: {availability.reason}")
         return EXIT_REFUSED
     if settings.memory.provider != args.name:
-        print(f"to use it, put this in {settings.config_path}:\n  memory:\n    provider: {args.name}")
+        return _activate(args, settings)
+    return EXIT_OK
+
+
+def _activate(args: argparse.Namespace, settings: Settings) -> int:
+    """Make ``args.name`` the active provider: with ``--activate``, or when the person at
+    the terminal says yes; otherwise say how."""
+    if not args.activate:
+        if not sys.stdin.isatty():
+            print(
+                f"to use it: mnemo providers setup {args.name} --activate (sets memory.provider in config.yaml)"
+            )
+            return EXIT_OK
+        answer = input(f"activate {args.name} now (memory.provider in {settings.config_path})? [Y/n]: ")
+        if answer.strip().lower() not in ("", "y", "yes"):
+            print(f"not activated; later: mnemo providers setup {args.name} --activate")
+            return EXIT_OK
+    from mnemo.cli.setup_files import apply
+    from mnemo.gateway.errors import ConfigError
+
+    try:
+        apply(settings.home, {"memory.provider": args.name}, {})
+    except ConfigError as e:
+        raise CommandError(f"not activated: {e}", EXIT_USAGE) from None
+    print(f"{args.name} is now the active memory provider (restart mnemo run to use it)")
     return EXIT_OK

@@ -17,14 +17,16 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 from mnemo.cli.main import EXIT_OK, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
+from mnemo.gateway.search_display import conversations, render_text
 from mnemo.gateway.storage import StorageBackend, open_backend
 from mnemo.memory.dataset import import_dataset, load_dataset
 from mnemo.memory.errors import InvalidDataset, StoreError
 from mnemo.memory.search import result_to_json
-from mnemo.memory.sessions import SessionRow
+from mnemo.memory.sessions import MessageRow, SessionRow
 
 T = TypeVar("T")
 LARGE_IMPORT = 2000  # messages; above this, progress goes to stderr
@@ -46,6 +48,7 @@ def register(subparsers: Any) -> None:
 
     show = sub.add_parser("show", help="print one session's messages")
     show.add_argument("session_id", metavar="SESSION_ID")
+    show.add_argument("--json", action="store_true", help="print {session, messages} as one JSON object")
     show.set_defaults(handler=_show)
 
     search = sub.add_parser("search", help="full-text search of earlier messages")
@@ -86,6 +89,33 @@ def _session_line(s: SessionRow) -> str:
     )
 
 
+def _session_json(s: SessionRow) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "chat_key": s.chat_key,
+        "source": s.source,
+        "started_at": s.started_at.isoformat(),
+        "ended_at": s.ended_at and s.ended_at.isoformat(),
+        "end_reason": s.end_reason,
+        "message_count": s.message_count,
+        "title": s.title,
+    }
+
+
+def _message_json(m: MessageRow) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "role": str(m.role),
+        "author_id": m.author_id,
+        "author_name": m.author_name,
+        "created_at": m.created_at.isoformat(),
+        "content": m.content,
+        "tool_calls": [c.to_json() for c in m.tool_calls],
+        "tool_name": m.tool_name,
+        "is_error": m.is_error,
+    }
+
+
 def _list(args: argparse.Namespace, settings: Settings) -> int:
     if args.limit < 1:
         raise CommandError("--limit must be at least 1", EXIT_USAGE)
@@ -94,20 +124,7 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
     rows = _run(settings, lambda b: b.sessions.list_sessions(args.chat, limit=args.limit))
     for s in rows:
         if args.json:
-            print(
-                json.dumps(
-                    {
-                        "id": s.id,
-                        "chat_key": s.chat_key,
-                        "source": s.source,
-                        "started_at": s.started_at.isoformat(),
-                        "ended_at": s.ended_at and s.ended_at.isoformat(),
-                        "end_reason": s.end_reason,
-                        "message_count": s.message_count,
-                        "title": s.title,
-                    }
-                )
-            )
+            print(json.dumps(_session_json(s)))
         else:
             print(printable(_session_line(s)))
     if not rows and not args.json:
@@ -123,6 +140,13 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
         session = await store.get_session(args.session_id)
         if session is None:
             raise CommandError(f"no session {args.session_id!r}")
+        if args.json:
+            from mnemo.adapters.terminal import printable_json
+
+            rows = await store.load_messages(session.id)
+            body = {"session": _session_json(session), "messages": [_message_json(m) for m in rows]}
+            print(printable_json(json.dumps(body, ensure_ascii=False, indent=2)))
+            return EXIT_OK
         print(printable(_session_line(session)))
         for m in await store.load_messages(session.id):
             who = m.author_name or m.role
@@ -154,21 +178,11 @@ def _search(args: argparse.Namespace, settings: Settings) -> int:
                 )
             )
             return EXIT_OK
-        if not result.hits:
+        found = conversations(result)
+        if not found:
             print("no matches", file=sys.stderr)
-        for s in result.sessions:
-            print(
-                printable(
-                    f"{s.session_id}  {s.started_at:%Y-%m-%d}  {s.chat_key}"
-                    + (f"  {s.title}" if s.title else "")
-                )
-            )
-            for h in s.hits:
-                print(
-                    printable(
-                        f"  #{h.message_id} {h.created_at:%Y-%m-%d %H:%M} {h.author_name or h.role}: {h.snippet}"
-                    )
-                )
+            return EXIT_OK
+        print(printable(render_text(found, tz=ZoneInfo(settings.gateway.timezone), with_keys=True)))
         return EXIT_OK
 
     return _run(settings, body)

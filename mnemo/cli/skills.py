@@ -20,7 +20,7 @@ from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import UserRef
-from mnemo.memory.skills import SkillRefused, SkillStore
+from mnemo.memory.skills import SkillExists, SkillRefused, SkillStore
 from mnemo.memory.skills.format import SKILL_FILE, SUBFOLDERS, check_file_path
 
 
@@ -43,6 +43,7 @@ def register(subparsers: Any) -> None:
     show.add_argument("name", metavar="NAME")
     _user(show)
     show.add_argument("--file", metavar="PATH", help="a supporting file, e.g. references/api.md")
+    show.add_argument("--json", action="store_true", help="print {name, scope, owner, file, content}")
     show.set_defaults(handler=_show)
 
     install = sub.add_parser("install", help="install a skill folder, .zip or .tar.gz")
@@ -64,6 +65,7 @@ def register(subparsers: Any) -> None:
     history = sub.add_parser("history", help="list the kept previous versions of a skill")
     history.add_argument("name", metavar="NAME")
     _user(history)
+    history.add_argument("--json", action="store_true", help="print {name, versions}, oldest first")
     history.set_defaults(handler=_history)
 
     rollback = sub.add_parser("rollback", help="restore a previous version (default: the latest kept)")
@@ -95,6 +97,12 @@ def _store(settings: Settings) -> SkillStore:
 
 
 def _refused(e: SkillRefused) -> CommandError:
+    if isinstance(e, SkillExists):  # its reason names the model's actions, not a command
+        return CommandError(
+            f"a skill named {e.name!r} is already installed: remove it first "
+            f"(mnemo skills remove {e.name}) or install the new one under another name",
+            EXIT_REFUSED,
+        )
     return CommandError(e.reason, EXIT_REFUSED)
 
 
@@ -132,9 +140,22 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
     if skill is None:
         raise CommandError(f"no skill named {args.name!r}", EXIT_REFUSED)
     try:
-        print(printable(_store(settings).read(skill, args.file)))
+        text = _store(settings).read(skill, args.file)
     except SkillRefused as e:
         raise _refused(e) from None
+    if args.json:
+        from mnemo.adapters.terminal import printable_json
+
+        body = {
+            "name": skill.name,
+            "scope": skill.scope,
+            "owner": None if skill.owner is None else str(skill.owner),
+            "file": args.file or SKILL_FILE,
+            "content": text,
+        }
+        print(printable_json(json.dumps(body, ensure_ascii=False, indent=2)))
+    else:
+        print(printable(text))
     return EXIT_OK
 
 
@@ -232,7 +253,10 @@ def _history(args: argparse.Namespace, settings: Settings) -> int:
         versions = _store(settings).history(args.name, _ref(args))
     except SkillRefused as e:
         raise _refused(e) from None
-    print("\n".join(map(str, versions)) if versions else "(no previous versions)")
+    if args.json:
+        print(json.dumps({"name": args.name, "versions": list(versions)}))
+    else:
+        print("\n".join(map(str, versions)) if versions else "(no previous versions)")
     return EXIT_OK
 
 

@@ -26,6 +26,20 @@ INTERVAL_S = 0.1
 _ERASE = "\r\x1b[K"
 
 
+_COLORS = {"green": "32", "red": "31", "dim": "2"}
+
+
+def colored(stream: TextIO | None) -> bool:
+    """Colour on ``stream``: a terminal, and neither ``NO_COLOR`` nor ``TERM=dumb``."""
+    from mnemo.gateway.config import wants_color
+
+    return is_terminal(stream) and wants_color()
+
+
+def paint(text: str, color: str, on: bool) -> str:
+    return f"\x1b[{_COLORS[color]}m{text}\x1b[0m" if on else text
+
+
 def is_terminal(stream: TextIO | None) -> bool:
     try:
         return stream is not None and stream.isatty()

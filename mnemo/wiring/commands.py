@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo
+
 from mnemo.gateway.budgets.command import usage_command
 from mnemo.gateway.budgets.gate import BudgetGate
 from mnemo.gateway.commands import Command
@@ -54,6 +56,7 @@ def build_commands(
                 policies=policies,
                 shared_write=settings.memory.shared_write,
             ),
+            timezone=ZoneInfo(settings.gateway.timezone),
         ),
         extra=[
             Command(
@@ -65,7 +68,7 @@ def build_commands(
                 SkillsCommand(skills),
                 takes_args=True,
             ),
-            usage_command(budgets),
+            usage_command(budgets, trial=trial),
             link_command(links, notices),
         ],
     )

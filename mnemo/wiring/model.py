@@ -7,7 +7,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from mnemo.gateway.budgets.charge import RequestGate
-from mnemo.gateway.config import TRIAL_BANNER, Settings
+from mnemo.gateway.config import Settings
 from mnemo.gateway.llm.client import LLMClient
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.metrics import Metrics
@@ -42,7 +42,9 @@ async def open_model(
         stack.push_async_callback(emulator.stop)
         base_url = emulator.base_url
         api_key = api_key or "trial-mode"
-        log.info("trial_mode", banner=TRIAL_BANNER)  # the commands print TRIAL_BANNER once themselves
-    llm = LLMClient(settings.llm, gate=gate, base_url=base_url, api_key=api_key, metrics=metrics)
+        log.info("trial_mode")  # the command prints TRIAL_BANNER once, on stderr
+    # Scripted replies cost nothing: priced at zero, /status, /usage and the ledger agree.
+    llm_settings = settings.llm.model_copy(update={"prices": {}}) if trial else settings.llm
+    llm = LLMClient(llm_settings, gate=gate, base_url=base_url, api_key=api_key, metrics=metrics)
     stack.push_async_callback(llm.aclose)
     return Model(llm, emulator)

@@ -39,6 +39,7 @@ import structlog
 
 from mnemo.memory.curated import Action, Target
 from mnemo.memory.errors import MemoryRefused, ProviderError, StoreError
+from mnemo.memory.extras import install_hint
 from mnemo.memory.journal import Actor
 from mnemo.memory.provider import Availability, MemoryProvider, ProviderContext, Recall, ToolSchema
 from mnemo.memory.provider_config import ConfigField, ConfigKind, provider_dir
@@ -177,7 +178,7 @@ class HolographicProvider(MemoryProvider):
                 import psycopg  # noqa: F401
             except ImportError:
                 return Availability(
-                    False, "database.url is PostgreSQL but psycopg is missing: pip install 'mnemo[postgres]'"
+                    False, f"database.url is PostgreSQL but psycopg is missing: {install_hint('postgres')}"
                 )
             return Availability(True)
         path = self.db_path(home)

@@ -26,6 +26,7 @@ from typing import Any
 
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.external import ExternalProvider
+from mnemo.memory.extras import install_hint
 from mnemo.memory.provider import Availability
 from mnemo.memory.provider_config import ConfigField
 from mnemo.memory.provider_scope import DEFAULT_AGENT_ID, ProviderScope
@@ -67,7 +68,7 @@ class OpenVikingProvider(ExternalProvider[Any]):  # client.OpenVikingClient: imp
 
     def is_available(self, home: Path, config: Mapping[str, Any]) -> Availability:
         if importlib.util.find_spec("openviking_sdk") is None:
-            return Availability(False, "the OpenViking SDK is missing: pip install 'mnemo[openviking]'")
+            return Availability(False, f"the OpenViking SDK is missing: {install_hint('openviking')}")
         if not setting(config, "api_key", "OPENVIKING_API_KEY"):
             return self.key_missing("OPENVIKING_API_KEY")
         return Availability(True)

@@ -138,6 +138,7 @@ async def test_editing_user_md_through_the_page_changes_the_file_and_an_injectio
     await entry.locator("textarea").fill("Alice lives in Grenoble.")
     await entry.get_by_role("button", name="Save").click()
     await expect(page.get_by_role("status")).to_contain_text("Entry replaced")
+    await expect(page.get_by_role("status")).not_to_contain_text("do not repeat")  # words for the model
     await expect(page.locator("section.memory")).to_contain_text("Alice lives in Grenoble.")
     assert "Alice lives in Grenoble." in path.read_text() and "Lyon" not in path.read_text()
 

@@ -79,7 +79,9 @@ async def test_at_the_cap_no_request_is_sent_and_the_user_is_told_once_when_it_r
         texts = adapter.texts()
         assert texts[0] == "sure"
         assert len(texts) == 2, "one notice, not one per message"
-        assert "daily budget ($0.00)" in texts[1] and "2026-12-02 00:00 CET (in 1 min)" in texts[1], texts[1]
+        assert "daily budget ($0.000000001)" in texts[1] and "2026-12-02 00:00 CET (in 1 min)" in texts[1], (
+            texts[1]
+        )
         assert not await app.inbox.unfinished()
         # An admin is exempt from the per-user caps.
         await say_and_settle(app, adapter, "admin question", user="admin")

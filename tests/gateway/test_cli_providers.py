@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mnemo.cli.main import main
 
@@ -54,12 +55,24 @@ def test_setup_with_set_writes_the_providers_own_config(
     saved = json.loads((home / "providers" / "holographic" / "config.json").read_text())
     assert saved == {"dim": 2048, "min_trust": 0.25}
     out = capsys.readouterr().out
-    assert "provider: holographic" in out  # tells the user how to activate it
+    assert "mnemo providers setup holographic --activate" in out  # tells the user how to activate it
     # A second run keeps what was set and changes only what is given.
     assert run(home, "providers", "setup", "holographic", "--set", "prefetch_limit=3") == 0
     saved = json.loads((home / "providers" / "holographic" / "config.json").read_text())
     assert saved == {"dim": 2048, "min_trust": 0.25, "prefetch_limit": 3}
     assert not (home / "config.yaml").exists()
+
+
+def test_setup_with_activate_switches_the_provider_on_and_keeps_the_rest(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (home / "config.yaml").write_text("gateway:\n  timezone: Europe/Lisbon\n")
+    assert run(home, "providers", "setup", "holographic", "--set", "dim=2048", "--activate") == 0
+    assert "holographic is now the active memory provider" in capsys.readouterr().out
+    config = yaml.safe_load((home / "config.yaml").read_text())
+    assert config == {"gateway": {"timezone": "Europe/Lisbon"}, "memory": {"provider": "holographic"}}
+    assert run(home, "providers", "list") == 0
+    assert "* holographic" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,8 @@ async def test_run_with_nothing_configured_serves_the_web_chat_in_trial_mode(
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url) and not url.endswith(":8765")
         async with aiohttp.ClientSession() as http:
             async with http.get(f"{url}/") as resp:
-                assert resp.status == 200 and "LOCAL TRIAL MODE" in await resp.text()
+                page = await resp.text()
+                assert resp.status == 200 and page.lower().count("trial mode") == 1, "the banner says it once"
             chat = await ChatClient.connect(http, url, "cli-run-user-01")
             await chat.say("hello, who are you?")
             reply = await chat.next("reply", timeout=30)
@@ -68,11 +69,14 @@ async def test_run_with_nothing_configured_serves_the_web_chat_in_trial_mode(
             await chat.close()
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
+        assert proc.stderr is not None
+        seen.append((await proc.stderr.read()).decode())
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
     assert (home / "state.db").exists()
+    assert "".join(seen).count("SCRIPTED model") == 1, "the banner is printed once, not logged again"
 
 
 async def test_a_platform_token_without_an_llm_key_exits_2_with_one_clear_line(

@@ -39,8 +39,14 @@ async def test_search_with_hits_lists_who_said_what_and_when(app_factory, emulat
         await converse(adapter, emulator, "I love green tea", "and oolong tea on Sundays")
         [answer] = await converse(adapter, emulator, "/search tea")
     assert "failed" not in answer
-    assert "u1: " in answer and "green tea" in answer.lower()
-    assert answer.startswith("• 20"), answer  # the session's date
+    assert answer.startswith("Conversation of 20"), answer  # the session's date
+    lines = answer.splitlines()[1:]
+    assert [line.split(" · ", 1)[1] for line in lines] == [
+        "you: I love green tea",
+        "mnemo: Green tea it is.",
+        "you: and oolong tea on Sundays",
+        "mnemo: Oolong is lovely too.",
+    ], "who said what, in the order it was said"
     assert len(emulator.requests) == 2, "a command never reaches the model"
 
 
@@ -132,7 +138,7 @@ async def test_stop_without_and_with_a_running_turn(app_factory, emulator) -> No
 
     emulator.script(slow)
     adapter = LoopbackAdapter()
-    async with app_factory(adapter):
+    async with app_factory(adapter) as app:
         [nothing] = await converse(adapter, emulator, "/stop")
         await adapter.say("think for a long time")
         for _ in range(200):
@@ -141,11 +147,17 @@ async def test_stop_without_and_with_a_running_turn(app_factory, emulator) -> No
             await asyncio.sleep(0.01)
         before = len(adapter.sent)
         await adapter.say("/stop")
-        sent = await adapter.wait_sent(before + 2)
+        await adapter.wait_sent(before + 1)
         release.set()
-    texts = [m.text for m in sent[before:]]
+        await app.gateway.lanes.drain(10.0)
+        await app.gateway.delivery.deliver_due()
+        pending = await app.db.read(
+            lambda c: c.execute("SELECT count(*) FROM inbox WHERE state != 'done'").fetchone()[0]
+        )
+    texts = [m.text for m in adapter.sent[before:]]
     assert nothing == "Nothing to stop."
-    assert "Stopping what I was doing." in texts and "Stopped." in texts
+    assert texts == ["Stopped."], "one message, not two"
+    assert pending == 0, "the stopped message is done, not answered again after a restart"
 
 
 async def test_memory_and_forget_on_a_real_profile(app_factory, emulator) -> None:
@@ -289,8 +301,8 @@ def test_piped_mnemo_chat_search_finds_what_was_said(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "failed unexpectedly" not in out.stdout
     # The search answer quotes the first line back, with who said it, and no tool output.
-    answer = out.stdout[out.stdout.index("• ") :]
-    assert ": I love green tea" in answer, out.stdout
+    answer = out.stdout[out.stdout.index("Conversation of ") :]
+    assert "· you: I love green tea" in answer, out.stdout
     assert "tool:" not in answer and '{"success"' not in answer
     assert "Unknown command /nosuchthing" in out.stdout
 

@@ -21,3 +21,16 @@ async def test_status_in_trial_mode_says_scripted_replies_cost_nothing(home: Pat
     assert status.startswith("Session "), status
     assert "scripted replies cost nothing" in status
     assert "$" not in status
+
+
+async def test_usage_in_trial_mode_agrees_with_status_scripted_replies_cost_nothing(home: Path) -> None:
+    adapter = LoopbackAdapter()
+    async with open_app(make_settings(home), adapters=[adapter], trial=True) as app:
+        await adapter.say("hello")
+        await adapter.wait_sent(1)
+        await adapter.say("/usage")
+        usage = (await adapter.wait_sent(2))[1].text
+        session = await app.store.active_session("loop:dm:u1")
+    assert "Today: $0.0000" in usage and "This month: $0.0000" in usage, usage
+    assert "Scripted replies cost nothing" in usage
+    assert session is not None and session.estimated_cost_usd == 0.0
