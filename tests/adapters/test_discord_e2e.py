@@ -263,7 +263,9 @@ async def test_gateway_commands_are_registered_as_application_commands(bot: Bot)
     assert registered["search"]["options"] == [
         {"type": 3, "name": "text", "description": "what the command acts on", "required": False}
     ]
-    assert registered["memory"]["options"] == []
+    # /memory takes history, undo, policy …; /status takes nothing and offers no option.
+    assert registered["memory"]["options"] == registered["search"]["options"]
+    assert registered["status"]["options"] == []
 
 
 async def test_memory_command_is_answered_as_an_ephemeral_followup(bot: Bot) -> None:

@@ -73,7 +73,7 @@ async def test_a_capped_persons_cron_job_is_skipped_with_one_note_and_counted(
         notes = [t for t in adapter.texts() if t.startswith("Skipped scheduled job")]
         assert len(notes) == 1, "one note per job and reset, not one per run"
         assert (
-            f"Skipped scheduled job {job.id} (cron '0 8 * * *' (Europe/Paris)): your daily budget ($0.00) is used up."
+            f"Skipped scheduled job {job.id} (cron '0 8 * * *' (Europe/Paris)): your daily budget ($0.000000001) is used up."
             in notes[0]
         )
         assert "after the reset: 2026-12-02 00:00 CET (in 3 h)" in notes[0]
@@ -155,4 +155,4 @@ async def test_the_global_cap_stops_an_operators_group_job_but_no_per_person_cap
     ) as app:
         assert await run_now(app, job.id) is RunState.SKIPPED
         assert len(emulator.requests) == 2
-        assert "this bot's daily budget ($0.00) is used up" in adapter.texts()[-1]
+        assert "this bot's daily budget ($0.000000001) is used up" in adapter.texts()[-1]

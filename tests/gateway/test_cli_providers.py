@@ -117,8 +117,9 @@ def test_setup_prompts_on_a_terminal(home: Path) -> None:
         close_fds=True,
     )
     os.close(slave)
-    # min_trust: a bad answer first (asked again), then 0.4; prefetch_limit 7; Enter keeps the rest.
-    os.write(master, b"lots\n0.4\n7\n\n\n")
+    # min_trust: a bad answer first (asked again), then 0.4; prefetch_limit 7; Enter keeps the
+    # rest; then "n" to the question whether to activate it.
+    os.write(master, b"lots\n0.4\n7\n\n\nn\n")
     output = b""
     while True:
         try:
@@ -133,6 +134,8 @@ def test_setup_prompts_on_a_terminal(home: Path) -> None:
     text = output.decode()
     assert text.count("min_trust [0.3]:") == 2  # asked again after the bad answer
     assert "min_trust: expected a number, got 'lots'" in text
+    assert "activate holographic now" in text and "not activated; later:" in text
+    assert not (home / "config.yaml").exists()
     saved = json.loads((home / "providers" / "holographic" / "config.json").read_text())
     assert saved == {
         "dim": 512,
