@@ -3,7 +3,7 @@ touches the network beyond 127.0.0.1."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from hypothesis import settings as hypothesis_settings
 
 from mnemo.gateway.config import Settings, load_settings
 from mnemo.gateway.emulator import Emulator
+from tests.support.cli import logging_restored
 
 # Shared, noisy CI machines: a per-example deadline turns a slow moment into a failure
 # that says nothing about the code. Properties are checked; time is not.
@@ -25,6 +26,15 @@ hypothesis_settings.load_profile("mnemo")
 # The throw-away PostgreSQL cluster (session fixture ``pg_cluster``), started only when
 # a test asks for it: the contract suite's "postgresql" backend and the PostgreSQL e2e tests.
 pytest_plugins = ["tests.support.pgcluster"]
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A test that runs ``mnemo.cli.main.main`` in this process lets it configure logging
+    (root handler on that test's stderr, levels): undone after every test, so no later
+    test logs into a closed capture stream or at another test's level."""
+    with logging_restored():
+        yield
 
 
 @pytest.fixture
