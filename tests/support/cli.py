@@ -7,18 +7,20 @@ and kill -9, pipes (EPIPE, ``| head``), undecodable argv/stdin bytes, mount
 namespaces, import cost, a running service.
 
 Like a subprocess, each call gets its own environment (``MNEMO_HOME`` and the
-caller's variables only: no ``ANTHROPIC_``/``TELEGRAM_``/``DISCORD_``/``MNEMO_``
-variable of the host leaks in), its own stdin/stdout/stderr (UTF-8, not a terminal)
-and leaves the logging configuration as it found it.
+caller's variables; none of the host's ``HOST_PREFIXES`` variables leaks in), its own
+stdin/stdout/stderr (UTF-8, not a terminal) and leaves the logging configuration as it
+found it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +29,21 @@ import structlog
 
 from mnemo.cli.main import main
 
-# Variables a test's mnemo must not inherit from the host (the subprocess tests' filter).
-HOST_PREFIXES = ("ANTHROPIC_", "TELEGRAM_", "DISCORD_", "MNEMO_")
+# Variables a test's mnemo must not inherit from the host: the platforms', the LLM's and
+# the memory providers' settings and keys.
+HOST_PREFIXES = (
+    "ANTHROPIC_",
+    "TELEGRAM_",
+    "DISCORD_",
+    "MNEMO_",
+    "MEM0_",
+    "HONCHO_",
+    "HINDSIGHT_",
+    "SUPERMEMORY_",
+    "RETAINDB_",
+    "BYTEROVER_",
+    "OPENVIKING_",
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,14 @@ def logging_restored() -> Iterator[None]:
         structlog.configure(**config)
 
 
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _text_stream(data: bytes = b"") -> io.TextIOWrapper:
     return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="strict", newline=None)
 
@@ -93,7 +116,27 @@ def _read(stream: io.TextIOWrapper) -> str:
 
 
 def run_mnemo(home: Path | None, *argv: str, stdin: str = "", **env: str) -> Result:
-    """``MNEMO_HOME=home mnemo ARGV < stdin`` with ``env`` added to the environment."""
+    """``MNEMO_HOME=home mnemo ARGV < stdin`` with ``env`` added to the environment.
+
+    Called from a coroutine (an event loop runs in this thread), the command runs on a
+    thread of its own while this one waits: it blocks the caller's loop exactly as
+    ``subprocess.run`` would, and ``main`` gets the loop-free thread it needs."""
+    if _loop_running():
+        results: list[Result] = []
+        errors: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                results.append(run_mnemo(home, *argv, stdin=stdin, **env))
+            except BaseException as e:  # re-raised in the caller's thread
+                errors.append(e)
+
+        worker = threading.Thread(target=call, name="mnemo-cli")
+        worker.start()
+        worker.join()
+        if errors:
+            raise errors[0]
+        return results[0]
     values = {"PYTHONIOENCODING": "utf-8", **env}
     if home is not None:
         values["MNEMO_HOME"] = str(home)
