@@ -25,7 +25,21 @@ hypothesis_settings.load_profile("mnemo")
 
 # The throw-away PostgreSQL cluster (session fixture ``pg_cluster``), started only when
 # a test asks for it: the contract suite's "postgresql" backend and the PostgreSQL e2e tests.
+# Under pytest-xdist each worker is a session of its own, so each starts its own cluster.
 pytest_plugins = ["tests.support.pgcluster"]
+
+# The guard for a test marked slow (real processes, kill -9, replicas); every other test
+# has pyproject's ``timeout``.
+SLOW_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests first (the order is otherwise kept), so a parallel run starts them at
+    once instead of ending on one of them; and they get the longer guard."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    for item in items:
+        if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
 @pytest.fixture(autouse=True)

@@ -15,9 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mnemo.cli.main import main
 from mnemo.gateway.emulator import Emulator, Reply
 from mnemo.gateway.emulator.script import RecordedRequest
+
+pytestmark = pytest.mark.slow  # real processes: started first, with the longer timeout
 
 MNEMO = [sys.executable, "-m", "mnemo"]
 

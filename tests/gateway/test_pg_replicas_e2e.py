@@ -44,6 +44,8 @@ from tests.fakes.telegram_api import FakeTelegram
 from tests.support.pgcluster import Cluster
 from tests.support.ports import reserve_port
 
+pytestmark = pytest.mark.slow  # real processes: started first, with the longer timeout
+
 MNEMO = [sys.executable, "-m", "mnemo"]
 REPLICAS = 3
 POLL_CHATS = int(os.environ.get("MNEMO_E2E_CHATS", "100"))

@@ -467,6 +467,7 @@ async def _until(check, what: str, timeout: float = 60.0) -> None:
         raise AssertionError(f"gave up waiting for {what}") from None
 
 
+@pytest.mark.slow
 async def test_kill_9_while_a_write_is_in_flight_then_restart_stores_it_once(
     tmp_path: Path, fake: FakeSupermemory
 ) -> None:
