@@ -62,7 +62,7 @@ async def test_kill_9_during_a_turn_then_restart_answers_exactly_once(tmp_path: 
         assert first.stdin is not None
         first.stdin.write(b"hello, are you there?\n")
         await first.stdin.drain()
-        await asyncio.wait_for(emu.wait_for_requests(1), 60)
+        await emu.wait_for_requests(1, timeout=60)  # a fresh interpreter on a busy machine
         first.send_signal(signal.SIGKILL)
         await first.wait()
         out_first = await first.stdout.read() if first.stdout else b""
