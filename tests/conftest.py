@@ -14,7 +14,7 @@ from hypothesis import settings as hypothesis_settings
 
 from mnemo.gateway.config import Settings, load_settings
 from mnemo.gateway.emulator import Emulator
-from tests.support.cli import logging_restored
+from tests.support.cli import logging_restored, structlog_through_logging
 
 # Shared, noisy CI machines: a per-example deadline turns a slow moment into a failure
 # that says nothing about the code. Properties are checked; time is not.
@@ -40,6 +40,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
+
+structlog_through_logging()  # what _logging_as_it_was restores after every test
 
 
 @pytest.fixture(autouse=True)

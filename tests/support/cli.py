@@ -28,6 +28,7 @@ from pathlib import Path
 import structlog
 
 from mnemo.cli.main import main
+from mnemo.gateway.logs import configure_logging
 
 # Variables a test's mnemo must not inherit from the host: the platforms', the LLM's and
 # the memory providers' settings and keys.
@@ -94,6 +95,17 @@ def logging_restored() -> Iterator[None]:
             if isinstance(logger, logging.Logger):
                 logger.setLevel(levels.get(name, logging.NOTSET))
         structlog.configure(**config)
+
+
+def structlog_through_logging() -> None:
+    """Route structlog through stdlib logging as every mnemo program does
+    (gateway/logs.py), adding no handler and changing no level: the test session's
+    baseline. Unconfigured, structlog prints every event to stdout (into the output a
+    CLI test reads), and only until some earlier test happened to configure logging."""
+    with logging_restored():
+        configure_logging()
+        config = structlog.get_config()
+    structlog.configure(**config)
 
 
 def _loop_running() -> bool:
