@@ -234,7 +234,9 @@ async def _finish(w: World, chats: int) -> int:
         assert firsts == list(range(MESSAGES)), f"chat {chat}: every message answered, in order: {replies}"
         for n in range(MESSAGES):
             copies = [dup for m, dup in replies if m == n]
-            assert sum(not dup for dup in copies) <= 1, f"chat {chat} message {n}: sent twice unlabelled"
+            assert sum(not dup for dup in copies) <= 1, (
+                f"chat {chat} message {n}: sent twice unlabelled: {replies}\n{w.log_tails()}"
+            )
             labelled += sum(copies)
     _assert_no_concurrent_session_requests(w.spans)
     return labelled
