@@ -20,6 +20,7 @@ rename (``tests/memory/test_db_migrations.py`` pins the historical names)::
     0011_identity_links          gateway/people/schema.py
     0012_streams                 gateway/delivery/schema.py
     0013_jobs_dedupe_key         gateway/jobs/schema.py
+    0014_mcp                     gateway/mcp/schema.py
 
 Every process that opens ``state.db`` (the gateway, each CLI command, a benchmark)
 goes through ``state_database``.
@@ -69,6 +70,8 @@ from mnemo.gateway.inbound.access import PairingRepository, RateWindow
 from mnemo.gateway.inbound.schema import PAIRINGS
 from mnemo.gateway.jobs.schema import JOBS, JOBS_DEDUPE_KEY
 from mnemo.gateway.jobs.store import JobStorage
+from mnemo.gateway.mcp.schema import MCP
+from mnemo.gateway.mcp.store import McpRepository
 from mnemo.gateway.people.directory import Directory
 from mnemo.gateway.people.erasure import PersonalData
 from mnemo.gateway.people.links import LinkRepository
@@ -104,6 +107,7 @@ STATE_MIGRATIONS: tuple[Migration, ...] = (
     IDENTITY_LINKS,
     STREAMS,
     JOBS_DEDUPE_KEY,
+    MCP,
 )
 
 
@@ -150,6 +154,7 @@ class StorageBackend:
     links: LinkRepository
     personal_data: PersonalData  # what ``Erasure`` removes of a person
     rate_limits: RateWindow  # in the process (SQLite) or shared by every replica (PostgreSQL)
+    mcp: McpRepository  # MCP's client tokens, tool catalogs and reload requests (gateway/mcp)
     # A lock on a key held across every process of the database (PostgreSQL's advisory
     # locks); None when one process owns the store (SQLite).
     shared_lock: Callable[[str], AbstractAsyncContextManager[None]] | None = None

@@ -41,6 +41,7 @@ class PgBackend:
         from mnemo.gateway.storage_pg.inbox import PgInbox
         from mnemo.gateway.storage_pg.jobs import PgJobStore
         from mnemo.gateway.storage_pg.links import PgIdentityLinks
+        from mnemo.gateway.storage_pg.mcp import PgMcpStore
         from mnemo.gateway.storage_pg.outbox import PgOutbox
         from mnemo.gateway.storage_pg.pairings import PgPairingStore
         from mnemo.gateway.storage_pg.people import PgDirectory
@@ -93,6 +94,7 @@ class PgBackend:
             links=PgIdentityLinks(db, files, identities),
             personal_data=PgPersonalData(db, settings, budgets),
             rate_limits=PgRateLimits(db),
+            mcp=PgMcpStore(db),
             shared_lock=db.advisory_lock,
             streams=PgStreamRecords(db),
             replica=replica,

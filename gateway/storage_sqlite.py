@@ -54,6 +54,7 @@ class SqliteBackend:
         from mnemo.gateway.delivery.streams import StreamRecords
         from mnemo.gateway.inbound.access import PairingStore, RateLimiter
         from mnemo.gateway.jobs.store import JobStore
+        from mnemo.gateway.mcp.store import McpStore
         from mnemo.gateway.people.directory import StateDirectory
         from mnemo.gateway.people.erasure_state import StateData
         from mnemo.gateway.people.links import IdentityLinks
@@ -107,6 +108,7 @@ class SqliteBackend:
             links=IdentityLinks(db, files, identities),
             personal_data=StateData(db, settings, budgets, rate=rate),
             rate_limits=rate,
+            mcp=McpStore(db),
             streams=StreamRecords(db),
         )
         try:

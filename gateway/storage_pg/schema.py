@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from mnemo.gateway.storage_pg.budgets import BUDGETS
 from mnemo.gateway.storage_pg.heartbeats import REPLICAS
+from mnemo.gateway.storage_pg.mcp import MCP
 from mnemo.gateway.storage_pg.rate_limits import RATE_LIMITS
 from mnemo.memory.pg.curated import CURATED_MEMORY
 from mnemo.memory.pg.db import PgMigration
@@ -237,4 +238,5 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     CURATED_MEMORY,  # memory/pg/curated.py: MEMORY.md and every USER.md as rows
     RATE_LIMITS,  # storage_pg/rate_limits.py: the per-user rate limit's shared window
     JOBS_DEDUPE_KEY,  # the dedupe key of provider writes in its own column
+    MCP,  # storage_pg/mcp.py: MCP client tokens, tool catalogs, reload requests
 )
