@@ -178,9 +178,10 @@ async def test_the_postgresql_migration_keys_provider_writes_the_same_way(pg_clu
     from mnemo.gateway.storage_pg.schema import PG_MIGRATIONS
     from mnemo.memory.pg.db import PgDatabase
 
-    assert PG_MIGRATIONS[-1].name == STATE_MIGRATIONS[12].name == "0013_jobs_dedupe_key"
+    step = [m.name for m in PG_MIGRATIONS].index("0013_jobs_dedupe_key")  # later steps follow it
+    assert STATE_MIGRATIONS[12].name == "0013_jobs_dedupe_key"
     url = pg_cluster.fresh_database()
-    old = PgDatabase(url, migrations=PG_MIGRATIONS[:-1], max_size=1)
+    old = PgDatabase(url, migrations=PG_MIGRATIONS[:step], max_size=1)
     await old.open()
 
     async def insert(c: Any) -> None:
@@ -192,7 +193,7 @@ async def test_the_postgresql_migration_keys_provider_writes_the_same_way(pg_clu
 
     await old.write(insert)
     await old.close()
-    new = PgDatabase(url, migrations=PG_MIGRATIONS, max_size=1)
+    new = PgDatabase(url, migrations=PG_MIGRATIONS[: step + 1], max_size=1)
     await new.open()
 
     async def rows(c: Any) -> list[tuple[Any, ...]]:
