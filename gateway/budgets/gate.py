@@ -114,7 +114,13 @@ class BudgetGate:
         async with self._locks.setdefault(await self.payer(user), asyncio.Lock()):
             yield await self._check(user, limits)
 
-    async def _check(self, user: UserRef, limits: Limits) -> Refusal | None:
+    async def check(self, user: UserRef, *, admin: bool) -> Refusal | None:
+        """The caps of ``turn`` for a request made inside a running turn (a delegated
+        sub-agent): without the turn's lock, which the caller holds, and without using
+        up the person's one notice."""
+        return await self._check(user, await self.limits(user, admin=admin), notice=False)
+
+    async def _check(self, user: UserRef, limits: Limits, *, notice: bool = True) -> Refusal | None:
         now = self.ledger.local_now()
         found: tuple[str, float, float, datetime, str] | None = None
         glob = self.settings.global_.daily_usd
@@ -136,7 +142,7 @@ class BudgetGate:
             return None
         cap, limit, spent, resets, _ = found
         # One notice per person and reset, also for the global cap.
-        notify = await self.ledger.claim_notice(f"{await self.payer(user)}|{cap}", resets)
+        notify = notice and await self.ledger.claim_notice(f"{await self.payer(user)}|{cap}", resets)
         return Refusal(cap, limit, spent, resets, notify, now)
 
     async def report(self, user: UserRef, *, admin: bool) -> str:
