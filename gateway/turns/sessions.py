@@ -54,6 +54,13 @@ class LinksSource(Protocol):
     async def refresh(self) -> None: ...
 
 
+class McpToolNames(Protocol):
+    """The MCP tools a session starting now offers a speaker (``McpHub.names_for``): the
+    skills index marks skills whose tools are missing."""
+
+    def __call__(self, msg: InboundMessage) -> frozenset[str]: ...
+
+
 class PromptBlockSource(Protocol):
     """The memory providers' static system-prompt block (``MemoryManager``)."""
 
@@ -78,8 +85,10 @@ class SessionResolver:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         shared_lock: Callable[[str], AbstractAsyncContextManager[None]] | None = None,
         links: LinksSource | None = None,
+        mcp_tools: McpToolNames | None = None,
     ) -> None:
         self.settings = settings
+        self.mcp_tools = mcp_tools
         self.links = links
         # Several replicas on one database: a lock every process sees (PostgreSQL's
         # advisory lock), taken after this process's own, so a session's turns never
@@ -117,7 +126,10 @@ class SessionResolver:
             # shared room nobody's own skills (they would reach every member).
             store = SkillStore(self.settings.skills_dir, self.settings.skills.max_visible)
             owner = None if shared_room else msg.speaker
-            return render_index(store.visible(owner, msg.platform), self.settings.skills.index_max_chars)
+            tools = self.mcp_tools(msg) if self.mcp_tools is not None else frozenset()
+            return render_index(
+                store.visible(owner, msg.platform), self.settings.skills.index_max_chars, tools
+            )
 
         soul, memory_block, user_block = await asyncio.to_thread(read)
         skills_index = await asyncio.to_thread(skills)
