@@ -27,7 +27,7 @@ from mnemo.gateway.budgets.command import usage_command
 from mnemo.gateway.budgets.gate import BudgetGate
 from mnemo.gateway.budgets.ledger import Clock, utc_now
 from mnemo.gateway.commands import Command
-from mnemo.gateway.config import TRIAL_BANNER, Settings
+from mnemo.gateway.config import TRIAL_BANNER, McpSettings, Settings, load_settings
 from mnemo.gateway.cron.scheduler import CronRunner, CronScheduler
 from mnemo.gateway.cron.service import CronJobs
 from mnemo.gateway.cron.tool import CronCommand, cronjob_tool
@@ -45,6 +45,8 @@ from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.jobs.skill_review import SkillReview
 from mnemo.gateway.llm.client import LLMClient
 from mnemo.gateway.logs import get_logger
+from mnemo.gateway.mcp.command import mcp_command
+from mnemo.gateway.mcp.hub import McpHub
 from mnemo.gateway.media import MediaStore
 from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.people.command import ForgetMe
@@ -56,6 +58,7 @@ from mnemo.gateway.storage import open_backend
 from mnemo.gateway.supervisor import AdapterSupervisor
 from mnemo.gateway.turns.agent import AgentDeps
 from mnemo.gateway.turns.builtin_tools import register_builtin_tools
+from mnemo.gateway.turns.delegate import Delegation
 from mnemo.gateway.turns.digest import LLMSearchDigest
 from mnemo.gateway.turns.sessions import SessionResolver
 from mnemo.gateway.turns.skill_tools import SkillsCommand, skill_tools
@@ -104,6 +107,7 @@ class App:
     budgets: BudgetGate | None = None  # the backend's ledger behind the gate
     links: LinkRepository | None = None  # linked identities (/link)
     replicas: Any = None  # ReplicaMonitor on PostgreSQL (gateway/replicas.py); None on SQLite
+    mcp: McpHub | None = None  # the MCP servers the agent uses (gateway/mcp)
 
 
 def shared_database_config(settings: Settings, provider: Any) -> dict[str, Any] | None:
@@ -159,6 +163,45 @@ def _reports_failure(text: str) -> bool:
     except ValueError:
         return False
     return isinstance(value, dict) and (value.get("ok") is False or value.get("success") is False)
+
+
+async def open_tool_sources(
+    stack: AsyncExitStack,
+    settings: Settings,
+    *,
+    repo: Any,
+    agent: AgentDeps,
+    budgets: BudgetGate | None,
+    providers: MemoryManager,
+) -> McpHub:
+    """The tools offered after the registered ones, in this order: ``delegate`` (to the
+    people ``delegation.allowed`` names), then the MCP servers' (``mcp.servers``). The
+    hub connects and lists the servers before the first turn, and stops on exit."""
+    agent.tools.add_source(
+        Delegation(
+            settings.delegation,
+            registry=agent.tools,
+            agent=agent,
+            home=settings.home,
+            budget=budgets,
+            hook=providers,
+        )
+    )
+
+    def reread() -> McpSettings:
+        return load_settings(settings.home).mcp
+
+    hub = McpHub(
+        settings.mcp,
+        repo,
+        log_dir=settings.home / "logs",
+        reload_settings=reread,
+        replica=f"{socket.gethostname()}:{os.getpid()}",
+    )
+    agent.tools.add_source(hub)
+    await hub.start()
+    stack.push_async_callback(hub.stop)
+    return hub
 
 
 def check_startup(settings: Settings) -> None:
@@ -318,6 +361,13 @@ async def open_app(
             budget=budgets,
         )
         register_provider_tools(tools, providers, settings.home)
+        mcp = await open_tool_sources(
+            stack, settings, repo=backend.mcp, agent=agent, budgets=budgets, providers=providers
+        )
+        commands.add(mcp_command(mcp))
+        sessions.mcp_tools = lambda msg: mcp.names_for(
+            msg.speaker, is_admin=access.is_admin(msg.platform, msg.user_id)
+        )
         housekeeping = Housekeeping(
             settings,
             sessions=sessions,
@@ -383,7 +433,12 @@ async def open_app(
         if web is not None:
 
             async def health() -> dict[str, Any]:
-                return {**await gateway.health(), "replica": replica_id}
+                servers = mcp.health()  # each MCP server's state, when there are any
+                return {
+                    **await gateway.health(),
+                    "replica": replica_id,
+                    **({"mcp": servers} if servers else {}),
+                }
 
             web.set_health_probe(health)
             from mnemo.dashboard import mount_dashboard  # /admin: the operator's dashboard
@@ -434,6 +489,7 @@ async def open_app(
             budgets=budgets,
             links=links,
             replicas=replicas,
+            mcp=mcp,
         )
         # Every adapter's stop is on the stack before its first attempt, so one the
         # supervisor starts later (a platform unreachable at boot) is stopped like the
