@@ -6,14 +6,32 @@ reach the running bot, a server that is down is reported and its tools withheld,
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from mnemo.gateway.emulator import Emulator, Reply
-from tests.mcp.conftest import env_for, mnemo, server_config, telegram_app
+from mnemo.gateway.config import load_settings
+from mnemo.gateway.emulator import Emulator, Reply, ToolUse
+from mnemo.gateway.mcp.connection import CallOutcome, ServerState
+from mnemo.gateway.mcp.hub import McpHub
+from mnemo.gateway.mcp.store import McpStore
+from mnemo.gateway.storage import state_database
+from tests.adapters.telegram_harness import free_port
+from tests.mcp.conftest import (
+    ROOT,
+    clean_environ,
+    env_for,
+    mnemo,
+    result_text,
+    server_calls,
+    server_config,
+    telegram_app,
+    tool_results,
+)
 from tests.support.loopback import LoopbackAdapter
 
 ADMIN, U1 = "1", "42"
@@ -136,3 +154,98 @@ async def test_a_reload_with_a_broken_config_keeps_the_servers(home: Path, emula
         assert app.mcp is not None and app.mcp.health()["tt"]["state"] == "ok"
     assert "error: invalid configuration" in reply and "mcp.servers.tt" in reply
     assert mcp_tools(emulator, 0) == ["tt__echo"]
+
+
+async def test_a_streamable_http_server_with_a_secret_header_from_dotenv(
+    home: Path, emulator: Emulator
+) -> None:
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.support.mcp_server",
+        "--http",
+        str(port),
+        env={**clean_environ(), "PYTHONPATH": str(ROOT), "MCP_TEST_BEARER": "s3cret-token"},
+    )
+    try:
+        async with asyncio.timeout(60):
+            while True:
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/mcp"
+        (home / ".env").write_text("WEB_MCP_TOKEN=s3cret-token\n")
+        write_config(
+            home,
+            {
+                "web": {
+                    "url": url,
+                    "headers": {"Authorization": "Bearer ${WEB_MCP_TOKEN}"},
+                    "allowed": "users",
+                },
+                "wrong": {"url": url, "headers": {"Authorization": "Bearer nope"}, "allowed": "users"},
+            },
+        )
+        emulator.script(
+            Reply(tool_uses=[ToolUse("web__echo", {"text": "over http"})]),
+            Reply(text="done"),
+        )
+        adapter = LoopbackAdapter("telegram")
+        async with telegram_app(home, emulator, adapter) as bot:
+            await adapter.say("echo it", user=U1)
+            await adapter.wait_sent(1)
+            health = bot.mcp.health() if bot.mcp is not None else {}
+    finally:
+        server.terminate()
+        await server.wait()
+    assert [n for n in emulator.requests[0].tool_names if "__" in n][0] == "web__add"
+    assert not [n for n in emulator.requests[0].tool_names if n.startswith("wrong__")]
+    [block] = tool_results(emulator.requests[1])
+    assert "echo: over http" in result_text(block)
+    assert health["web"]["state"] == "ok" and health["web"]["transport"] == "http"
+    assert health["wrong"]["state"] == "down"
+
+
+async def test_a_server_that_dies_is_down_then_started_again(home: Path, tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    settings = load_settings(
+        home, environ={}, overrides={"mcp.servers": {"tt": server_config(log, allowed="users")}}
+    )
+    db = state_database(settings.state_db)
+    await db.open()
+    hub = McpHub(settings.mcp, McpStore(db), log_dir=home / "logs")
+    await hub.start()
+    try:
+        conn = hub.connections["tt"]
+        died = await conn.call("crash", {})
+        assert died.is_error and died.own and "unavailable" in died.text
+        assert conn.state is ServerState.DOWN
+        refused = await conn.call("echo", {"text": "too soon"})
+        assert refused.is_error and refused.own
+        async with asyncio.timeout(60):
+            while conn.state is not ServerState.OK:
+                await asyncio.sleep(0.05)
+        back = await conn.call("echo", {"text": "again"})
+        assert back == CallOutcome("echo: again")
+    finally:
+        await hub.stop()
+        await db.close()
+    assert [c["tool"] for c in server_calls(log)] == ["crash", "echo"], "the refused call never reached it"
+
+
+async def test_without_the_sdk_the_commands_say_which_extra_to_install(home: Path) -> None:
+    write_config(home, {"tt": server_config()})
+    script = (
+        "import sys; sys.modules['mcp'] = None; from mnemo.cli.main import main; "
+        f"sys.exit(main(['--home', {str(home)!r}, 'mcp', 'list']))"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stderr=asyncio.subprocess.PIPE, env=clean_environ()
+    )
+    _, err = await proc.communicate()
+    assert proc.returncode == 2
+    assert err.decode().strip() == "mnemo: the MCP SDK is not installed: pip install 'mnemo[mcp]'"

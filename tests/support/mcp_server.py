@@ -1,13 +1,16 @@
 """A stdio MCP server for the tests, written with the official ``mcp`` SDK (``MCPServer``).
 
-Run as ``python -m tests.support.mcp_server``. Its tools:
+Run as ``python -m tests.support.mcp_server`` (stdio), or with ``--http PORT`` for
+streamable HTTP on 127.0.0.1, where ``MCP_TEST_BEARER`` (when set) is the token every
+request must carry. Its tools:
 
 * ``echo(text)`` — ``echo: <text>``;
 * ``add(a, b)`` — the sum, as text;
 * ``hang(seconds)`` — sleeps (a server that does not answer in time);
 * ``inject()`` — text that tries to take over the model (the threat scan withholds it);
 * ``fail()`` — a result the server flags as an error;
-* ``big(n)`` — ``n`` characters.
+* ``big(n)`` — ``n`` characters;
+* ``crash()`` — the process exits without answering (a server that dies).
 
 ``MCP_TEST_LOG`` (a file path): every call is appended to it as one JSON line, so a
 test can tell whether a call reached the server at all.
@@ -18,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -75,5 +80,34 @@ def big(n: int) -> str:
     return "x" * n
 
 
+@server.tool()
+def crash() -> str:
+    """Exit at once."""
+    _log("crash")
+    os._exit(3)
+
+
+class _Bearer:
+    """Refuses (401) a request without ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app, self.token = app, f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and dict(scope.get("headers", ())).get(b"authorization") != self.token:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await self.app(scope, receive, send)
+
+
 if __name__ == "__main__":
-    server.run("stdio")
+    if sys.argv[1:2] == ["--http"]:
+        import uvicorn
+
+        app: Any = server.streamable_http_app(stateless_http=True, json_response=True)
+        if os.environ.get("MCP_TEST_BEARER"):
+            app = _Bearer(app, os.environ["MCP_TEST_BEARER"])
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+    else:
+        server.run("stdio")
