@@ -30,10 +30,10 @@ from mnemo.gateway.logs import get_logger
 from mnemo.gateway.mcp.store import McpRepository
 from mnemo.gateway.mcp.tokens import Grant
 from mnemo.memory.memory_tool import MemoryCallContext, MemoryWrite, WriteAttempts, run_memory_tool
-from mnemo.memory.ports import CuratedRepository
+from mnemo.memory.ports import CuratedRepository, SearchRepository
 from mnemo.memory.provider import ProviderContext, Recall
 from mnemo.memory.scope import AgentContext, UserRef
-from mnemo.memory.search import SessionSearch, run_session_search_tool
+from mnemo.memory.search import run_session_search_tool
 
 log = get_logger(__name__)
 
@@ -110,7 +110,7 @@ class PersonMemory:
     def __init__(
         self,
         files: CuratedRepository,
-        search: SessionSearch,  # or its PostgreSQL twin
+        search: SearchRepository,
         repo: McpRepository,
         *,
         home: Path,

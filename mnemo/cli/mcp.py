@@ -174,16 +174,19 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
 
 def _reload(args: argparse.Namespace, settings: Settings) -> int:
     from mnemo.gateway.mcp.hub import RELOAD_POLL_S, McpReport
+    from mnemo.gateway.storage import backend_for
     from mnemo.profile_lock import holder
 
-    # Nobody serving a SQLite profile: give a process that is not the lock holder (tests,
-    # a `mnemo chat`) two polls to take it; otherwise wait for the servers' listings.
-    idle = not settings.database.is_postgresql and holder(settings.home) is None
-    limit = args.timeout if args.timeout is not None else settings.mcp.connect_timeout_s + 10
-    if idle and args.timeout is None:
-        limit = 3 * RELOAD_POLL_S
+    idle = False
 
     async def run(backend: Any, repo: Any) -> Any:
+        nonlocal idle
+        # Nothing serves the profile: give a process that does not announce itself (a
+        # test's app) two polls to take it; otherwise wait for the servers' listings.
+        idle = not (await backend_for(settings).serving(lambda: holder(settings.home))).running
+        limit = args.timeout if args.timeout is not None else settings.mcp.connect_timeout_s + 10
+        if idle and args.timeout is None:
+            limit = 3 * RELOAD_POLL_S
         generation = await repo.request_reload(time.time())
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
@@ -198,7 +201,7 @@ def _reload(args: argparse.Namespace, settings: Settings) -> int:
         if idle:
             print("No mnemo is running on this profile: it fetches the tool lists when it starts.")
             return EXIT_OK
-        raise CommandError(f"the running mnemo did not report within {limit:g} s; see its log")
+        raise CommandError("the running mnemo did not report in time (--timeout); see its log")
     report = McpReport.from_json(state.report)
     print(f"Reloaded by {state.done_by}; conversations that start now get these tools:")
     for line in report.lines():
@@ -242,25 +245,19 @@ async def _serving(settings: Settings, token: str | None, http: tuple[str, int] 
     from mnemo.gateway.mcp.server import http_app, is_loopback, serve_http, serve_stdio
     from mnemo.gateway.mcp.tokens import Tokens
     from mnemo.gateway.storage import open_backend
-    from mnemo.memory.identity import Identities
 
     backend = await open_backend(settings)
     providers = None
     try:
-        identities = Identities()
-        assert backend.curated is not None  # every backend builds its curated memory
-        files = backend.curated(identities)
-        links = _links(backend, files, identities)
-        await links.refresh()
         providers = await open_providers(settings)
-        providers.identities = identities
+        providers.identities = backend.identities
         memory = PersonMemory(
-            files,
+            backend.files,
             backend.search,
             backend.mcp,
             home=settings.home,
             providers=providers,
-            accounts=links.members,
+            accounts=backend.links.members,
             limits=SearchLimits(settings.search.default_limit, settings.search.max_limit),
         )
         tokens = Tokens(backend.mcp)
@@ -291,16 +288,6 @@ async def _serving(settings: Settings, token: str | None, http: tuple[str, int] 
         if providers is not None:
             await providers.shutdown()
         await backend.close()
-
-
-def _links(backend: Any, files: Any, identities: Any) -> Any:
-    if backend.name == "postgresql":
-        from mnemo.gateway.storage_pg.links import PgIdentityLinks
-
-        return PgIdentityLinks(backend.db, files, identities)
-    from mnemo.gateway.people.links import IdentityLinks
-
-    return IdentityLinks(backend.db, files, identities)
 
 
 # --- tokens ---------------------------------------------------------------------------

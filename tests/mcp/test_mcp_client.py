@@ -118,7 +118,7 @@ async def test_a_server_that_is_down_is_reported_and_its_tools_withheld(
         "state": "ok",
         "transport": "stdio",
         "error": None,
-        "tools_listed": 6,
+        "tools_listed": 7,
         "tools_offered": 1,
     }
     assert "gone (stdio, for users): down: FileNotFoundError" in listing

@@ -88,7 +88,7 @@ async def test_a_token_reads_writes_and_searches_only_its_persons_memory(
     settings = load_settings(home, environ={}, overrides=database)
     backend = await open_backend(settings)
     try:
-        assert backend.curated(None).shared().add("The bot runs on Debian").success
+        assert backend.files.shared().add("The bot runs on Debian").success
     finally:
         await backend.close()
     await talk(home, emulator, database)
@@ -146,7 +146,7 @@ async def test_a_token_reads_writes_and_searches_only_its_persons_memory(
     settings = load_settings(home, environ={}, overrides=database)
     backend = await open_backend(settings)
     try:
-        files = backend.curated(None)
+        files = backend.files
         mine = files.user(UserRef("telegram", A)).load().entries
         theirs = files.user(UserRef("telegram", B)).load().entries
         shared = files.shared().load().entries

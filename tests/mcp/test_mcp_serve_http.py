@@ -36,7 +36,7 @@ async def http_server(home: Path, database: dict[str, str]) -> AsyncIterator[tup
         home, environ={}, overrides={**database, "mcp.serve.allowed_origins": ("https://ok.example",)}
     )
     backend = await open_backend(settings)
-    files = backend.curated(None)
+    files = backend.files
     memory = PersonMemory(files, backend.search, backend.mcp, home=home)
     tokens = Tokens(backend.mcp)
     bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()

@@ -53,7 +53,7 @@ async def test_an_allowed_person_gets_the_tool_result_and_another_never_sees_the
     builtins = ["memory", "session_search"]
     assert first.tool_names[:2] == tuple(builtins)
     mcp = [n for n in first.tool_names if n.startswith("tt__")]
-    assert mcp == ["tt__add", "tt__big", "tt__echo", "tt__fail", "tt__hang", "tt__inject"]
+    assert mcp == ["tt__add", "tt__big", "tt__crash", "tt__echo", "tt__fail", "tt__hang", "tt__inject"]
     assert list(first.tool_names[-len(mcp) :]) == mcp, (
         "MCP tools come after every other tool, in a stable order"
     )
