@@ -73,6 +73,7 @@ LAYERS = (
     "rate_limits",
     "facts",
     "links",
+    "mcp_tokens",
     "skills",
     "media",
     "copies",

@@ -201,6 +201,7 @@ class StateData:
             "usage": n("SELECT day FROM usage_days WHERE payer = :p || ':' || :u"),
             "links": n("SELECT member FROM identity_links WHERE member = :p || ':' || :u")
             + n("SELECT code_hash FROM link_codes WHERE user = :p || ':' || :u"),
+            "mcp_tokens": n("SELECT id FROM mcp_tokens WHERE user = :p || ':' || :u"),
             "provider": self._forget_at_provider(conn, user, delete=False),
         }
         gone = [r[0] for r in conn.execute(f"{own_msgs} UNION {shared_msgs}", who)]
@@ -252,6 +253,7 @@ class StateData:
             self.budgets.erase_within(conn, str(user))
             conn.execute("DELETE FROM identity_links WHERE member = ?", (str(user),))
             conn.execute("DELETE FROM link_codes WHERE user = ?", (str(user),))
+            conn.execute("DELETE FROM mcp_tokens WHERE user = ?", (str(user),))  # their MCP clients
             conn.execute("UPDATE identity_generation SET n = n + 1 WHERE id = 1")
             counts["provider"] = self._forget_at_provider(conn, user, delete=True)
             present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -222,3 +222,21 @@ async def test_token_commands(home: Path, database: dict[str, str]) -> None:
     assert "revoked" in out
     db = (home / "state.db").read_bytes()
     assert token.encode() not in db, "only the token's hash is stored"
+
+
+async def test_erasing_a_person_removes_their_tokens(home: Path, database: dict[str, str]) -> None:
+    from mnemo.gateway.people.erasure import Erasure
+
+    settings = load_settings(home, environ={}, overrides=database)
+    backend = await open_backend(settings)
+    try:
+        tokens = Tokens(backend.mcp)
+        theirs = (await tokens.create(UserRef("telegram", A))).token
+        other = (await tokens.create(UserRef("telegram", B))).token
+        receipt = await Erasure(backend.personal_data, settings).erase(UserRef("telegram", A))
+        assert await tokens.verify(theirs) is None
+        assert await tokens.verify(other) is not None
+        assert [str(t.user) for t in await tokens.list()] == [f"telegram:{B}"]
+    finally:
+        await backend.close()
+    assert receipt.counts["mcp_tokens"] == 1
