@@ -143,6 +143,24 @@ async def test_a_token_reads_writes_and_searches_only_its_persons_memory(
         with pytest.raises(MCPError, match="unknown, revoked or expired"):
             await client.call_tool("memory_read", {})
 
+    # And the other way round: B's token reaches nothing of A, by any tool.
+    code, out, err = await mnemo(
+        home, "mcp", "token", "create", "--user", f"telegram:{B}", env=env_for(database)
+    )
+    assert code == 0, err
+    async with served(home, out.splitlines()[0], database) as client:
+        seen = [
+            text_of(await client.call_tool(name, args))
+            for name, args in (
+                ("memory_read", {}),
+                ("session_search", {"query": "green tea dog chess"}),
+                ("recall", {"query": "green tea dog chess sails"}),
+            )
+        ]
+    answers = json.dumps([{k: v for k, v in r.items() if k != "query"} for r in seen])
+    assert "4711" in answers, "B sees B's own profile"
+    assert "tea" not in answers and "chess" not in answers and "sails" not in answers and "A's" not in answers
+
     settings = load_settings(home, environ={}, overrides=database)
     backend = await open_backend(settings)
     try:
