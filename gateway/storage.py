@@ -23,6 +23,7 @@ rename (``tests/memory/test_db_migrations.py`` pins the historical names)::
     0014_media_usage             gateway/people/media_usage.py
     0015_memory_journal          memory/journal_sqlite.py
     0016_memory_policies         memory/policy.py
+    0017_mcp                     gateway/mcp/schema.py
 
 Every process that opens ``state.db`` (the gateway, each CLI command, a benchmark)
 goes through ``state_database``.
@@ -72,6 +73,8 @@ from mnemo.gateway.inbound.access import PairingRepository, RateWindow
 from mnemo.gateway.inbound.schema import PAIRINGS
 from mnemo.gateway.jobs.schema import JOBS, JOBS_DEDUPE_KEY
 from mnemo.gateway.jobs.store import JobStorage
+from mnemo.gateway.mcp.schema import MCP
+from mnemo.gateway.mcp.store import McpRepository
 from mnemo.gateway.media_quota import MediaUsageRepository
 from mnemo.gateway.people.directory import Directory
 from mnemo.gateway.people.erasure import PersonalData
@@ -116,6 +119,7 @@ STATE_MIGRATIONS: tuple[Migration, ...] = (
     MEDIA_USAGE,
     MEMORY_JOURNAL,
     MEMORY_POLICIES,
+    MCP,
 )
 
 
@@ -170,6 +174,7 @@ class StorageBackend:
     # commit): the curated files on SQLite, skills, facts.db.
     documents: DocumentJournal
     policies: PolicyRepository  # memory policies per person and per chat
+    mcp: McpRepository  # MCP's client tokens, tool catalogs and reload requests (gateway/mcp)
     # A lock on a key held across every process of the database (PostgreSQL's advisory
     # locks); None when one process owns the store (SQLite).
     shared_lock: Callable[[str], AbstractAsyncContextManager[None]] | None = None

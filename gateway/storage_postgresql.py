@@ -41,6 +41,7 @@ class PgBackend:
         from mnemo.gateway.storage_pg.inbox import PgInbox
         from mnemo.gateway.storage_pg.jobs import PgJobStore
         from mnemo.gateway.storage_pg.links import PgIdentityLinks
+        from mnemo.gateway.storage_pg.mcp import PgMcpStore
         from mnemo.gateway.storage_pg.media_usage import PgMediaUsage
         from mnemo.gateway.storage_pg.outbox import PgOutbox
         from mnemo.gateway.storage_pg.pairings import PgPairingStore
@@ -104,6 +105,7 @@ class PgBackend:
             proposals=journal,
             documents=documents,
             policies=PgPolicies(db),
+            mcp=PgMcpStore(db),
             shared_lock=db.advisory_lock,
             streams=PgStreamRecords(db),
             replica=replica,

@@ -54,6 +54,7 @@ class SqliteBackend:
         from mnemo.gateway.delivery.streams import StreamRecords
         from mnemo.gateway.inbound.access import PairingStore, RateLimiter
         from mnemo.gateway.jobs.store import JobStore
+        from mnemo.gateway.mcp.store import McpStore
         from mnemo.gateway.people.directory import StateDirectory
         from mnemo.gateway.people.erasure_state import StateData
         from mnemo.gateway.people.links import IdentityLinks
@@ -120,6 +121,7 @@ class SqliteBackend:
             proposals=journal,
             documents=journal,
             policies=SqlitePolicies(db),
+            mcp=McpStore(db),
             streams=StreamRecords(db),
         )
         try:

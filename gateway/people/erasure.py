@@ -77,6 +77,7 @@ LAYERS = (
     "facts",
     "links",
     "journal",
+    "mcp_tokens",
     "skills",
     "media",
     "media_usage",

@@ -60,6 +60,7 @@ TOUCHED = (
     "budget_notices",
     "identity_links",
     "link_codes",
+    "mcp_tokens",
     "curated_memory",
     "rate_limit_users",
     "rate_limit_hits",
@@ -111,6 +112,7 @@ _COUNTS = {
     "media_usage": "SELECT file FROM media_usage WHERE owner = %(who)s",
     "links": "SELECT member FROM identity_links WHERE member = %(who)s"
     " UNION ALL SELECT code_hash FROM link_codes WHERE usr = %(who)s",
+    "mcp_tokens": 'SELECT id FROM mcp_tokens WHERE "user" = %(who)s',
     "profile": "SELECT owner FROM curated_memory WHERE target = 'user' AND owner = %(who)s",
     "rate_limits": "SELECT key FROM rate_limit_users WHERE key = %(who)s",  # their window (hits go with it)
 }
@@ -217,6 +219,7 @@ class PgPersonalData:
         await self.budgets.erase_within(conn, str(user))
         await conn.execute("DELETE FROM identity_links WHERE member = %(who)s", who)
         await conn.execute("DELETE FROM link_codes WHERE usr = %(who)s", who)
+        await conn.execute('DELETE FROM mcp_tokens WHERE "user" = %(who)s', who)  # their MCP clients
         await conn.execute("UPDATE identity_generation SET n = n + 1 WHERE id = 1")
         await conn.execute("DELETE FROM curated_memory WHERE target = 'user' AND owner = %(who)s", who)
         await conn.execute("DELETE FROM rate_limit_hits WHERE key = %(who)s", who)
