@@ -347,11 +347,12 @@ async def open_app(
             )
             await cron_scheduler.start()
             stack.push_async_callback(cron_scheduler.stop)
-        if scheduler and settings.backup.enabled and backend.name == "sqlite":
-            # Automatic backups (backup.schedule), only while this process serves the profile.
+        if scheduler and settings.backup.enabled:
+            # Automatic backups (backup.schedule) of the configured backend while this process
+            # serves the profile; replicas take each slot under the backend's shared lock.
             from mnemo.backups import BackupScheduler
 
-            backups = BackupScheduler(settings)
+            backups = BackupScheduler(settings, lock=backend.shared_lock)
             await backups.start()
             stack.push_async_callback(backups.stop)
         await gateway.start()

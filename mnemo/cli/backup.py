@@ -1,5 +1,5 @@
 """``mnemo backup now|list|verify FILE|restore FILE``: the automatic backups by hand
-(mnemo/backups.py; the archive is the one ``mnemo export`` writes)."""
+(``mnemo/backups.py``; the archive is the one ``mnemo export`` writes, on either backend)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from mnemo.cli.main import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
+from mnemo.gateway.errors import ArchiveRefused
 
 
 def register(subparsers: Any) -> None:
@@ -17,36 +18,43 @@ def register(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="backup_command", metavar="ACTION", required=True)
     sub.add_parser(
         "now",
-        help="write a backup now (verified, older ones pruned beyond backup.keep)",
+        help="write a backup of the configured backend now (verified, older ones pruned beyond backup.keep; "
+        "secrets left out)",
     ).set_defaults(handler=_now)
-    sub.add_parser("list", help="the backups in backup.dir, oldest first").set_defaults(handler=_list)
+    sub.add_parser(
+        "list", help="the backups in backup.dir, oldest first, with the backend each was taken from"
+    ).set_defaults(handler=_list)
     v = sub.add_parser(
         "verify",
-        help="check an archive: checksums of every file, integrity of every database",
+        help="check an archive: every checksum, every table's row count, every row",
     )
     v.add_argument("file", metavar="FILE")
     v.set_defaults(handler=_verify)
     r = sub.add_parser(
         "restore",
-        help="restore an archive into this (stopped) profile; replaced files kept aside",
+        help="restore an archive into this profile's backend while no bot runs; refused when the profile "
+        "holds data, unless --force (what it replaces is kept aside)",
     )
     r.add_argument("file", metavar="FILE")
+    r.add_argument("--force", action="store_true", help="restore over a profile that holds data")
     r.set_defaults(handler=_restore)
 
 
 def _now(args: argparse.Namespace, settings: Settings) -> int:
     from mnemo.backups import backup_now
-    from mnemo.cli.profile import BackupRefused
+    from mnemo.cli.profile import export_lines
 
     try:
-        path = backup_now(settings, datetime.now(UTC))
-    except BackupRefused as e:
+        exported = backup_now(settings, datetime.now(UTC))
+    except ArchiveRefused as e:
         raise CommandError(f"backup failed: {e}", EXIT_REFUSED) from None
-    print(f"backup written and verified: {path}")
+    for line in export_lines(exported, verb="backup written and verified:"):
+        print(line)
     return EXIT_OK
 
 
 def _list(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.archives.restore import source_of
     from mnemo.backups import backup_dir, list_backups
 
     folder = backup_dir(settings)
@@ -54,7 +62,7 @@ def _list(args: argparse.Namespace, settings: Settings) -> int:
     if not backups:
         print(f"no backups in {folder}")
     for b in backups:
-        print(f"{b.created:%Y-%m-%d %H:%M:%S} UTC  {b.size:>12,} bytes  {b.path}")
+        print(f"{b.created:%Y-%m-%d %H:%M:%S} UTC  {b.size:>12,} bytes  {source_of(b.path):<10}  {b.path}")
     return EXIT_OK
 
 
@@ -66,28 +74,30 @@ def _archive(args: argparse.Namespace) -> Path:
 
 
 def _verify(args: argparse.Namespace, settings: Settings) -> int:
-    from mnemo.backups import verify_archive
-    from mnemo.cli.profile import BackupRefused
+    from mnemo.archives.restore import verify_archive
 
     path = _archive(args)
     try:
-        count = verify_archive(path)
-    except BackupRefused as e:
+        verified = verify_archive(path)
+    except ArchiveRefused as e:
         raise CommandError(f"{path}: verification failed: {e}", EXIT_REFUSED) from None
-    print(f"{path}: OK ({count} files, checksums match, databases intact)")
+    what = "databases intact" if verified.version == 1 else f"{verified.rows:,} rows match their counts"
+    print(
+        f"{path}: OK ({verified.files} files, checksums match, {what}; "
+        f"taken from {verified.source.backend}, format version {verified.version})"
+    )
     return EXIT_OK
 
 
 def _restore(args: argparse.Namespace, settings: Settings) -> int:
     from mnemo.backups import restore
-    from mnemo.cli.profile import BackupRefused
+    from mnemo.cli.profile import restore_lines
 
     path = _archive(args)
     try:
-        count, replaced = restore(settings, path)
-    except BackupRefused as e:
+        restored = restore(settings, path, force=args.force)
+    except ArchiveRefused as e:
         raise CommandError(f"restore refused: {e}", EXIT_REFUSED) from None
-    print(f"restored {count} files into {settings.home}")
-    if replaced is not None:
-        print(f"the files it replaced were moved to {replaced}")
+    for line in restore_lines(restored, settings.home):
+        print(line)
     return EXIT_OK
