@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from mnemo.gateway.archive.ports import ArchiveStore
 from mnemo.gateway.budgets.ledger import Clock, SqliteBudgets, utc_now
 from mnemo.gateway.config import Settings
-from mnemo.gateway.storage import Probe, ProbeState, Serving, StorageBackend, state_database
+from mnemo.gateway.storage import STATE_MIGRATIONS, Probe, ProbeState, Serving, StorageBackend, state_database
 from mnemo.memory.errors import StoreError
 from mnemo.memory.identity import Identities
 from mnemo.memory.ports import SearchRepository
@@ -195,7 +195,7 @@ class SqliteBackend:
 
         home = self.settings.home
         facts = provider_dir(home, "holographic") / "facts.db"
-        return SqliteArchive(self.settings.state_db, facts, self.settings.memories_dir)
+        return SqliteArchive(self.settings.state_db, facts, self.settings.memories_dir, STATE_MIGRATIONS)
 
     async def serving(self, lock_holder: Callable[[], int | None]) -> Serving:
         pid = lock_holder()

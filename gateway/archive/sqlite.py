@@ -37,6 +37,7 @@ from mnemo.gateway.errors import ArchiveRefused
 from mnemo.memory.atomic import ensure_folder
 from mnemo.memory.db import create_private_database
 from mnemo.memory.errors import InvalidIdentifier, StoreError
+from mnemo.memory.migrations import Migration, migrate
 from mnemo.memory.scope import UserRef
 
 SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
@@ -119,11 +120,15 @@ class _Snapshot:
 
 class SqliteArchive:
     """``state.db``, ``facts.db`` and ``memories/`` of one home (or of an unpacked
-    archive of 0.1, which has the same three)."""
+    archive of 0.1, which has the same three); ``migrations`` is ``state.db``'s list
+    (``gateway/storage.py`` assembles it: this sub-package sits below it)."""
 
     name = "sqlite"
 
-    def __init__(self, state_db: Path, facts_db: Path, memories: Path) -> None:
+    def __init__(
+        self, state_db: Path, facts_db: Path, memories: Path, migrations: Sequence[Migration]
+    ) -> None:
+        self.migrations = tuple(migrations)
         self.state_db = state_db
         self.facts_db = facts_db
         self.memories = memories
@@ -182,17 +187,13 @@ class SqliteArchive:
         except (sqlite3.DatabaseError, StoreError) as e:
             raise ArchiveRefused(f"{src} cannot be read as a mnemo database ({e})") from None
 
-    @staticmethod
-    def _migrate_state(path: Path) -> None:
-        from mnemo.gateway.storage import STATE_MIGRATIONS
-        from mnemo.memory.migrations import migrate
-
+    def _migrate_state(self, path: Path) -> None:
         conn = sqlite3.connect(path, isolation_level=None)
         try:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not {"sessions", "messages"} <= tables:
                 raise StoreError("not a mnemo state.db: no sessions and messages tables")
-            migrate(conn, STATE_MIGRATIONS, path=path)
+            migrate(conn, self.migrations, path=path)
         finally:
             conn.close()
 
@@ -215,7 +216,8 @@ class SqliteArchive:
             _remove(path)
         try:
             tables = list(source.tables())
-            rows = _load_state(staged[self.state_db], source, [t for t in tables if t in STATE_TABLES])
+            state = [t for t in tables if t in STATE_TABLES]
+            rows = _load_state(staged[self.state_db], source, state, self.migrations)
             held = [t for t in tables if t in FACT_TABLES]
             if held:
                 rows |= _load_facts(staged[self.facts_db], source, held)
@@ -269,15 +271,14 @@ def _insert(conn: sqlite3.Connection, table: Table, rows: Iterator[Row]) -> int:
     return n
 
 
-def _load_state(path: Path, source: Snapshot, tables: list[Table]) -> dict[str, int]:
-    from mnemo.gateway.storage import STATE_MIGRATIONS
-    from mnemo.memory.migrations import migrate
-
+def _load_state(
+    path: Path, source: Snapshot, tables: list[Table], migrations: Sequence[Migration]
+) -> dict[str, int]:
     create_private_database(path)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
-        migrate(conn, STATE_MIGRATIONS, path=path)
+        migrate(conn, migrations, path=path)
         counts: dict[str, int] = {}
         counters: list[tuple[int, int, str]] = []
         conn.execute("BEGIN IMMEDIATE")

@@ -79,11 +79,13 @@ class Unpacked:
         """The archive's data as a snapshot a store loads."""
         if self.version == LEGACY:
             from mnemo.gateway.archive.sqlite import SqliteArchive
+            from mnemo.gateway.storage import STATE_MIGRATIONS
 
             legacy = SqliteArchive(
                 self.folder / "state.db",
                 self.folder / "providers" / "holographic" / "facts.db",
                 self.folder / MEMORIES,
+                STATE_MIGRATIONS,
             )
             with legacy.snapshot() as snap:
                 yield snap

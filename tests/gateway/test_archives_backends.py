@@ -531,3 +531,25 @@ def test_every_table_and_column_of_both_backends_is_archived_or_named_local(
     )
     assert missing == [], "archive these columns (gateway/archive/format.py) or name them in LOCAL"
     assert backend_for(settings).archive().contents().rows["holographic/facts"] == 1
+
+
+async def test_the_dashboard_says_when_the_newest_backup_predates_a_move_to_postgresql(
+    home: Path, pg_cluster: Cluster
+) -> None:
+    from mnemo.dashboard import ProfileStats
+
+    before = load_settings(home, environ={})
+    await asyncio.to_thread(backup_now, before, datetime(2026, 1, 1, tzinfo=UTC))
+    (home / "config.yaml").write_text(f"database:\n  url: {pg_cluster.fresh_database()}\n")
+    moved = load_settings(home, environ={})
+    storage = await open_backend(moved)
+    try:
+        stats = ProfileStats(moved, storage.directory, storage.budgets)
+        status = await stats.last_backup()
+        assert status is not None and not status.verified
+        assert "taken from sqlite, but this profile now runs on postgresql" in status.detail
+        await asyncio.to_thread(backup_now, moved, datetime(2026, 1, 2, tzinfo=UTC))
+        status = await stats.last_backup()
+        assert status is not None and status.verified and "(postgresql)" in status.detail
+    finally:
+        await storage.close()
