@@ -37,7 +37,8 @@ outbox delivery) receives it from that repository's ``write`` and passes it to a
 **One seam, no questions.** Features never ask which database they run on: the backend
 builds what differs. ``backend_for(settings)`` is the configured ``Backend`` — what a
 backend is before it is opened: its name, whether replicas share it, the read-only
-probe ``mnemo doctor`` shows and who serves it for ``mnemo status``. ``open_backend``
+probe ``mnemo doctor`` shows, who serves it for ``mnemo status`` and its side of
+archives (``archive()``: snapshot and restore for ``mnemo export`` and backups). ``open_backend``
 (``Backend.open``) gives the ``StorageBackend``: every repository by its port, and the
 per-backend objects for links, budgets, erasure, the people directory and the rate
 limit. ``database.url`` unset is ``$MNEMO_HOME/state.db`` (``storage_sqlite.py``);
@@ -59,6 +60,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from mnemo.gateway.archive.ports import ArchiveStore
 from mnemo.gateway.budgets.ledger import BudgetRepository, Clock, utc_now
 from mnemo.gateway.budgets.schema import BUDGETS
 from mnemo.gateway.config import Settings
@@ -259,6 +261,11 @@ class Backend(Protocol):
     async def serving(self, lock_holder: Callable[[], int | None]) -> Serving:
         """Who serves the bot now; ``lock_holder`` is the PID holding the profile lock
         (``mnemo/profile_lock.py``), which is who serves a store one process owns."""
+        ...
+
+    def archive(self) -> ArchiveStore:
+        """This backend's side of archives (``gateway/archive/``): what it holds, a
+        consistent snapshot of it, a restore into it. Blocking; opens nothing yet."""
         ...
 
 

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mnemo.gateway.archive.ports import ArchiveStore
 from mnemo.gateway.budgets.ledger import Clock, SqliteBudgets, utc_now
 from mnemo.gateway.config import Settings
-from mnemo.gateway.storage import Probe, ProbeState, Serving, StorageBackend, state_database
+from mnemo.gateway.storage import STATE_MIGRATIONS, Probe, ProbeState, Serving, StorageBackend, state_database
 from mnemo.memory.errors import StoreError
 from mnemo.memory.identity import Identities
 from mnemo.memory.ports import SearchRepository
@@ -203,6 +204,14 @@ class SqliteBackend:
             ProbeState.PASS,
             f"{root} readable (MEMORY.md {chars:,} chars, {len(profiles)} user profiles)",
         )
+
+    def archive(self) -> ArchiveStore:
+        from mnemo.gateway.archive.sqlite import SqliteArchive
+        from mnemo.memory.provider_config import provider_dir
+
+        home = self.settings.home
+        facts = provider_dir(home, "holographic") / "facts.db"
+        return SqliteArchive(self.settings.state_db, facts, self.settings.memories_dir, STATE_MIGRATIONS)
 
     async def serving(self, lock_holder: Callable[[], int | None]) -> Serving:
         pid = lock_holder()

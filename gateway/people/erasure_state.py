@@ -73,8 +73,6 @@ class LocalWindow(Protocol):
 class StateData:
     """``PersonalData`` on ``state.db`` and the files beside it."""
 
-    backups_note: str | None = None  # the archives are SQLite homes: ``scrub`` applies
-
     def __init__(
         self, db: Database, settings: Settings, budgets: BudgetRows, *, rate: LocalWindow | None = None
     ) -> None:

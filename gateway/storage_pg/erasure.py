@@ -14,8 +14,8 @@ instead of waiting for autovacuum. What PostgreSQL still keeps of the old bytes 
 free space not yet overwritten, base backups, replicas' copies) is the operator's to
 expire: README, "Erasure on PostgreSQL".
 
-The backup archives are not scrubbed on PostgreSQL yet (``backups_note``): the receipt
-says so.
+The backup archives are scrubbed by ``Erasure`` itself (the app's ``scrub``), the same
+on both backends.
 """
 
 from __future__ import annotations
@@ -39,10 +39,6 @@ from mnemo.memory.provider_scope import safe_id
 from mnemo.memory.scope import UserRef
 from mnemo.memory.writes import WriteOp
 
-BACKUPS_NOTE = (
-    "backup archives are not scrubbed on PostgreSQL yet; remove or re-create the archives in "
-    "backup.dir that predate this erasure"
-)
 # Every table an erasure may change; VACUUMed afterwards (names are constants, never input).
 TOUCHED = (
     "messages",
@@ -125,8 +121,6 @@ async def _column(conn: Connection, sql: str, args: dict[str, Any] | Sequence[An
 class PgPersonalData:
     """``PersonalData`` on PostgreSQL (plus a ``facts.db`` left in the home from before
     ``mnemo migrate``, whose facts of the person go too)."""
-
-    backups_note: str | None = BACKUPS_NOTE
 
     def __init__(self, db: PgDatabase, settings: Settings, budgets: PgBudgets) -> None:
         self.db = db

@@ -286,13 +286,15 @@ def _archive(path: Path, members: dict[str, bytes], manifest: bool = True) -> Pa
 
 
 def _sound_state_db(tmp_path: Path) -> bytes:
+    """A sound state.db as 0.1's export archived it (format version 1)."""
     home = fresh_profile(tmp_path / "source")
-    archive = tmp_path / "sound.tar.gz"
-    assert mnemo(home, "export", str(archive)).returncode == 0
-    with tarfile.open(archive) as tar:
-        f = tar.extractfile("state.db")
-        assert f is not None
-        return f.read()
+    copy = tmp_path / "sound.db"
+    source, target = sqlite3.connect(home / "state.db"), sqlite3.connect(copy)
+    source.backup(target)
+    target.execute("PRAGMA journal_mode=DELETE")
+    source.close()
+    target.close()
+    return copy.read_bytes()
 
 
 @pytest.mark.parametrize(
