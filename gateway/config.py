@@ -19,12 +19,22 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
 from mnemo.gateway.errors import ConfigError, StartupError
@@ -348,6 +358,110 @@ class ProvidersSettings(Section):
     timeout_s: float | None = Field(None, gt=0)
 
 
+# Who may use something (an MCP server's tools, the ``delegate`` tool): every admin
+# (``access.admins``), everyone the bot answers, or the people listed as PLATFORM:ID.
+Audience = Literal["admins", "users"] | tuple[str, ...]
+_SERVER_NAME = re.compile(r"[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*")
+_PERSON = re.compile(r"[a-z][a-z0-9_-]*:[^\s:]+")
+
+
+def _check_audience(v: Any) -> Any:
+    """Before validation: 'admins', 'users', or a list of PLATFORM:ID, with one clear message."""
+    if isinstance(v, str) and v not in ("admins", "users"):
+        raise ValueError("must be 'admins', 'users' or a list of people as PLATFORM:ID")
+    if isinstance(v, list | tuple):
+        bad = [p for p in v if not isinstance(p, str) or not _PERSON.fullmatch(p)]
+        if bad:
+            raise ValueError(f"people are PLATFORM:ID, e.g. telegram:123456; not {', '.join(map(repr, bad))}")
+        return tuple(v)
+    return v
+
+
+class McpServerSettings(Section):
+    """One MCP server the agent may use (``gateway/mcp``): a command mnemo starts and
+    talks to over stdio, or a streamable-HTTP URL. ``env`` and ``headers`` values may
+    name variables of ``.env`` or the environment as ``${NAME}``; they are secrets."""
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, SecretStr] = Field(default_factory=dict)
+    url: str | None = None
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    # "all", or the server's tool names the agent is offered.
+    tools: Literal["all"] | tuple[str, ...] = "all"
+    allowed: Audience = "admins"
+    timeout_s: float = Field(30.0, gt=0, le=600)
+
+    @field_validator("allowed", mode="before")
+    @classmethod
+    def _people(cls, v: Any) -> Any:
+        return _check_audience(v)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSettings:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either 'command' (stdio) or 'url' (streamable HTTP)")
+        if self.url is not None:
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError("'url' must be an http:// or https:// URL")
+            if self.args or self.env:
+                raise ValueError("'args' and 'env' are for a 'command' server")
+        if self.command is not None and self.headers:
+            raise ValueError("'headers' are for a 'url' server")
+        return self
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command is not None else "http"
+
+
+class McpServeSettings(Section):
+    """``mnemo mcp serve``: mnemo's memory offered to another assistant."""
+
+    # The client's token for ``--stdio`` (env MNEMO_MCP_TOKEN, set by the client that
+    # starts the process); over HTTP every request carries its own bearer token.
+    token: SecretStr | None = None
+    # Browser origins allowed to call ``--http`` (a request with any other Origin is
+    # refused); empty: only clients that send no Origin (not browsers).
+    allowed_origins: tuple[str, ...] = ()
+
+
+class McpSettings(Section):
+    servers: dict[str, McpServerSettings] = Field(default_factory=dict)
+    # A tool result longer than this is cut (before the threat scan and the fence).
+    max_result_chars: int = Field(8000, ge=200, le=60_000)
+    # Connecting and listing one server's tools, at start and on reload.
+    connect_timeout_s: float = Field(20.0, gt=0, le=600)
+    # How often a server that failed or timed out is checked again.
+    probe_interval_s: float = Field(30.0, gt=0)
+    serve: McpServeSettings = McpServeSettings()
+
+    @field_validator("servers")
+    @classmethod
+    def _server_names(cls, v: dict[str, McpServerSettings]) -> dict[str, McpServerSettings]:
+        bad = [n for n in v if not _SERVER_NAME.fullmatch(n) or len(n) > 32]
+        if bad:
+            raise ValueError(
+                f"server names are letters and digits joined by single '-' or '_', at most 32 "
+                f"characters (got {', '.join(map(repr, bad))})"
+            )
+        return v
+
+
+class DelegationSettings(Section):
+    """The ``delegate`` tool (``gateway/turns/delegate.py``): a sub-agent with a fresh context."""
+
+    allowed: Audience = "admins"
+    max_steps: int = Field(8, ge=1, le=50)  # tool rounds of one sub-agent
+    max_tokens: int = Field(60_000, ge=1000)  # input + output tokens of one sub-agent, all requests
+    model: str | None = None  # None: llm.model
+
+    @field_validator("allowed", mode="before")
+    @classmethod
+    def _people(cls, v: Any) -> Any:
+        return _check_audience(v)
+
+
 class Settings(Section):
     home: Path
     llm: LLMSettings = LLMSettings()
@@ -371,6 +485,8 @@ class Settings(Section):
     media: MediaSettings = MediaSettings()
     transcription: TranscriptionSettings = TranscriptionSettings()
     streaming: StreamingSettings = StreamingSettings()
+    mcp: McpSettings = McpSettings()
+    delegation: DelegationSettings = DelegationSettings()
 
     @field_validator("streaming", mode="before")
     @classmethod
@@ -454,6 +570,12 @@ class Settings(Section):
             self.discord.bot_token,
             self.web.access_token,
             self.database.url,
+            self.mcp.serve.token,
+            *(
+                v
+                for server in self.mcp.servers.values()
+                for v in (*server.env.values(), *server.headers.values())
+            ),
         )
         return tuple(s.get_secret_value() for s in secrets if s is not None and s.get_secret_value())
 
@@ -485,6 +607,7 @@ ENV_KEYS: dict[str, str] = {
     "MNEMO_REPLICA_ID": "database.replica_id",
     "MNEMO_LOG_LEVEL": "logging.level",
     "MNEMO_LOG_FORMAT": "logging.format",
+    "MNEMO_MCP_TOKEN": "mcp.serve.token",
 }
 
 # Keys whose environment value is a comma-separated list.
@@ -570,6 +693,38 @@ def _env_overlay(tree: dict[str, Any], env: Mapping[str, str]) -> None:
             _set_dotted(tree, dotted, value)
 
 
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _interpolate_mcp(tree: dict[str, Any], env: Mapping[str, str]) -> None:
+    """``${NAME}`` in an MCP server's ``env`` and ``headers`` values, from ``.env`` or the
+    environment (secrets stay out of config.yaml); an unset name is a configuration error."""
+    mcp = tree.get("mcp")
+    servers = mcp.get("servers") if isinstance(mcp, dict) else None
+    if not isinstance(servers, dict):
+        return
+    missing: list[str] = []
+    for name, server in servers.items():
+        for part in ("env", "headers"):
+            values = server.get(part) if isinstance(server, dict) else None
+            if not isinstance(values, dict):
+                continue
+            for key, value in values.items():
+                if not isinstance(value, str):
+                    continue
+
+                def sub(m: re.Match[str], where: str = f"mcp.servers.{name}.{part}.{key}") -> str:
+                    found = env.get(m.group(1))
+                    if found is None:
+                        missing.append(f"{where}: ${{{m.group(1)}}} is not set (in .env or the environment)")
+                        return ""
+                    return found
+
+                values[key] = _VARIABLE.sub(sub, value)
+    if missing:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(missing))
+
+
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     model: type[BaseModel] | None = Settings
     for part in loc[:-1]:
@@ -641,6 +796,7 @@ def load_settings(
         tree.update(loaded)
     file_env = read_dotenv(root / ".env")
     _env_overlay(tree, {**file_env, **env})
+    _interpolate_mcp(tree, {**file_env, **env})
     for dotted, value in (overrides or {}).items():
         _set_dotted(tree, dotted, value)
     tree["home"] = root

@@ -16,10 +16,12 @@
     │   ├── PlatformRateLimited(retry_after)
     │   ├── PlatformUnavailable      network down, 5xx; retry later
     │   └── Forbidden                blocked by the user, no access to the chat
-    └── CronError                    a scheduled job could not be created or changed
-        ├── InvalidJob               bad schedule, time zone, target or prompt; nothing stored
-        ├── JobNotFound              no such job, or not visible to the caller
-        └── JobNotAllowed            visible, but the caller may not change it
+    ├── CronError                    a scheduled job could not be created or changed
+    │   ├── InvalidJob               bad schedule, time zone, target or prompt; nothing stored
+    │   ├── JobNotFound              no such job, or not visible to the caller
+    │   └── JobNotAllowed            visible, but the caller may not change it
+    └── ArchiveRefused               an export, backup or restore that cannot be done; nothing changed
+        └── UnsafeArchive            a damaged, hostile or foreign archive; nothing written
 
 Memory-layer errors live in ``memory/errors.py`` (memory never imports gateway).
 """
@@ -116,3 +118,13 @@ class JobNotFound(CronError):
 
 class JobNotAllowed(CronError):
     pass
+
+
+class ArchiveRefused(MnemoError):
+    """An export, backup or restore refused (the message says why in one line): a bad
+    target, a store that cannot be read, a target that holds data without ``--force``."""
+
+
+class UnsafeArchive(ArchiveRefused):
+    """An archive that is damaged, hostile (paths out of the home, links, bombs) or not
+    a mnemo archive; refused before anything is written."""

@@ -23,6 +23,7 @@ rename (``tests/memory/test_db_migrations.py`` pins the historical names)::
     0014_media_usage             gateway/people/media_usage.py
     0015_memory_journal          memory/journal_sqlite.py
     0016_memory_policies         memory/policy.py
+    0017_mcp                     gateway/mcp/schema.py
 
 Every process that opens ``state.db`` (the gateway, each CLI command, a benchmark)
 goes through ``state_database``.
@@ -36,7 +37,8 @@ outbox delivery) receives it from that repository's ``write`` and passes it to a
 **One seam, no questions.** Features never ask which database they run on: the backend
 builds what differs. ``backend_for(settings)`` is the configured ``Backend`` — what a
 backend is before it is opened: its name, whether replicas share it, the read-only
-probe ``mnemo doctor`` shows and who serves it for ``mnemo status``. ``open_backend``
+probe ``mnemo doctor`` shows, who serves it for ``mnemo status`` and its side of
+archives (``archive()``: snapshot and restore for ``mnemo export`` and backups). ``open_backend``
 (``Backend.open``) gives the ``StorageBackend``: every repository by its port, and the
 per-backend objects for links, budgets, erasure, the people directory and the rate
 limit. ``database.url`` unset is ``$MNEMO_HOME/state.db`` (``storage_sqlite.py``);
@@ -58,6 +60,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from mnemo.gateway.archive.ports import ArchiveStore
 from mnemo.gateway.budgets.ledger import BudgetRepository, Clock, utc_now
 from mnemo.gateway.budgets.schema import BUDGETS
 from mnemo.gateway.config import Settings
@@ -72,6 +75,8 @@ from mnemo.gateway.inbound.access import PairingRepository, RateWindow
 from mnemo.gateway.inbound.schema import PAIRINGS
 from mnemo.gateway.jobs.schema import JOBS, JOBS_DEDUPE_KEY
 from mnemo.gateway.jobs.store import JobStorage
+from mnemo.gateway.mcp.schema import MCP
+from mnemo.gateway.mcp.store import McpRepository
 from mnemo.gateway.media_quota import MediaUsageRepository
 from mnemo.gateway.people.directory import Directory
 from mnemo.gateway.people.erasure import PersonalData
@@ -116,6 +121,7 @@ STATE_MIGRATIONS: tuple[Migration, ...] = (
     MEDIA_USAGE,
     MEMORY_JOURNAL,
     MEMORY_POLICIES,
+    MCP,
 )
 
 
@@ -170,6 +176,7 @@ class StorageBackend:
     # commit): the curated files on SQLite, skills, facts.db.
     documents: DocumentJournal
     policies: PolicyRepository  # memory policies per person and per chat
+    mcp: McpRepository  # MCP's client tokens, tool catalogs and reload requests (gateway/mcp)
     # A lock on a key held across every process of the database (PostgreSQL's advisory
     # locks); None when one process owns the store (SQLite).
     shared_lock: Callable[[str], AbstractAsyncContextManager[None]] | None = None
@@ -254,6 +261,11 @@ class Backend(Protocol):
     async def serving(self, lock_holder: Callable[[], int | None]) -> Serving:
         """Who serves the bot now; ``lock_holder`` is the PID holding the profile lock
         (``mnemo/profile_lock.py``), which is who serves a store one process owns."""
+        ...
+
+    def archive(self) -> ArchiveStore:
+        """This backend's side of archives (``gateway/archive/``): what it holds, a
+        consistent snapshot of it, a restore into it. Blocking; opens nothing yet."""
         ...
 
 

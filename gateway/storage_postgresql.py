@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import psycopg
 
+from mnemo.gateway.archive.ports import ArchiveStore
 from mnemo.gateway.budgets.ledger import Clock, utc_now
 from mnemo.gateway.config import Settings
 from mnemo.gateway.errors import StartupError
@@ -41,6 +42,7 @@ class PgBackend:
         from mnemo.gateway.storage_pg.inbox import PgInbox
         from mnemo.gateway.storage_pg.jobs import PgJobStore
         from mnemo.gateway.storage_pg.links import PgIdentityLinks
+        from mnemo.gateway.storage_pg.mcp import PgMcpStore
         from mnemo.gateway.storage_pg.media_usage import PgMediaUsage
         from mnemo.gateway.storage_pg.outbox import PgOutbox
         from mnemo.gateway.storage_pg.pairings import PgPairingStore
@@ -104,6 +106,7 @@ class PgBackend:
             proposals=journal,
             documents=documents,
             policies=PgPolicies(db),
+            mcp=PgMcpStore(db),
             shared_lock=db.advisory_lock,
             streams=PgStreamRecords(db),
             replica=replica,
@@ -208,6 +211,13 @@ class PgBackend:
             "memories",
             ProbeState.SKIP,
             "MEMORY.md and USER.md are rows on PostgreSQL (curated_memory), not files here",
+        )
+
+    def archive(self) -> ArchiveStore:
+        from mnemo.gateway.storage_pg.archive import PgArchive
+
+        return PgArchive(
+            self.url, self.settings.home, connect_timeout_s=self.settings.database.connect_timeout_s
         )
 
     async def serving(self, lock_holder: Callable[[], int | None]) -> Serving:

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mnemo.gateway.archive.ports import ArchiveStore
 from mnemo.gateway.budgets.ledger import Clock, SqliteBudgets, utc_now
 from mnemo.gateway.config import Settings
-from mnemo.gateway.storage import Probe, ProbeState, Serving, StorageBackend, state_database
+from mnemo.gateway.storage import STATE_MIGRATIONS, Probe, ProbeState, Serving, StorageBackend, state_database
 from mnemo.memory.errors import StoreError
 from mnemo.memory.identity import Identities
 from mnemo.memory.ports import SearchRepository
@@ -54,6 +55,7 @@ class SqliteBackend:
         from mnemo.gateway.delivery.streams import StreamRecords
         from mnemo.gateway.inbound.access import PairingStore, RateLimiter
         from mnemo.gateway.jobs.store import JobStore
+        from mnemo.gateway.mcp.store import McpStore
         from mnemo.gateway.people.directory import StateDirectory
         from mnemo.gateway.people.erasure_state import StateData
         from mnemo.gateway.people.links import IdentityLinks
@@ -120,6 +122,7 @@ class SqliteBackend:
             proposals=journal,
             documents=journal,
             policies=SqlitePolicies(db),
+            mcp=McpStore(db),
             streams=StreamRecords(db),
         )
         try:
@@ -201,6 +204,14 @@ class SqliteBackend:
             ProbeState.PASS,
             f"{root} readable (MEMORY.md {chars:,} chars, {len(profiles)} user profiles)",
         )
+
+    def archive(self) -> ArchiveStore:
+        from mnemo.gateway.archive.sqlite import SqliteArchive
+        from mnemo.memory.provider_config import provider_dir
+
+        home = self.settings.home
+        facts = provider_dir(home, "holographic") / "facts.db"
+        return SqliteArchive(self.settings.state_db, facts, self.settings.memories_dir, STATE_MIGRATIONS)
 
     async def serving(self, lock_holder: Callable[[], int | None]) -> Serving:
         pid = lock_holder()

@@ -43,8 +43,10 @@ class SessionRepository(Protocol):
         parent_session_id: str | None = None,
         title: str | None = None,
         started_at: datetime | None = None,
+        session_id: str | None = None,
     ) -> SessionRow:
-        """A new session of ``chat_key`` with its frozen system prompt."""
+        """A new session of ``chat_key`` with its frozen system prompt; ``session_id``
+        a stable id an importer derives from its source's (default: a new one)."""
         ...
 
     async def get_session(self, session_id: str) -> SessionRow | None: ...

@@ -34,6 +34,8 @@ from mnemo.gateway.jobs.housekeeping import Housekeeping
 from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.llm.client import LLMClient
 from mnemo.gateway.logs import get_logger
+from mnemo.gateway.mcp.command import mcp_command
+from mnemo.gateway.mcp.hub import McpHub
 from mnemo.gateway.media import MediaStore
 from mnemo.gateway.media_quota import MediaQuota
 from mnemo.gateway.metrics import Metrics
@@ -61,7 +63,7 @@ from mnemo.wiring.commands import build_commands
 from mnemo.wiring.model import open_model
 from mnemo.wiring.replicas import join_replicas
 from mnemo.wiring.schedules import start_schedules
-from mnemo.wiring.tools import build_tools
+from mnemo.wiring.tools import build_tools, open_tool_sources
 from mnemo.wiring.web import start_web
 
 if TYPE_CHECKING:
@@ -101,6 +103,7 @@ class App:
     journal: JournalRepository | None = None  # every memory write with its provenance
     policies: MemoryPolicies | None = None  # what may be remembered, per person and chat
     replicas: ReplicaMonitor | None = None  # on PostgreSQL (gateway/replicas.py); None on SQLite
+    mcp: McpHub | None = None  # the MCP servers the agent uses (gateway/mcp)
 
 
 @asynccontextmanager
@@ -208,6 +211,14 @@ async def open_app(
             proposals=backend.proposals,
             forget_session=backend.personal_data.forget_session,
         )
+        # delegate, then the MCP servers' tools, after the registered ones (wiring/tools.py)
+        mcp = await open_tool_sources(
+            stack, settings, repo=backend.mcp, agent=agent, budgets=budgets, providers=providers
+        )
+        commands.add(mcp_command(mcp))
+        sessions.mcp_tools = lambda msg: mcp.names_for(
+            msg.speaker, is_admin=access.is_admin(msg.platform, msg.user_id)
+        )
         housekeeping = register_background(
             settings,
             jobs,
@@ -250,6 +261,7 @@ async def open_app(
                 cron=cron,
                 jobs=jobs,
                 skills=skills,
+                mcp=mcp,
             )
         for line in access.describe():
             log.info("access_policy", policy=line)
@@ -282,6 +294,7 @@ async def open_app(
             replicas=replicas.monitor,
             journal=backend.journal,
             policies=policies,
+            mcp=mcp,
         )
         # Every adapter's stop is on the stack before its first attempt, so one the
         # supervisor starts later (a platform unreachable at boot) is stopped like the

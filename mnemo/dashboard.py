@@ -106,19 +106,22 @@ class ProfileStats:
         ]
 
     async def last_backup(self) -> BackupStatus | None:
-        from mnemo.backups import backup_dir, list_backups, verify_archive
-        from mnemo.cli.profile import BackupRefused
+        from mnemo.archives.restore import verify_archive
+        from mnemo.backups import backup_folder, describe, list_backups
+        from mnemo.gateway.errors import ArchiveRefused
 
         def look() -> BackupStatus | None:
-            found = list_backups(backup_dir(self.settings))
+            found = list_backups(backup_folder(self.settings))
             if not found:
                 return None
             last = found[-1]
             key = (str(last.path), last.path.stat().st_mtime)
             if self._verified is None or self._verified[:2] != key:
-                try:  # the archive's own check, once per file (it was verified when written too)
-                    ok, detail = True, f"{verify_archive(last.path)} files checked"
-                except BackupRefused as e:
+                # The archive's own check, once per file (it was verified when written too),
+                # and whether it is a backup of the profile as it runs now (its backend).
+                try:
+                    ok, detail = describe(self.settings, verify_archive(last.path))
+                except ArchiveRefused as e:
                     ok, detail = False, str(e)
                 self._verified = (*key, ok, detail)
             return BackupStatus(str(last.path), last.size, last.created, self._verified[2], self._verified[3])

@@ -3,7 +3,7 @@ touches the network beyond 127.0.0.1."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from hypothesis import settings as hypothesis_settings
 
 from mnemo.gateway.config import Settings, load_settings
 from mnemo.gateway.emulator import Emulator
+from tests.support.cli import logging_restored, structlog_through_logging
 
 # Shared, noisy CI machines: a per-example deadline turns a slow moment into a failure
 # that says nothing about the code. Properties are checked; time is not.
@@ -24,7 +25,33 @@ hypothesis_settings.load_profile("mnemo")
 
 # The throw-away PostgreSQL cluster (session fixture ``pg_cluster``), started only when
 # a test asks for it: the contract suite's "postgresql" backend and the PostgreSQL e2e tests.
+# Under pytest-xdist each worker is a session of its own, so each starts its own cluster.
 pytest_plugins = ["tests.support.pgcluster"]
+
+# The guard for a test marked slow (real processes, kill -9, replicas); every other test
+# has pyproject's ``timeout``.
+SLOW_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests first (the order is otherwise kept), so a parallel run starts them at
+    once instead of ending on one of them; and they get the longer guard."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    for item in items:
+        if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
+
+structlog_through_logging()  # what _logging_as_it_was restores after every test
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A test that runs ``mnemo.cli.main.main`` in this process lets it configure logging
+    (root handler on that test's stderr, levels): undone after every test, so no later
+    test logs into a closed capture stream or at another test's level."""
+    with logging_restored():
+        yield
 
 
 @pytest.fixture

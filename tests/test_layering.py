@@ -100,6 +100,7 @@ def test_nothing_imports_the_old_top_level_names(package: str) -> None:
     assert not violations((package,), OLD_TOP_LEVEL)
 
 
+@pytest.mark.slow
 def test_the_emulator_is_imported_lazily_and_only_by_trial_mode_and_demo() -> None:
     users = []
     for package in PACKAGES:

@@ -26,13 +26,6 @@ STORAGE = (
     "memory/pg/",
     "memory/db.py",
 )
-# Branches still waiting for their feature to move behind the seam, per file, exactly:
-# removed by the backups/importers work (issue 25 items 1 and 4), which then lowers or
-# drops these counts — a stale count fails below, so the list only shrinks.
-ALLOWED = {
-    "mnemo/wiring/schedules.py": 1,  # the scheduled backup runs on SQLite only (backup.schedule)
-    "mnemo/importers/command.py": 1,  # mnemo import --from hermes|openclaw: SQLite profiles only
-}
 BACKEND_NAMES = {"sqlite", "postgresql"}
 
 
@@ -77,12 +70,7 @@ def test_storage_backend_names_every_repository_by_its_port_never_any() -> None:
 
 
 def test_no_code_outside_the_storage_modules_asks_which_backend_it_runs_on() -> None:
-    found = branches()
-    outside = {path: lines for path, lines in found.items() if path not in ALLOWED}
-    assert outside == {}, "the backend builds what differs: add it to StorageBackend instead"
-    counts = {path: len(found.get(path, [])) for path in ALLOWED}
-    assert counts == ALLOWED, "a branch left: lower or drop its count in ALLOWED"
-    assert sum(len(lines) for lines in outside.values()) == 0
+    assert branches() == {}, "the backend builds what differs: add it to StorageBackend instead"
 
 
 def test_the_counter_sees_each_way_of_asking(tmp_path: Path) -> None:

@@ -517,9 +517,18 @@ class AdminDashboard:
                 f'<li class="msg {esc(m.role)}"{anchor}><div class="who">{who} <span class="muted">{when} · #{m.id}'
                 f"</span></div>{text}{calls}</li>"
             )
+        up = row.parent_session_id
+        parent = [("Parent", f'<a href="{href("/admin/sessions/" + seg(up))}">{esc(up)}</a>')] if up else []
+        # Delegated sub-agents (gateway/turns/delegate.py) are sessions of the same chat.
+        delegated = [
+            s
+            for s in await store.list_sessions(row.chat_key, limit=500)
+            if s.parent_session_id == row.id and s.source == "delegate"
+        ]
         head = cards(
             [
                 ("Chat", f'<a href="{href("/admin/sessions", chat=row.chat_key)}">{esc(row.chat_key)}</a>'),
+                *parent,
                 ("Source", esc(row.source)),
                 ("Started", esc(row.started_at.strftime("%Y-%m-%d %H:%M"))),
                 ("State", esc(f"ended ({row.end_reason})" if row.is_ended else "active")),
@@ -528,6 +537,8 @@ class AdminDashboard:
             ]
         )
         body = head + f'<ol class="transcript">{"".join(items)}</ol>'
+        if delegated:
+            body += "<h2>Delegated to sub-agents</h2>" + _session_table(delegated)
         return _html(layout(row.title or f"Session {row.id}", body, active="sessions", session=session))
 
     async def _search(self, request: web.Request, session: AdminSession) -> web.Response:

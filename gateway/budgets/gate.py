@@ -201,6 +201,12 @@ class BudgetGate:
                 admission.open = False
                 _ADMITTED.reset(token)
 
+    async def check(self, user: UserRef, *, admin: bool) -> Refusal | None:
+        """The caps of ``turn`` for a request made inside a running turn (a delegated
+        sub-agent): without the turn's lock, which the caller holds, and without using
+        up the person's one notice."""
+        return await self._check(user, await self.limits(user, admin=admin))
+
     async def _check(self, user: UserRef | None, limits: Limits) -> Refusal | None:
         now = self.ledger.local_now()
         glob = self.settings.global_.daily_usd

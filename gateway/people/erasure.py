@@ -25,11 +25,9 @@ What goes (``Receipt.counts`` names each layer, the same on SQLite and PostgreSQ
 * ``copies`` — copies of their profile or skill folders anywhere else under the home
   (``.replaced-*/`` left by ``mnemo import``, an unpacked archive): every
   ``…/users/P/ID/`` and ``…/.history/users/P:ID/`` folder;
-* ``backups`` — the backup archives (``backup.dir``), each restored into a scratch
-  folder, erased there the same way and written again (``scrub`` from the app:
-  ``mnemo/backups.py``; the gateway cannot import it). A backend whose archives cannot
-  be scrubbed yet says why (``PersonalData.backups_note``): the receipt then lists the
-  layer as not erased, with that reason — never a silent 0;
+* ``backups`` — the backup archives (``backup.dir``), whichever backend each was taken
+  from: each restored into a scratch SQLite home, erased there the same way and written
+  again (``scrub`` from the app: ``mnemo/backups.py``; the gateway cannot import it);
 * ``provider`` — for an external provider (``memory.provider``), one durable
   ``forget_user`` write (``memory/durable.py``) per account, queued in the same
   transaction as the deletions: the worker sends the provider's delete call, retried
@@ -77,6 +75,7 @@ LAYERS = (
     "facts",
     "links",
     "journal",
+    "mcp_tokens",
     "skills",
     "media",
     "media_usage",
@@ -122,9 +121,6 @@ class Found:
 class PersonalData(Protocol):
     """One person's rows and backend-kept files, as a storage backend holds them
     (``StorageBackend.personal_data``). Called by ``Erasure`` only; raises ``StoreError``."""
-
-    # Why this backend cannot scrub the backup archives yet; None: ``scrub`` applies.
-    backups_note: str | None
 
     async def accounts(self, user: UserRef) -> tuple[UserRef, ...]:
         """``user`` and every account linked with it (they are erased together)."""
@@ -178,10 +174,6 @@ class Erasure:
     async def _backups(
         self, accounts: tuple[UserRef, ...], total: dict[str, int], *, delete: bool
     ) -> Receipt:
-        note = self.data.backups_note
-        if note is not None:
-            total["backups"] = 0
-            return Receipt(total, {"backups": note})
         if self.scrub is not None:
             total["backups"] = await self.scrub(accounts, delete)
         return Receipt(total)

@@ -73,8 +73,6 @@ class LocalWindow(Protocol):
 class StateData:
     """``PersonalData`` on ``state.db`` and the files beside it."""
 
-    backups_note: str | None = None  # the archives are SQLite homes: ``scrub`` applies
-
     def __init__(
         self, db: Database, settings: Settings, budgets: BudgetRows, *, rate: LocalWindow | None = None
     ) -> None:
@@ -210,6 +208,7 @@ class StateData:
             "media_usage": n("SELECT file FROM media_usage WHERE owner = :p || ':' || :u"),
             "links": n("SELECT member FROM identity_links WHERE member = :p || ':' || :u")
             + n("SELECT code_hash FROM link_codes WHERE user = :p || ':' || :u"),
+            "mcp_tokens": n("SELECT id FROM mcp_tokens WHERE user = :p || ':' || :u"),
             "provider": self._forget_at_provider(conn, user, delete=False),
             "journal": journal_sqlite.erase_within(conn, str(user), time.time(), delete=False),
         }
@@ -263,6 +262,7 @@ class StateData:
             erase_usage_within(conn, str(user))
             conn.execute("DELETE FROM identity_links WHERE member = ?", (str(user),))
             conn.execute("DELETE FROM link_codes WHERE user = ?", (str(user),))
+            conn.execute("DELETE FROM mcp_tokens WHERE user = ?", (str(user),))  # their MCP clients
             conn.execute("UPDATE identity_generation SET n = n + 1 WHERE id = 1")
             counts["provider"] = self._forget_at_provider(conn, user, delete=True)
             journal_sqlite.erase_within(conn, str(user), time.time(), delete=True)

@@ -14,8 +14,8 @@ instead of waiting for autovacuum. What PostgreSQL still keeps of the old bytes 
 free space not yet overwritten, base backups, replicas' copies) is the operator's to
 expire: README, "Erasure on PostgreSQL".
 
-The backup archives are not scrubbed on PostgreSQL yet (``backups_note``): the receipt
-says so.
+The backup archives are scrubbed by ``Erasure`` itself (the app's ``scrub``), the same
+on both backends.
 """
 
 from __future__ import annotations
@@ -39,10 +39,6 @@ from mnemo.memory.provider_scope import safe_id
 from mnemo.memory.scope import UserRef
 from mnemo.memory.writes import WriteOp
 
-BACKUPS_NOTE = (
-    "backup archives are not scrubbed on PostgreSQL yet; remove or re-create the archives in "
-    "backup.dir that predate this erasure"
-)
 # Every table an erasure may change; VACUUMed afterwards (names are constants, never input).
 TOUCHED = (
     "messages",
@@ -60,6 +56,7 @@ TOUCHED = (
     "budget_notices",
     "identity_links",
     "link_codes",
+    "mcp_tokens",
     "curated_memory",
     "rate_limit_users",
     "rate_limit_hits",
@@ -111,6 +108,7 @@ _COUNTS = {
     "media_usage": "SELECT file FROM media_usage WHERE owner = %(who)s",
     "links": "SELECT member FROM identity_links WHERE member = %(who)s"
     " UNION ALL SELECT code_hash FROM link_codes WHERE usr = %(who)s",
+    "mcp_tokens": 'SELECT id FROM mcp_tokens WHERE "user" = %(who)s',
     "profile": "SELECT owner FROM curated_memory WHERE target = 'user' AND owner = %(who)s",
     "rate_limits": "SELECT key FROM rate_limit_users WHERE key = %(who)s",  # their window (hits go with it)
 }
@@ -123,8 +121,6 @@ async def _column(conn: Connection, sql: str, args: dict[str, Any] | Sequence[An
 class PgPersonalData:
     """``PersonalData`` on PostgreSQL (plus a ``facts.db`` left in the home from before
     ``mnemo migrate``, whose facts of the person go too)."""
-
-    backups_note: str | None = BACKUPS_NOTE
 
     def __init__(self, db: PgDatabase, settings: Settings, budgets: PgBudgets) -> None:
         self.db = db
@@ -217,6 +213,7 @@ class PgPersonalData:
         await self.budgets.erase_within(conn, str(user))
         await conn.execute("DELETE FROM identity_links WHERE member = %(who)s", who)
         await conn.execute("DELETE FROM link_codes WHERE usr = %(who)s", who)
+        await conn.execute('DELETE FROM mcp_tokens WHERE "user" = %(who)s', who)  # their MCP clients
         await conn.execute("UPDATE identity_generation SET n = n + 1 WHERE id = 1")
         await conn.execute("DELETE FROM curated_memory WHERE target = 'user' AND owner = %(who)s", who)
         await conn.execute("DELETE FROM rate_limit_hits WHERE key = %(who)s", who)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from mnemo.gateway.storage_pg.budgets import BUDGETS
 from mnemo.gateway.storage_pg.heartbeats import REPLICAS
+from mnemo.gateway.storage_pg.mcp import MCP
 from mnemo.gateway.storage_pg.media_usage import MEDIA_USAGE
 from mnemo.gateway.storage_pg.rate_limits import RATE_LIMITS
 from mnemo.memory.pg.curated import CURATED_MEMORY
@@ -243,4 +244,5 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     MEDIA_USAGE,  # storage_pg/media_usage.py: what people store, for media.quota
     PG_MEMORY_JOURNAL,  # memory/pg/journal.py: every memory write with its provenance
     PG_MEMORY_POLICIES,  # memory/pg/policy.py: what may be remembered, per person and chat
+    MCP,  # storage_pg/mcp.py: MCP client tokens, tool catalogs, reload requests
 )

@@ -45,7 +45,7 @@ from mnemo.gateway.logs import get_logger
 from mnemo.gateway.media import MediaStore
 from mnemo.gateway.turns.history import Counters, missing_tool_results, rebuild_counters
 from mnemo.gateway.turns.model_input import ModelInput, model_input
-from mnemo.gateway.turns.tools import ToolRegistry, TurnContext
+from mnemo.gateway.turns.tools import ToolRegistry, ToolSet, TurnContext
 from mnemo.memory.compressor import CompressionPolicy, ContextCompressor, Row, rows_tokens
 from mnemo.memory.fence import strip_fences
 from mnemo.memory.ports import SessionStorage
@@ -63,6 +63,7 @@ AUTH_APOLOGY = "Sorry — my language model refused my credentials. The operator
 TOO_MANY_TOOLS = "I stopped after too many tool calls in one turn. Please rephrase or narrow the request."
 # What an agent's requests are, for the budget gate (gateway/budgets/charge.py).
 _REQUEST_KIND = {AgentContext.CRON: RequestKind.CRON, AgentContext.SUBAGENT: RequestKind.DELEGATE}
+OUT_OF_TOKENS = "I stopped: this task used up its token budget before it was finished."
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,10 @@ class Agent:
         self._llm_seconds = 0.0
         self._trimmed = False  # the preflight left old turns out of a request
         self._fallback_trim = False  # the API said "too long" despite the preflight
+        # A delegated sub-agent (``delegate.py``): the tools it was granted instead of the
+        # registry's, and a cap on the tokens of all its requests together.
+        self.granted: ToolSet | None = None
+        self.token_limit: int | None = None
 
     @classmethod
     async def load(cls, deps: AgentDeps, session: SessionRow, ctx: TurnContext) -> Agent:
@@ -235,8 +240,11 @@ class Agent:
         requests = 0
         last_prompt = 0
         memory_written = False
-        schemas = self.deps.tools.schemas(self.ctx.agent_context)
+        tools = self.granted or await self.deps.tools.for_turn(self.ctx, self.session)
+        schemas = tools.schemas()
         for _ in range(self.deps.sessions.max_tool_iterations):
+            if self.token_limit is not None and usage.prompt_tokens + usage.output_tokens >= self.token_limit:
+                break
             try:
                 request = self._model_input(turn.request_context, schemas)
                 stream = self.stream
@@ -283,7 +291,7 @@ class Agent:
                     self.stream.status(tool_status(call["name"]))
                 ctx = replace(self.ctx, tool_call_id=call["id"])  # a write names its tool call
                 with billed_to(Billing(self.session.id, self._payer, self.ctx.is_admin)):
-                    result = await self.deps.tools.call(call["name"], call.get("input") or {}, ctx)
+                    result = await tools.call(call["name"], call.get("input") or {}, ctx)
                 memory_written = memory_written or result.memory_write
                 results.append(
                     NewMessage(
@@ -297,11 +305,11 @@ class Agent:
                 )
             await self._persist(results)
             self.history = await self.deps.store.load_messages(self.session.id)
-        ids = await self._persist(
-            [NewMessage(role="assistant", content=TOO_MANY_TOOLS, finish_reason="tool_limit")]
-        )
+        over = self.token_limit is not None and usage.prompt_tokens + usage.output_tokens >= self.token_limit
+        text, reason = (OUT_OF_TOKENS, "token_limit") if over else (TOO_MANY_TOOLS, "tool_limit")
+        ids = await self._persist([NewMessage(role="assistant", content=text, finish_reason=reason)])
         return self._result(
-            TOO_MANY_TOOLS, usage, cost, requests, last_prompt, memory_written, before, reply_id=ids[-1]
+            text, usage, cost, requests, last_prompt, memory_written, before, reply_id=ids[-1]
         )
 
     async def _failed(

@@ -60,6 +60,13 @@ class LinksSource(Protocol):
     async def refresh(self) -> None: ...
 
 
+class McpToolNames(Protocol):
+    """The MCP tools a session starting now offers a speaker (``McpHub.names_for``): the
+    skills index marks skills whose tools are missing."""
+
+    def __call__(self, msg: InboundMessage) -> frozenset[str]: ...
+
+
 class PromptBlockSource(Protocol):
     """The memory providers' static system-prompt block (``MemoryManager``)."""
 
@@ -86,8 +93,10 @@ class SessionResolver:
         links: LinksSource | None = None,
         policies: MemoryPolicies | None = None,
         journal: JournalRepository | None = None,
+        mcp_tools: McpToolNames | None = None,
     ) -> None:
         self.settings = settings
+        self.mcp_tools = mcp_tools
         self.links = links
         self.policies = policies  # None: the defaults everywhere (tests without a store)
         self.journal = journal  # trust markers in the prompt; None: no markers
@@ -138,7 +147,10 @@ class SessionResolver:
             # shared room nobody's own skills (they would reach every member).
             store = SkillStore(self.settings.skills_dir, self.settings.skills.max_visible)
             owner = None if shared_room else msg.speaker
-            return render_index(store.visible(owner, msg.platform), self.settings.skills.index_max_chars)
+            tools = self.mcp_tools(msg) if self.mcp_tools is not None else frozenset()
+            return render_index(
+                store.visible(owner, msg.platform), self.settings.skills.index_max_chars, tools
+            )
 
         soul, blocks = await asyncio.to_thread(read)
         memory_block, user_block = await self._marked(blocks, msg)

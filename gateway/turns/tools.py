@@ -6,6 +6,11 @@ registered. The registry turns every failure into an error ``tool_result`` the m
 read — unknown tool, bad arguments, a handler exception — so a tool can never end a
 turn. Schemas are returned in registration order: tool definitions are part of the
 cached prompt prefix, so their bytes must not change between requests.
+
+A turn's tools are a ``ToolSet``: the registered tools its context is offered, then
+what each ``ToolSource`` adds for that session and speaker (the ``delegate`` tool for
+the people allowed to delegate, then the MCP servers' tools), in the order the sources
+were added. A source must answer the same for every turn of a session.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mnemo.gateway.events import InboundMessage
 from mnemo.gateway.logs import get_logger
@@ -22,6 +27,9 @@ from mnemo.memory.memory_tool import WriteAttempts
 from mnemo.memory.policy import EffectivePolicy
 from mnemo.memory.provider import ProviderContext
 from mnemo.memory.scope import AgentContext, UserRef
+
+if TYPE_CHECKING:
+    from mnemo.memory.sessions import SessionRow
 
 log = get_logger(__name__)
 
@@ -156,10 +164,84 @@ def _truncate(text: str, limit: int) -> str:
     return text[: max(0, limit - len(note))] + note
 
 
+class ToolSource(Protocol):
+    """Tools offered beyond the registered ones, per session and speaker. The agent asks
+    before each turn's first request (``ToolRegistry.for_turn``); the answer must be the
+    same for every turn of a session (the definitions sit in the cached prefix)."""
+
+    async def tools_for(self, ctx: TurnContext, session: SessionRow) -> Sequence[Tool]: ...
+
+
+async def _run(
+    tool: Tool | None, name: str, args: Any, ctx: TurnContext, known: Sequence[str], limit: int
+) -> ToolResult:
+    if tool is None or not tool.offered_in(ctx.agent_context):
+        return ToolResult(f"Error: unknown tool {name!r}. Available: {', '.join(known)}", is_error=True)
+    problem = _check_args(tool.schema, args)
+    if problem is not None:
+        return ToolResult(f"Error: {problem}", is_error=True)
+    try:
+        out = await tool.handler(args, ctx)
+    except Exception as e:  # loop boundary: a tool never ends the turn
+        log.exception("tool_failed", tool=name, session=ctx.session_id)
+        return ToolResult(f"Error: tool {name!r} failed: {type(e).__name__}: {e}", is_error=True)
+    if isinstance(out, ToolResult):
+        return ToolResult(_truncate(out.content, limit), out.is_error, out.memory_write)
+    if isinstance(out, dict):
+        text = json.dumps(out, ensure_ascii=False)
+        failed = out.get("success") is False or "error" in out and out.get("success") is not True
+        return ToolResult(_truncate(text, limit), is_error=bool(failed))
+    return ToolResult(_truncate(str(out), limit))
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    """The tools of one turn, in the order their definitions are sent."""
+
+    tools: tuple[Tool, ...]
+    max_output_chars: int = 20_000
+
+    def names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    def schemas(self) -> list[Mapping[str, Any]]:
+        return [t.schema for t in self.tools]
+
+    def get(self, name: str) -> Tool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def only(self, names: Sequence[str]) -> ToolSet:
+        """These tools, in this set's order."""
+        return ToolSet(tuple(t for t in self.tools if t.name in names), self.max_output_chars)
+
+    def replace(self, tool: Tool) -> ToolSet:
+        """This set with ``tool`` in place of the tool of the same name."""
+        return ToolSet(tuple(tool if t.name == tool.name else t for t in self.tools), self.max_output_chars)
+
+    async def call(self, name: str, args: Any, ctx: TurnContext) -> ToolResult:
+        return await _run(self.get(name), name, args, ctx, self.names(), self.max_output_chars)
+
+
 class ToolRegistry:
     def __init__(self, max_output_chars: int = 20_000) -> None:
         self._tools: dict[str, Tool] = {}
+        self._sources: list[ToolSource] = []
         self.max_output_chars = max_output_chars
+
+    def add_source(self, source: ToolSource) -> None:
+        self._sources.append(source)
+
+    async def for_turn(self, ctx: TurnContext, session: SessionRow) -> ToolSet:
+        """The registered tools ``ctx`` is offered, then each source's (a name already
+        taken is skipped: registered tools win)."""
+        tools = [t for t in self._tools.values() if t.offered_in(ctx.agent_context)]
+        taken = {t.name for t in tools}
+        for source in self._sources:
+            for tool in await source.tools_for(ctx, session):
+                if tool.name not in taken and tool.offered_in(ctx.agent_context):
+                    tools.append(tool)
+                    taken.add(tool.name)
+        return ToolSet(tuple(tools), self.max_output_chars)
 
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
@@ -177,23 +259,5 @@ class ToolRegistry:
         ]
 
     async def call(self, name: str, args: Any, ctx: TurnContext) -> ToolResult:
-        tool = self._tools.get(name)
-        if tool is None or not tool.offered_in(ctx.agent_context):
-            return ToolResult(
-                f"Error: unknown tool {name!r}. Available: {', '.join(self.names())}", is_error=True
-            )
-        problem = _check_args(tool.schema, args)
-        if problem is not None:
-            return ToolResult(f"Error: {problem}", is_error=True)
-        try:
-            out = await tool.handler(args, ctx)
-        except Exception as e:  # loop boundary: a tool never ends the turn
-            log.exception("tool_failed", tool=name, session=ctx.session_id)
-            return ToolResult(f"Error: tool {name!r} failed: {type(e).__name__}: {e}", is_error=True)
-        if isinstance(out, ToolResult):
-            return ToolResult(_truncate(out.content, self.max_output_chars), out.is_error, out.memory_write)
-        if isinstance(out, dict):
-            text = json.dumps(out, ensure_ascii=False)
-            failed = out.get("success") is False or "error" in out and out.get("success") is not True
-            return ToolResult(_truncate(text, self.max_output_chars), is_error=bool(failed))
-        return ToolResult(_truncate(str(out), self.max_output_chars))
+        """Call a registered tool (background passes; a turn calls its ``ToolSet``)."""
+        return await _run(self._tools.get(name), name, args, ctx, self.names(), self.max_output_chars)

@@ -105,6 +105,10 @@ class PgDatabase:
         self._pool: AsyncConnectionPool[Connection] | None = None
         self._lock_pool: AsyncConnectionPool[Connection] | None = None
         self._lock_pool_size = lock_pool_size
+        # Lockers queue here for one of the lock pool's connections, however long the
+        # queue: the pool's own queue gives up after 30 s, which would fail a turn only
+        # because more chats than connections were busy.
+        self._lock_slots: asyncio.Semaphore | None = None
         self.schema_version = 0
         self.retries = 0  # serialization/deadlock retries so far (benchmarks, tests)
 
@@ -176,8 +180,8 @@ class PgDatabase:
         every process on this database. The lock lives on a connection of a separate
         pool, held for the duration: if this process dies, the server drops the
         connection and with it the lock, so another replica takes over at once."""
-        pool = await self._locks()
-        async with pool.connection() as conn:
+        pool, slots = await self._locks()
+        async with slots, pool.connection() as conn:
             await conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
             try:
                 yield
@@ -187,9 +191,10 @@ class PgDatabase:
                 except psycopg.OperationalError:
                     pass  # the connection is gone, and the server dropped the lock with it
 
-    async def _locks(self) -> AsyncConnectionPool[Connection]:
+    async def _locks(self) -> tuple[AsyncConnectionPool[Connection], asyncio.Semaphore]:
         self._require()
-        if self._lock_pool is None:
+        if self._lock_pool is None or self._lock_slots is None:
+            self._lock_slots = asyncio.Semaphore(self._lock_pool_size)
             # Created on first use (min_size=0: no connection is held until a turn needs
             # one), and separate, so turns waiting for a lock never starve the queries.
             self._lock_pool = AsyncConnectionPool(
@@ -201,7 +206,7 @@ class PgDatabase:
                 name="mnemo-locks",
             )
         await self._lock_pool.open()  # a no-op once open
-        return self._lock_pool
+        return self._lock_pool, self._lock_slots
 
     def _require(self) -> AsyncConnectionPool[Connection]:
         if self._pool is None:

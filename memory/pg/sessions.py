@@ -94,11 +94,14 @@ class PgSessionStore:
         parent_session_id: str | None = None,
         title: str | None = None,
         started_at: datetime | None = None,
+        session_id: str | None = None,
     ) -> SessionRow:
+        """``session_id``: a stable id chosen by the caller (an importer derives it from
+        the source's own id, so a second import finds the session); default: a new one."""
         started = started_at or self._clock()
         if started.tzinfo is None:
             started = started.replace(tzinfo=UTC)
-        sid = new_session_id(started)
+        sid = session_id or new_session_id(started)
 
         async def tx(conn: Connection) -> SessionRow:
             await conn.execute(

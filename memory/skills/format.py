@@ -10,8 +10,13 @@ agent-skills convention, so existing skill folders install unchanged)::
     platforms: [cli, telegram]   # optional: cli, telegram, discord, web, cron
     tags: [docs]                 # optional
     version: 1.0                 # optional
+    mcp_tools: [github__create_issue]   # optional: MCP tools (SERVER__TOOL) it needs
     ---
     body ...
+
+A skill naming ``mcp_tools`` is shown in the index as unavailable to a person for whom
+any of them is not configured (``mcp.servers``: the server, its tool allowlist, who may
+use it); it can still be read.
 
 Supporting files live only in ``references/``, ``templates/``, ``scripts/`` and
 ``assets/``; nothing in a skill is ever executed (``scripts/`` is text to read).
@@ -37,6 +42,8 @@ SKILL_FILE = "SKILL.md"
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 _CATEGORY = re.compile(r"[a-z0-9][a-z0-9_-]*")
+# An MCP tool as the model sees it (``gateway/mcp/catalog.py``): SERVER__TOOL.
+_MCP_TOOL = re.compile(r"[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*__[A-Za-z0-9_-]+")
 
 
 class SkillRefused(MemoryRefused):
@@ -60,6 +67,7 @@ class SkillMeta:
     platforms: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     version: str | None = None
+    mcp_tools: tuple[str, ...] = ()
 
     def offered_on(self, platform: str) -> bool:
         return not self.platforms or platform in self.platforms
@@ -131,6 +139,13 @@ def parse_skill(text: str, folder_name: str | None = None) -> SkillMeta:
             f"invalid_front_matter: unknown platform(s) {', '.join(unknown)} (allowed: {', '.join(sorted(PLATFORMS))})"
         )
     version = data.get("version")
+    mcp_tools = _str_list("mcp_tools", data.get("mcp_tools"))
+    odd = [t for t in mcp_tools if not _MCP_TOOL.fullmatch(t) or len(t) > 128]
+    if odd:
+        raise SkillRefused(
+            f"invalid_front_matter: 'mcp_tools' names tools as SERVER__TOOL (e.g. github__create_issue); "
+            f"not {', '.join(map(repr, odd))}"
+        )
     return SkillMeta(
         name=name,
         description=description.strip(),
@@ -138,6 +153,7 @@ def parse_skill(text: str, folder_name: str | None = None) -> SkillMeta:
         platforms=platforms,
         tags=_str_list("tags", data.get("tags")),
         version=None if version is None else str(version),
+        mcp_tools=mcp_tools,
     )
 
 

@@ -14,7 +14,10 @@ gateway package never imports one): the LLM endpoint is asked for ``GET /v1/mode
 one-token message; Telegram for ``getMe`` and Discord for ``GET /users/@me``, through
 the configured base URLs. With ``database.url`` the database check is the PostgreSQL
 server's (reachable, its version, the schema step against this mnemo's; nothing is
-written) instead of ``state.db``'s. Secrets never appear in the output: every line is scrubbed of
+written) instead of ``state.db``'s. Each MCP server of ``mcp.servers`` is started or
+connected and asked for its tools, like ``mnemo mcp list`` (within
+``mcp.connect_timeout_s``: a server process may take longer to start than an HTTP check).
+Secrets never appear in the output: every line is scrubbed of
 every configured secret value, because an error may quote a URL holding the Telegram
 token.
 """
@@ -394,6 +397,25 @@ async def _guarded(
         return Check(name, Status.FAIL, f"unreachable: {e}")
 
 
+async def check_mcp(settings: Settings) -> list[Check]:
+    """One check per MCP server: it answers and lists tools (``mnemo mcp list``'s probe)."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        return [
+            Check(
+                "mcp", Status.FAIL, "mcp.servers is set but the MCP SDK is missing: pip install 'mnemo[mcp]'"
+            )
+        ]
+    from mnemo.cli.mcp import probe
+
+    report = await probe(settings)
+    return [
+        Check(f"mcp {s.name}", Status.PASS if s.state == "ok" else Status.FAIL, s.line().split(": ", 1)[1])
+        for s in report.servers
+    ]
+
+
 async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> list[Check]:
     import aiohttp
 
@@ -401,6 +423,7 @@ async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> lis
     database = asyncio.create_task(
         check_database(settings, timeout_s)
     )  # awaited below, alongside the network
+    mcp = asyncio.create_task(check_mcp(settings)) if settings.mcp.servers else None
     network: list[tuple[str, NetworkCheck]] = [("llm", check_llm)]
     if settings.telegram.bot_token is not None:
         network.append(("telegram", check_telegram))
@@ -424,6 +447,8 @@ async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> lis
         checks.append(await database)
     if settings.memory.provider:  # after the database check, which creates and migrates it
         probes.append(await check_provider_writes(settings))
+    if mcp is not None:
+        probes += await mcp
     return checks + probes
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import tarfile
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from mnemo.gateway.config import Settings
 from mnemo.memory.errors import InvalidIdentifier
 from mnemo.memory.scope import UserRef
 from mnemo.memory.skills import SkillExists, SkillRefused, SkillStore
+from mnemo.memory.skills.archive import MAX_FILE_BYTES, is_archive, unpack
 from mnemo.memory.skills.format import SKILL_FILE, SUBFOLDERS, check_file_path
 
 
@@ -159,35 +158,6 @@ def _show(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def _unpack(path: Path, into: Path) -> Path:
-    """Extract an archive into ``into`` (members checked like supporting files) and
-    return the folder holding SKILL.md."""
-    if path.name.endswith(".zip"):
-        with zipfile.ZipFile(path) as zf:
-            members = [(m.filename, m.is_dir(), (m.external_attr >> 28) == 0xA) for m in zf.infolist()]
-            _check_members(members)
-            zf.extractall(into)
-    elif path.name.endswith((".tar.gz", ".tgz")):
-        with tarfile.open(path, "r:gz") as tf:
-            _check_members([(m.name, m.isdir(), not (m.isfile() or m.isdir())) for m in tf.getmembers()])
-            tf.extractall(into, filter="data")
-    else:
-        raise CommandError(f"{path}: expected a folder, a .zip or a .tar.gz", EXIT_USAGE)
-    found = sorted(into.rglob(SKILL_FILE), key=lambda p: len(p.parts))
-    if not found:
-        raise CommandError(f"{path}: no {SKILL_FILE} inside", EXIT_REFUSED)
-    return found[0].parent
-
-
-def _check_members(members: list[tuple[str, bool, bool]]) -> None:
-    for name, _is_dir, is_link in members:
-        parts = name.rstrip("/").split("/")
-        if name.startswith("/") or ".." in parts or is_link:
-            raise CommandError(
-                f"archive member {name!r} is absolute, climbs out or is a link; refused", EXIT_REFUSED
-            )
-
-
 def _read_folder(folder: Path) -> tuple[str, dict[str, str]]:
     files: dict[str, str] = {}
     for p in sorted(folder.rglob("*")):
@@ -200,6 +170,10 @@ def _read_folder(folder: Path) -> tuple[str, dict[str, str]]:
             continue  # .git, .DS_Store: not part of the skill
         try:
             check_file_path(rel)
+            if p.stat().st_size > MAX_FILE_BYTES:  # before reading it: a skill file is text, bounded
+                raise SkillRefused(
+                    f"too_large: {rel} is {p.stat().st_size:,} bytes; a skill file holds at most {MAX_FILE_BYTES:,}"
+                )
             files[rel] = p.read_text(encoding="utf-8")
         except SkillRefused as e:
             raise _refused(e) from None
@@ -215,8 +189,13 @@ def _install(args: argparse.Namespace, settings: Settings) -> int:
     source = Path(args.path)
     if not source.exists():
         raise CommandError(f"{source}: no such file or folder", EXIT_USAGE)
+    if not source.is_dir() and not is_archive(source):
+        raise CommandError(f"{source}: expected a folder, a .zip or a .tar.gz", EXIT_USAGE)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = source if source.is_dir() else _unpack(source, Path(tmp))
+        try:  # streamed under the skills' own limits (memory/skills/archive.py)
+            folder = source if source.is_dir() else unpack(source, Path(tmp))
+        except SkillRefused as e:
+            raise _refused(e) from None
         if not (folder / SKILL_FILE).is_file():
             raise CommandError(f"{folder}: no {SKILL_FILE}", EXIT_REFUSED)
         content, files = _read_folder(folder)

@@ -7,9 +7,16 @@ scan, skills through ``SkillStore.create`` (validation and the skills guard), se
 through ``SessionStore`` with ids derived from the source's (``stable_id``) and each
 message tagged with its source id, so a second import adds only what is new.
 
-A dry run does the same work against scratch copies of the memory files and the skills
-folder and only reads ``state.db``, so what it reports is what the import would do —
-the same refusals included — and nothing of the profile changes.
+Sessions and curated memory go through the configured backend's repositories (SQLite's
+``state.db`` and files, or PostgreSQL's rows: ``StorageBackend.sessions`` and
+``.files``), so an import into a PostgreSQL profile is as idempotent and resumable as
+one into SQLite: each session is one transaction, and a run stopped half-way adds the
+rest on the next.
+
+A dry run does the same work against scratch copies of the curated memory and the
+skills folder and only reads the store (which it does not even open when it holds
+nothing yet), so what it reports is what the import would do — the same refusals
+included — and nothing of the profile changes.
 """
 
 from __future__ import annotations
@@ -26,11 +33,13 @@ from typing import Any
 
 from mnemo.gateway.config import Settings
 from mnemo.importers.chats import ChatMap
-from mnemo.importers.common import Bundle, ForeignSession, ForeignSkill, open_readonly, stable_id
-from mnemo.memory.atomic import replace_file
-from mnemo.memory.curated import CuratedFile, MemoryFiles
+from mnemo.importers.common import Bundle, ForeignSession, ForeignSkill, stable_id
+from mnemo.memory.atomic import ensure_folder, replace_file
+from mnemo.memory.curated import CuratedFile, MemoryFiles, join_entries
+from mnemo.memory.journal import Actor, Provenance, Trust
+from mnemo.memory.ports import CuratedDocument, CuratedRepository, SessionRepository
 from mnemo.memory.scope import UserRef
-from mnemo.memory.sessions import NewMessage, SessionStore
+from mnemo.memory.sessions import NewMessage
 from mnemo.memory.skills import SkillRefused, SkillStore
 from mnemo.memory.skills.format import PLATFORMS, SKILL_FILE, check_category, check_file_path, parse_skill
 from mnemo.memory.threats import scan
@@ -134,9 +143,9 @@ class Receipt:
 
 
 # --- curated memory ---------------------------------------------------------------------
-def _curated(file: CuratedFile, entries: tuple[str, ...], layer: Layer) -> None:
+def _curated(file: CuratedDocument, entries: tuple[str, ...], layer: Layer, by: Provenance | None) -> None:
     for entry in entries:
-        result = file.add(entry)
+        result = file.add(entry, by)
         if result.success and result.changed:
             layer.added.append(entry)
         elif result.success:
@@ -146,8 +155,15 @@ def _curated(file: CuratedFile, entries: tuple[str, ...], layer: Layer) -> None:
             layer.refused.append((_preview(entry), reason))
 
 
-def _memory(bundle: Bundle, files: MemoryFiles, user: UserRef | None, receipt: Receipt) -> None:
-    _curated(files.shared(), bundle.memory, receipt.memory)
+def _memory(
+    bundle: Bundle,
+    files: CuratedRepository,
+    user: UserRef | None,
+    receipt: Receipt,
+    by: Provenance | None = None,
+) -> None:
+    """``by``: the provenance the writes are journaled with (None in a dry run's scratch)."""
+    _curated(files.shared(), bundle.memory, receipt.memory, by)
     receipt.user_ref = None if user is None else str(user)
     if bundle.user is None:
         receipt.user.notes.append("the source has no USER.md")
@@ -156,7 +172,7 @@ def _memory(bundle: Bundle, files: MemoryFiles, user: UserRef | None, receipt: R
             f"USER.md ({len(bundle.user)} entries) not imported: name whose profile it is with --user PLATFORM:ID"
         )
     else:
-        _curated(files.user(user), bundle.user, receipt.user)
+        _curated(files.user(user), bundle.user, receipt.user, by)
 
 
 def _soul(bundle: Bundle, path: Path, dry_run: bool) -> str:
@@ -317,81 +333,67 @@ def _count(receipt: Receipt, fs: ForeignSession, chat_key: str, how: str, new: i
         receipt.sessions_new += 1
 
 
-async def _write_sessions(bundle: Bundle, chats: ChatMap, settings: Settings, receipt: Receipt) -> None:
-    from mnemo.gateway.storage import state_database
-
-    db = state_database(settings.state_db)
-    await db.open()
-    try:
-        store = SessionStore(db)
-        sessions = bundle.sessions()
-        while (fs := await asyncio.to_thread(next, sessions, None)) is not None:
-            if not fs.messages:
-                receipt.skipped_sessions["with nothing to import"] += 1
-                receipt.skipped_messages.update(fs.skipped)
-                continue
-            target, how = chats.resolve(fs)
-            sid = stable_id(bundle.kind, fs.key)
-            existing = await store.get_session(sid)
-            have: set[str] = set()
-            if existing is None:
-                await store.create_session(
-                    chat_key=target.chat_key,
-                    platform=target.platform,
-                    chat_id=target.chat_id,
-                    thread_id=target.thread_id,
-                    user_id=target.user_id,
-                    agent_context="primary",
-                    source="import",
-                    model=fs.model or bundle.kind,
-                    system_prompt="",
-                    title=fs.title,
-                    started_at=fs.started_at,
-                    session_id=sid,
-                )
-            else:
-                have = _keys(iter([m.meta for m in await store.load_messages(sid)]))
-            new = _new_messages(bundle.kind, fs, have)
-            await store.append_messages(sid, new)
-            await store.end_session(sid, "imported")
-            _count(
-                receipt,
-                fs,
-                existing.chat_key if existing else target.chat_key,
-                how,
-                len(new),
-                existing is not None,
+async def _write_sessions(bundle: Bundle, chats: ChatMap, store: SessionRepository, receipt: Receipt) -> None:
+    sessions = bundle.sessions()
+    while (fs := await asyncio.to_thread(next, sessions, None)) is not None:
+        if not fs.messages:
+            receipt.skipped_sessions["with nothing to import"] += 1
+            receipt.skipped_messages.update(fs.skipped)
+            continue
+        target, how = chats.resolve(fs)
+        sid = stable_id(bundle.kind, fs.key)
+        existing = await store.get_session(sid)
+        have: set[str] = set()
+        if existing is None:
+            await store.create_session(
+                chat_key=target.chat_key,
+                platform=target.platform,
+                chat_id=target.chat_id,
+                thread_id=target.thread_id,
+                user_id=target.user_id,
+                agent_context="primary",
+                source="import",
+                model=fs.model or bundle.kind,
+                system_prompt="",
+                title=fs.title,
+                started_at=fs.started_at,
+                session_id=sid,
             )
-    finally:
-        await db.close()
+        else:
+            have = _keys(iter([m.meta for m in await store.load_messages(sid)]))
+        new = _new_messages(bundle.kind, fs, have)
+        await store.append_messages(sid, new)
+        await store.end_session(sid, "imported")
+        _count(
+            receipt,
+            fs,
+            existing.chat_key if existing else target.chat_key,
+            how,
+            len(new),
+            existing is not None,
+        )
 
 
-def _plan_sessions(bundle: Bundle, chats: ChatMap, state_db: Path, receipt: Receipt) -> None:
-    """The dry run's view of the sessions: ``state.db`` only read (and not created)."""
-    conn = open_readonly(state_db) if state_db.is_file() else None
-    try:
-        for fs in bundle.sessions():
-            if not fs.messages:
-                receipt.skipped_sessions["with nothing to import"] += 1
-                receipt.skipped_messages.update(fs.skipped)
-                continue
-            target, how = chats.resolve(fs)
-            sid = stable_id(bundle.kind, fs.key)
-            row = (
-                conn.execute("SELECT chat_key FROM sessions WHERE id = ?", (sid,)).fetchone()
-                if conn
-                else None
-            )
-            have: set[str] = set()
-            if row is not None:
-                have = _keys(
-                    r[0] for r in conn.execute("SELECT meta FROM messages WHERE session_id = ?", (sid,))
-                )
-            new = sum(1 for m in fs.messages if m.key not in have)
-            _count(receipt, fs, row[0] if row else target.chat_key, how, new, row is not None)
-    finally:
-        if conn is not None:
-            conn.close()
+async def _plan_sessions(
+    bundle: Bundle, chats: ChatMap, store: SessionRepository | None, receipt: Receipt
+) -> None:
+    """The dry run's view of the sessions: the store only read (None: it holds nothing)."""
+    sessions = bundle.sessions()
+    while (fs := await asyncio.to_thread(next, sessions, None)) is not None:
+        if not fs.messages:
+            receipt.skipped_sessions["with nothing to import"] += 1
+            receipt.skipped_messages.update(fs.skipped)
+            continue
+        target, how = chats.resolve(fs)
+        sid = stable_id(bundle.kind, fs.key)
+        existing = await store.get_session(sid) if store is not None else None
+        have: set[str] = set()
+        if existing is not None and store is not None:
+            have = _keys(iter([m.meta for m in await store.load_messages(sid)]))
+        new = sum(1 for m in fs.messages if m.key not in have)
+        _count(
+            receipt, fs, existing.chat_key if existing else target.chat_key, how, new, existing is not None
+        )
 
 
 # --- the whole import -------------------------------------------------------------------
@@ -405,16 +407,49 @@ def run(
         notes=list(bundle.notes),
         skipped_sessions=Counter(bundle.skipped_sessions),
     )
+    asyncio.run((_plan if dry_run else _apply)(bundle, settings, chats, user, receipt))
+    unused = chats.unused(c for chat in receipt.chats.values() for c in chat.sources)
+    if unused:
+        receipt.notes.append(f"--chat-map sources that matched no conversation: {', '.join(unused)}")
+    return receipt
+
+
+async def _apply(
+    bundle: Bundle, settings: Settings, chats: ChatMap, user: UserRef | None, receipt: Receipt
+) -> None:
+    from mnemo.gateway.storage import open_backend
+
+    backend = await open_backend(settings)
+    # Journaled as the importer's, trust "imported" (memory/journal.py), on either backend.
+    by = Provenance(Actor.importer(bundle.kind), Trust.IMPORTED)
+    try:
+        await asyncio.to_thread(_memory, bundle, backend.files, user, receipt, by)
+        skills = SkillStore(
+            settings.skills_dir, settings.skills.max_visible, journal=backend.documents, by=by
+        )
+        await asyncio.to_thread(_skills, bundle.skills, skills, receipt.skills)
+        receipt.soul = await asyncio.to_thread(_soul, bundle, settings.soul_path, False)
+        await _write_sessions(bundle, chats, backend.sessions, receipt)
+    finally:
+        await backend.close()
+
+
+async def _plan(
+    bundle: Bundle, settings: Settings, chats: ChatMap, user: UserRef | None, receipt: Receipt
+) -> None:
+    from mnemo.gateway.storage import StorageBackend, backend_for, open_backend
+
     limits = (settings.memory.memory_char_limit, settings.memory.user_char_limit)
-    if dry_run:
+    holds_data = await asyncio.to_thread(lambda: backend_for(settings).archive().contents().holds_data)
+    backend: StorageBackend | None = await open_backend(settings) if holds_data else None
+    try:
         with tempfile.TemporaryDirectory(prefix="mnemo-import-") as scratch:
-            memories = Path(scratch) / "memories"
-            for rel in ("MEMORY.md", *([f"users/{user.platform}/{user.user_id}/USER.md"] if user else [])):
-                src = settings.memories_dir / rel
-                if src.is_file():
-                    (memories / rel).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(src, memories / rel)
-            _memory(bundle, MemoryFiles(memories, *limits), user, receipt)
+            # Scratch copies of what the import would add to: the same limits, the same
+            # "already present", and the profile untouched.
+            memories = MemoryFiles(Path(scratch) / "memories", *limits)
+            if backend is not None:
+                await asyncio.to_thread(_copy_curated, backend.files, memories, user)
+            _memory(bundle, memories, user, receipt)
             skills = Path(scratch) / "skills"
             if settings.skills_dir.is_dir():
                 shutil.copytree(
@@ -425,27 +460,20 @@ def run(
                 )
             _skills(bundle.skills, SkillStore(skills, settings.skills.max_visible), receipt.skills)
         receipt.soul = _soul(bundle, settings.soul_path, dry_run=True)
-        _plan_sessions(bundle, chats, settings.state_db, receipt)
-    else:
-        # Journaled as the importer's, trust "imported" (memory/journal.py).
-        from mnemo.gateway.storage import state_database
-        from mnemo.memory.journal import Actor, Provenance, Trust
-        from mnemo.memory.journal_sqlite import SqliteJournal
+        await _plan_sessions(bundle, chats, backend.sessions if backend is not None else None, receipt)
+    finally:
+        if backend is not None:
+            await backend.close()
 
-        by = Provenance(Actor.importer(bundle.kind), Trust.IMPORTED)
-        db = state_database(settings.state_db)
-        db.open_sync()
-        try:
-            journal = SqliteJournal(db)
-            files = MemoryFiles(settings.memories_dir, *limits, journal=journal, by=by)
-            _memory(bundle, files, user, receipt)
-            store = SkillStore(settings.skills_dir, settings.skills.max_visible, journal=journal, by=by)
-            _skills(bundle.skills, store, receipt.skills)
-        finally:
-            db.close_sync()
-        receipt.soul = _soul(bundle, settings.soul_path, dry_run=False)
-        asyncio.run(_write_sessions(bundle, chats, settings, receipt))
-    unused = chats.unused(c for chat in receipt.chats.values() for c in chat.sources)
-    if unused:
-        receipt.notes.append(f"--chat-map sources that matched no conversation: {', '.join(unused)}")
-    return receipt
+
+def _copy_curated(live: CuratedRepository, scratch: MemoryFiles, user: UserRef | None) -> None:
+    """The profile's MEMORY.md (and ``user``'s USER.md), wherever the backend keeps them,
+    as files in the dry run's scratch folder."""
+    pairs: list[tuple[CuratedDocument, CuratedFile]] = [(live.shared(), scratch.shared())]
+    if user is not None:
+        pairs.append((live.user(user), scratch.own(user)))
+    for source, copy in pairs:
+        entries = source.load().entries
+        if entries:
+            ensure_folder(copy.path.parent)
+            replace_file(copy.path, join_entries(entries).encode("utf-8"))

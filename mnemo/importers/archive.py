@@ -55,17 +55,14 @@ def _members(archive: Path) -> Iterator[list[_Member]]:
         if name.endswith(".zip"):
             with zipfile.ZipFile(archive) as zf:
                 out = []
-                for info in zf.infolist():
-                    mode = info.external_attr >> 16
-                    regular = not info.is_dir() and (mode == 0 or (mode & 0o170000) == 0o100000)
-                    out.append(
-                        _Member(
-                            _parts(info.filename, archive),
-                            info.file_size,
-                            regular,
-                            lambda info=info: zf.open(info),
-                        )
-                    )
+                for entry in zf.infolist():
+                    mode = entry.external_attr >> 16
+                    regular = not entry.is_dir() and (mode == 0 or (mode & 0o170000) == 0o100000)
+
+                    def open_entry(entry: zipfile.ZipInfo = entry) -> IO[bytes]:
+                        return zf.open(entry)
+
+                    out.append(_Member(_parts(entry.filename, archive), entry.file_size, regular, open_entry))
                     if len(out) > MAX_MEMBERS:
                         raise SourceProblem(f"{archive}: more than {MAX_MEMBERS:,} entries", usage=False)
                 yield out

@@ -61,12 +61,6 @@ def _read(kind: str, path: Path, scratch: Path) -> Bundle:
 def import_foreign(args: argparse.Namespace, settings: Settings) -> int:
     if args.force:
         raise CommandError("--force applies to restoring a mnemo export, not to --from", EXIT_USAGE)
-    if settings.database.is_postgresql:
-        raise CommandError(
-            "mnemo import --from writes the SQLite state.db; this profile uses PostgreSQL "
-            "(import into a SQLite profile first)",
-            EXIT_USAGE,
-        )
     user = _user(args)
     chats = _chat_map(args, settings)
     path = Path(args.file).expanduser()
@@ -76,9 +70,13 @@ def import_foreign(args: argparse.Namespace, settings: Settings) -> int:
             if args.dry_run:
                 receipt = run(bundle, settings, chats, user, dry_run=True)
             else:
-                from mnemo.profile_lock import hold
+                from mnemo.gateway.storage import backend_for
+                from mnemo.profile_lock import serving
 
-                with hold(settings.home):  # like restore: never beside a running bot
+                # Like a restore, never beside a bot that owns the store (SQLite's profile
+                # lock). Replicas on PostgreSQL may keep serving: every write is a
+                # transaction of its own, the sessions imported are new and ended.
+                with serving(settings.home, shared_database=backend_for(settings).replicated):
                     receipt = run(bundle, settings, chats, user, dry_run=False)
         except SourceProblem as e:
             raise CommandError(str(e), EXIT_USAGE if e.usage else EXIT_REFUSED) from None

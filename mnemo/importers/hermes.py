@@ -218,7 +218,8 @@ def _tool_calls(raw: Any, skipped: Counter[str]) -> tuple[ToolCall, ...]:
     for i, c in enumerate(data if isinstance(data, list) else []):
         if not isinstance(c, dict):
             continue
-        fn = c.get("function") if isinstance(c.get("function"), dict) else c
+        function = c.get("function")
+        fn: dict[str, Any] = function if isinstance(function, dict) else c
         args: Any = fn.get("arguments", fn.get("input", {}))
         if isinstance(args, str):
             try:

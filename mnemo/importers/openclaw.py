@@ -37,6 +37,7 @@ from mnemo.importers.common import (
     ChatHint,
     ForeignMessage,
     ForeignSession,
+    ForeignSkill,
     SourceProblem,
     markdown_entries,
     read_text,
@@ -83,7 +84,7 @@ def read(path: Path, scratch: Path) -> Bundle:
     state, workspace = _workspace_of(path)
     bundle = Bundle(kind="openclaw", origin=path)
     notes: list[Path] = []
-    skills = []
+    skills: list[ForeignSkill] = []
     if workspace is not None:
         memory = read_text(workspace / "MEMORY.md", "MEMORY.md") or read_text(
             workspace / "memory.md", "memory.md"

@@ -40,11 +40,12 @@ async def start_schedules(
     scheduler = CronScheduler(cron, runner, settings.cron, drain_s=settings.worker.drain_timeout_s)
     await scheduler.start()
     stack.push_async_callback(scheduler.stop)
-    if settings.backup.enabled and backend.name == "sqlite":
-        # Automatic backups (backup.schedule), only while this process serves the profile.
+    if settings.backup.enabled:
+        # Automatic backups (backup.schedule) of the configured backend while this process
+        # serves the profile; replicas take each slot under the backend's shared lock.
         from mnemo.backups import BackupScheduler
 
-        backups = BackupScheduler(settings)
+        backups = BackupScheduler(settings, lock=backend.shared_lock)
         await backups.start()
         stack.push_async_callback(backups.stop)
     return Schedules(runner, scheduler)

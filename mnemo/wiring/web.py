@@ -13,6 +13,7 @@ from mnemo.gateway.cron.service import CronJobs
 from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.inbound.pipeline import Gateway
 from mnemo.gateway.jobs.queue import JobQueue
+from mnemo.gateway.mcp.hub import McpHub
 from mnemo.gateway.storage import StorageBackend
 from mnemo.gateway.webserver import WebServer
 from mnemo.memory.skills import SkillStore
@@ -31,9 +32,11 @@ async def start_web(
     cron: CronJobs,
     jobs: JobQueue,
     skills: SkillStore,
+    mcp: McpHub,
 ) -> None:
     async def health() -> dict[str, Any]:
-        return {**await gateway.health(), "replica": replica_id}
+        servers = mcp.health()  # each MCP server's state, when there are any
+        return {**await gateway.health(), "replica": replica_id, **({"mcp": servers} if servers else {})}
 
     web.set_health_probe(health)
     from mnemo.dashboard import mount_dashboard  # /admin: the operator's dashboard

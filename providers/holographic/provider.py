@@ -14,10 +14,11 @@ Mirroring keeps the fact store in step with the built-in files for add, replace 
 remove alike: a replaced or removed entry takes its mirrored fact with it, so no ghost
 facts are recalled after the user corrected them.
 
-``sync_turn`` stores nothing: facts come from deliberate writes (the tool and mirrored
-memory entries), never from raw transcript text. Every write is journaled
-(``memory/journal.py``, ``store.py``): a fact the model adds as ``inferred``, a mirrored
-entry with the trust of the entry it mirrors, a CLI write as ``admin``.
+``sync_turn`` stores nothing: facts come from deliberate writes (the tool, mirrored
+memory entries, and the task and answer of a delegated sub-task), never from raw
+transcript text. Every write is journaled (``memory/journal.py``, ``store.py``): a fact
+the model adds as ``inferred``, a mirrored entry with the trust of the entry it mirrors,
+a CLI write as ``admin``.
 
 Where the facts live: ``$MNEMO_HOME/providers/holographic/facts.db`` by default; when
 the bot runs on PostgreSQL the composition root puts the database URL in the config
@@ -275,6 +276,16 @@ class HolographicProvider(MemoryProvider):
                 )
         if write.action in (Action.ADD, Action.REPLACE) and write.content:
             store.add(NewFact(owner, write.content[:MAX_CONTENT], category, source="mirror"), by)
+
+    def on_delegation(self, task: str, result: str, ctx: ProviderContext) -> None:
+        """A delegated sub-task and its answer become one fact of the person's, so what a
+        sub-agent found is recalled later like anything they were told."""
+        store, _ = self._ready()
+        content = " ".join(f"Delegated task: {task} Result: {result}".split())[:MAX_CONTENT]
+        try:
+            store.add(NewFact(owner_of(ctx.owner), content, "delegation", source="delegation"))
+        except MemoryRefused as e:  # the threat scan: the task or the answer carried a payload
+            log.info("delegation not recorded", reason=e.reason)
 
     # --- tools ---------------------------------------------------------------------
     def handle_tool_call(self, name: str, args: Mapping[str, Any], ctx: ProviderContext) -> str:

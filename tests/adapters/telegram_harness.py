@@ -10,7 +10,6 @@ gateway built by ``open_app``.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from mnemo.gateway.emulator import Emulator, RecordedRequest
 from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.webserver import WebServer
 from tests.fakes.telegram_api import ApiError, FakeTelegram
+from tests.support.ports import reserve_port
 
 
 class FlakyTelegram(FakeTelegram):
@@ -44,9 +44,8 @@ class FlakyTelegram(FakeTelegram):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port to name before its server listens; no other parallel test gets it."""
+    return reserve_port()
 
 
 def user_texts(request: RecordedRequest) -> list[str]:

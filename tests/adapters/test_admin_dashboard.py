@@ -390,6 +390,7 @@ def test_the_token_is_shown_on_a_terminal_only() -> None:
     assert "s3cr3t" not in logged and str(path) in logged
 
 
+@pytest.mark.slow
 async def test_mnemo_run_generates_the_token_once_and_it_signs_in_without_logging_it(
     home: Path, tmp_path: Path
 ) -> None:

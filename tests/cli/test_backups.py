@@ -5,6 +5,7 @@ caught), restored into a stopped profile, consistent while the bot writes."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import sqlite3
@@ -15,16 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from mnemo.backups import (
-    BackupScheduler,
-    backup_now,
-    list_backups,
-    prune,
-    verify_archive,
-)
+from mnemo.archives.restore import verify_archive
+from mnemo.backups import BackupScheduler, backup_now, list_backups, prune
 from mnemo.cli.main import main
-from mnemo.cli.profile import BackupRefused
 from mnemo.gateway.config import Settings, load_settings
+from mnemo.gateway.errors import ArchiveRefused
 from mnemo.gateway.storage import state_database
 from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.sessions import NewMessage, SessionStore
@@ -119,7 +115,7 @@ async def test_scheduled_backups_run_at_04_local_and_are_pruned_beyond_keep(
     ]
     assert scheduler.last == list_backups(folder)[-1].path and scheduler.last_error is None
     assert all(stat.S_IMODE(b.path.stat().st_mode) == 0o600 for b in list_backups(folder))
-    assert verify_archive(scheduler.last) >= 2
+    assert verify_archive(scheduler.last).rows >= 2
     assert not list(folder.glob(".*.tmp"))  # written through a temp file, renamed
 
 
@@ -149,14 +145,14 @@ async def test_verify_catches_a_flipped_byte_and_a_changed_member(
     home = tmp_path / "home"
     home.mkdir()
     await seed(home, [f"message {i} " + "x" * 200 for i in range(200)])
-    archive = backup_now(settings_for(home), START)
-    assert verify_archive(archive) >= 2
+    archive = backup_now(settings_for(home), START).path
+    assert verify_archive(archive).rows >= 200
 
     flipped = tmp_path / "flipped.tar.gz"
     data = bytearray(archive.read_bytes())
     data[len(data) // 2] ^= 0x01
     flipped.write_bytes(bytes(data))
-    with pytest.raises(BackupRefused):
+    with pytest.raises(ArchiveRefused):
         verify_archive(flipped)
 
     # A well-formed archive whose MEMORY.md differs from what the manifest recorded.
@@ -168,8 +164,28 @@ async def test_verify_catches_a_flipped_byte_and_a_changed_member(
                 body = body.replace(b"Fridays", b"Mondays")
                 info.size = len(body)
             dst.addfile(info, io.BytesIO(body) if info.isfile() else None)
-    with pytest.raises(BackupRefused, match="memories/MEMORY.md does not match its checksum"):
+    with pytest.raises(ArchiveRefused, match="memories/MEMORY.md does not match its checksum"):
         verify_archive(changed)
+
+    # A member whose rows were cut short, its checksum recomputed: the count catches it.
+    short = tmp_path / "short.tar.gz"
+    with tarfile.open(archive, "r:gz") as src, tarfile.open(short, "w:gz") as dst:
+        manifest = json.loads(src.extractfile("mnemo-export.json").read())
+        for info in src.getmembers():
+            body = src.extractfile(info).read() if info.isfile() else b""
+            if info.name == "data/state/messages.jsonl":
+                body = b"".join(body.splitlines(keepends=True)[:-1])
+                info.size = len(body)
+                manifest["sha256"][info.name] = hashlib.sha256(body).hexdigest()
+            if info.name == "mnemo-export.json":
+                continue
+            dst.addfile(info, io.BytesIO(body) if info.isfile() else None)
+        data = json.dumps(manifest).encode()
+        head = tarfile.TarInfo("mnemo-export.json")
+        head.size = len(data)
+        dst.addfile(head, io.BytesIO(data))
+    with pytest.raises(ArchiveRefused, match="holds 199 rows, the manifest says 200"):
+        verify_archive(short)
 
     assert main(["--home", str(home), "backup", "verify", str(archive)]) == 0
     assert main(["--home", str(home), "backup", "verify", str(changed)]) == 1
@@ -189,12 +205,14 @@ async def test_restore_round_trips_a_profile_and_keeps_what_it_replaced(
     # Life goes on after the backup...
     await seed(home, ["after the backup"])
     assert contents(home / "state.db") == ["before the backup", "after the backup"]
-    # ...and a running profile is never restored into.
+    # ...and a running profile is never restored into, nor one that holds data without --force.
     with hold(home):
-        assert main(["--home", str(home), "backup", "restore", str(backup.path)]) == 1
+        assert main(["--home", str(home), "backup", "restore", str(backup.path), "--force"]) == 1
+    assert main(["--home", str(home), "backup", "restore", str(backup.path)]) == 1
+    assert "already holds data" in capsys.readouterr().err
     assert contents(home / "state.db") == ["before the backup", "after the backup"]
 
-    assert main(["--home", str(home), "backup", "restore", str(backup.path)]) == 0
+    assert main(["--home", str(home), "backup", "restore", str(backup.path), "--force"]) == 0
     assert contents(home / "state.db") == ["before the backup"]
     assert (home / "memories" / "MEMORY.md").read_text().count("the deploy runs on Fridays") == 1
     [aside] = home.glob(".replaced-*")
@@ -233,20 +251,22 @@ async def test_a_backup_taken_while_the_bot_writes_is_consistent(
     try:
         while batches < 3:
             await asyncio.sleep(0)
-        archive = await asyncio.to_thread(backup_now, settings_for(home), START)
+        archive = (await asyncio.to_thread(backup_now, settings_for(home), START)).path
         stop.set()
         await task
     finally:
         stop.set()
         await db.close()
-    assert verify_archive(archive) >= 2
-    snapshot = contents(unpack_member(archive, "state.db", tmp_path))
+    assert verify_archive(archive).rows >= 2
+    rows = unpack_member(archive, "data/state/messages.jsonl", tmp_path).read_text().splitlines()
+    snapshot = [json.loads(line)["content"] for line in rows]
     pairs = snapshot[1:]
     assert snapshot[0] == "first" and len(pairs) >= 6 and len(pairs) % 2 == 0
     assert pairs == [x for i in range(len(pairs) // 2) for x in (f"q{i}", f"a{i}")]
     assert len(contents(home / "state.db")) >= len(snapshot)
     manifest = json.loads(unpack_member(archive, "mnemo-export.json", tmp_path).read_text())
     assert set(manifest["sha256"]) == set(manifest["files"])
+    assert manifest["tables"]["state/messages"]["rows"] == len(snapshot)
 
 
 async def test_the_app_runs_the_backup_schedule_while_it_runs_unless_disabled(

@@ -5,9 +5,6 @@ gateway recorded, and the queued/failed writes of the job queue."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,9 +20,9 @@ from mnemo.providers.hindsight import HindsightProvider
 from mnemo.providers.mem0 import Mem0Provider
 from tests.adapters.telegram_harness import free_port
 from tests.fakes.mem0_api import FakeMem0
+from tests.support.cli import run_mnemo
 
 KEY = "m0-doctor-secret-key"
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -148,11 +145,8 @@ async def test_the_command_prints_the_provider_lines_without_the_key(home: Path,
     mem0_settings(home, fake.base_url)
     health = ProviderHealth(provider_dir(home, "mem0"))
     health.failed(f"HTTPError: 401 for key {KEY}")  # an error that quotes the key
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "LANG": "C.UTF-8", "MNEMO_WEB_PORT": "0"}
-    p = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "mnemo", "--home", str(home), "doctor"],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    # On a thread: the fake answers from this test's event loop meanwhile.
+    p = await asyncio.to_thread(run_mnemo, None, "--home", str(home), "doctor", MNEMO_WEB_PORT="0")
     lines = {line.split(":", 1)[0]: line for line in p.stdout.splitlines() if ":" in line}
     assert lines["✓ provider"].startswith(f"✓ provider: mem0 at {fake.base_url} is reachable"), p.stdout
     assert "HTTPError: 401 for key ***" in lines["✓ provider"]

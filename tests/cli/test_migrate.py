@@ -279,6 +279,7 @@ def _waiting_on_a_lock(url: str) -> bool:
     )
 
 
+@pytest.mark.slow
 async def test_kill_9_in_the_middle_then_a_rerun_completes_without_duplicates(
     home: Path, emulator: Emulator, pg_cluster: Cluster
 ) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mnemo.cli.profile import export_profile, import_profile
+from mnemo.cli.main import main
 from mnemo.gateway.storage import state_database
 from mnemo.memory.curated import MemoryFiles
 from mnemo.memory.provider_config import write_provider_config
@@ -69,10 +69,10 @@ def test_an_imported_profile_has_private_folders_all_the_way_down(tmp_path: Path
     files = MemoryFiles(source / "memories", 2200, 1375)
     files.user(UserRef("telegram", "42")).add("Ada, prefers short answers")
     archive = tmp_path / "profile.tar.gz"
-    export_profile(source, archive)
+    assert main(["--home", str(source), "export", str(archive)]) == 0
 
     home = tmp_path / "moved"
-    import_profile(home, archive)
+    assert main(["--home", str(home), "import", str(archive)]) == 0
     user_md = home / "memories" / "users" / "telegram" / "42" / "USER.md"
     assert user_md.is_file()
     folders = [user_md.parent, *[p for p in user_md.parents if p.is_relative_to(home)]]
@@ -80,3 +80,4 @@ def test_an_imported_profile_has_private_folders_all_the_way_down(tmp_path: Path
         str(p.relative_to(tmp_path)): 0o700 for p in folders
     }
     assert mode(user_md) == 0o600
+    assert {p.name: mode(p) for p in home.glob("state.db*")} == {"state.db": 0o600}

@@ -37,6 +37,7 @@ async def mnemo(home: Path, env: dict[str, str], *argv: str, stdin: bytes = b"")
     return proc.returncode, out.decode() + err.decode()
 
 
+@pytest.mark.slow
 async def test_a_second_run_or_chat_on_a_busy_profile_exits_1_and_kill_9_leaves_no_stale_lock(
     home: Path, tmp_path: Path
 ) -> None:

@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.adapters.telegram_harness import free_port
 from tests.fakes.telegram_api import FakeTelegram
@@ -32,6 +33,7 @@ async def stop(proc: asyncio.subprocess.Process) -> int:
     return await asyncio.wait_for(proc.wait(), TIMEOUT)
 
 
+@pytest.mark.slow
 async def test_telegram_down_at_boot_keeps_the_bot_up_degraded_then_it_connects(
     home: Path, tmp_path: Path
 ) -> None:

@@ -1,5 +1,7 @@
 """Ordinary problems of a real machine get one clear line on stderr, never a traceback
-(issue 12, items 10-14). Each case runs ``mnemo`` as a real process.
+(issue 12, items 10-14). Each case runs ``mnemo``'s entry point with its own home,
+environment and standard streams (tests/support/cli.py); as a real process where the
+process boundary is what is tested: a read-only mount namespace, pipes.
 
 How the bad inputs are made, as root (the tests run as root, so ``chmod -w`` stops
 nothing): a read-only home is a read-only bind mount of the home in a private mount
@@ -28,6 +30,7 @@ from mnemo.gateway.errors import StartupError
 from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.webserver import WebServer
+from tests.support.cli import Result, run_mnemo
 
 MNEMO = [sys.executable, "-m", "mnemo"]
 
@@ -42,13 +45,11 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def mnemo(home: Path, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*MNEMO, *args], input=stdin, capture_output=True, text=True, env=_env(home, **env), timeout=120
-    )
+def mnemo(home: Path, *args: str, stdin: str = "", **env: str) -> Result:
+    return run_mnemo(home, *args, stdin=stdin, **{"MNEMO_WEB_PORT": "0", **env})
 
 
-def one_clear_line(out: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
+def one_clear_line(out: Result | subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
     assert out.returncode == code, (out.returncode, out.stderr)
     assert "Traceback" not in out.stderr, out.stderr
     lines = [line for line in out.stderr.splitlines() if line.startswith("mnemo: ")]
@@ -285,13 +286,15 @@ def _archive(path: Path, members: dict[str, bytes], manifest: bool = True) -> Pa
 
 
 def _sound_state_db(tmp_path: Path) -> bytes:
+    """A sound state.db as 0.1's export archived it (format version 1)."""
     home = fresh_profile(tmp_path / "source")
-    archive = tmp_path / "sound.tar.gz"
-    assert mnemo(home, "export", str(archive)).returncode == 0
-    with tarfile.open(archive) as tar:
-        f = tar.extractfile("state.db")
-        assert f is not None
-        return f.read()
+    copy = tmp_path / "sound.db"
+    source, target = sqlite3.connect(home / "state.db"), sqlite3.connect(copy)
+    source.backup(target)
+    target.execute("PRAGMA journal_mode=DELETE")
+    source.close()
+    target.close()
+    return copy.read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -405,17 +408,14 @@ def test_doctor_gives_each_probe_one_deadline_and_no_spinner_off_a_terminal(tmp_
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         home = tmp_path / "home"
         home.mkdir(mode=0o700)
-        out = subprocess.run(
-            [*MNEMO, "doctor", "--timeout", "1"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=_env(
-                home,
-                ANTHROPIC_BASE_URL=url,
-                TELEGRAM_BOT_TOKEN="123456:" + "A" * 35,
-                TELEGRAM_API_BASE_URL=url,
-            ),
+        out = mnemo(
+            home,
+            "doctor",
+            "--timeout",
+            "1",
+            ANTHROPIC_BASE_URL=url,
+            TELEGRAM_BOT_TOKEN="123456:" + "A" * 35,
+            TELEGRAM_API_BASE_URL=url,
         )
     assert out.returncode == 1
     assert "✗ llm: unreachable: no answer within 1 s" in out.stdout

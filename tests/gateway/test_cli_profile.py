@@ -1,5 +1,6 @@
-"""`mnemo export` / `mnemo import`: a whole profile moves, secrets never do, and an
-archive cannot write outside the home or over it without --force."""
+"""`mnemo export` / `mnemo import` on a SQLite profile: a whole profile moves, secrets
+never do, and an archive cannot write outside the home or over it without --force.
+(``tests/cli/test_archives.py`` runs the same on both backends and across them.)"""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from mnemo.archives.layout import MANIFEST
 from mnemo.cli.main import main
-from mnemo.cli.profile import MANIFEST
 
 ENV = "ANTHROPIC_API_KEY=sk-ant-secret-value\n"
 
@@ -79,12 +80,14 @@ def profile(tmp_path: Path) -> Iterator[Path]:
     )
     assert (remote / "secrets.json").exists()
     assert run(home, "facts", "add", "Alice lives in Paris.", "--user", "telegram:1") == 0
-    assert run(home, "sessions", "list") == 0  # a real mnemo state.db (export verifies it)
+    assert run(home, "sessions", "list") == 0  # a real mnemo state.db
     db = sqlite3.connect(home / "state.db", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA wal_autocheckpoint=0")
-    db.execute("CREATE TABLE wal_rows (id INTEGER PRIMARY KEY, text TEXT)")
-    db.executemany("INSERT INTO wal_rows(text) VALUES (?)", [(f"message {i}",) for i in range(200)])
+    db.executemany(
+        "INSERT INTO pairings(code, platform, user_id, created_at) VALUES (?, 'telegram', ?, 0)",
+        [(f"code{i}", str(i)) for i in range(200)],
+    )
     assert (home / "state.db-wal").stat().st_size > 0
     yield home
     db.close()
@@ -100,36 +103,40 @@ def test_export_takes_the_profile_and_never_the_secrets(
 ) -> None:
     archive = tmp_path / "profile.tar.gz"
     assert run(profile, "export", str(archive)) == 0
-    assert "no .env or provider secrets" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "left out" in out and ".env" in out and "providers/remote/secrets.json" in out
     files = members(archive)
-    assert set(files) == {
+    tables = {name for name in files if name.startswith("data/")}
+    assert set(files) - tables == {
         MANIFEST,
         "config.yaml",
         "SOUL.md",
-        "state.db",
         "memories/MEMORY.md",
         "memories/users/telegram/1/USER.md",
         "skills/deploy/SKILL.md",
-        "providers/holographic/facts.db",
         "providers/remote/__init__.py",
         "providers/remote/config.json",
     }
+    assert {
+        "data/state/sessions.jsonl",
+        "data/state/messages.jsonl",
+        "data/holographic/facts.jsonl",
+    } <= tables
     blob = b"".join(files.values())
     assert b"sk-ant-secret-value" not in blob and b"hunter2" not in blob
+    assert b"Alice lives in Paris." in files["data/holographic/facts.jsonl"]
     manifest = json.loads(files[MANIFEST])
-    assert manifest["format"] == "mnemo-profile" and manifest["version"] == 1
-    assert "state.db" in manifest["files"]
+    assert manifest["format"] == "mnemo-profile" and manifest["version"] == 2
+    assert manifest["source"]["backend"] == "sqlite"
+    assert set(manifest["files"]) == set(files) - {MANIFEST} == set(manifest["sha256"])
 
 
 def test_a_live_database_is_exported_consistently(profile: Path, tmp_path: Path) -> None:
     archive = tmp_path / "p.tgz"
     assert run(profile, "export", str(archive)) == 0
-    copy = tmp_path / "state-copy.db"
-    copy.write_bytes(members(archive)["state.db"])
-    db = sqlite3.connect(copy)
-    assert db.execute("SELECT count(*) FROM wal_rows").fetchone() == (200,)  # the WAL content is in
-    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    db.close()
+    pairings = members(archive)["data/state/pairings.jsonl"].decode().splitlines()
+    assert len(pairings) == 200  # the rows only in the WAL are in
+    assert json.loads(members(archive)[MANIFEST])["tables"]["state/pairings"]["rows"] == 200
 
 
 def test_import_restores_everything_into_a_fresh_home(
@@ -138,8 +145,10 @@ def test_import_restores_everything_into_a_fresh_home(
     archive = tmp_path / "p.tgz"
     run(profile, "export", str(archive))
     new = tmp_path / "new"
+    capsys.readouterr()
     assert run(new, "import", str(archive)) == 0
-    assert "recreate .env" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "set them again" in out and ".env" in out
     for rel in (
         "memories/MEMORY.md",
         "memories/users/telegram/1/USER.md",
@@ -153,7 +162,7 @@ def test_import_restores_everything_into_a_fresh_home(
         "url": "https://r.example"
     }
     db = sqlite3.connect(new / "state.db")
-    assert db.execute("SELECT count(*) FROM wal_rows").fetchone() == (200,)
+    assert db.execute("SELECT count(*) FROM pairings").fetchone() == (200,)
     db.close()
     capsys.readouterr()
     assert run(new, "facts", "search", "where does Alice live", "--user", "telegram:1") == 0
@@ -169,8 +178,8 @@ def test_import_refuses_a_non_empty_home_without_force(
     new.mkdir()
     (new / "SOUL.md").write_text("mine")
     assert run(new, "import", str(archive)) == 1
-    assert "not empty; use --force" in capsys.readouterr().err
-    assert sorted(p.name for p in new.iterdir()) == ["SOUL.md"]
+    assert "already holds data (SOUL.md); use --force" in capsys.readouterr().err
+    assert sorted(p.name for p in new.iterdir() if p.name != ".mnemo.lock") == ["SOUL.md"]
     # A home holding only .env (secrets put there first) counts as empty.
     fresh = tmp_path / "only-env"
     fresh.mkdir()
@@ -270,7 +279,7 @@ def test_hostile_archives_are_refused_before_anything_is_written(
     ("build", "message"),
     [
         (lambda t: add_file(t, "config.yaml"), "not a mnemo export"),
-        (lambda t: add_manifest(t, version=2), "version 2 is not supported"),
+        (lambda t: add_manifest(t, version=3), "version 3 is not supported"),
         (lambda t: add_manifest(t, fmt="other"), "not a mnemo profile export"),
         (lambda t: add_file(t, MANIFEST, b"{broken"), "not valid JSON"),
     ],

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from mnemo.gateway.emulator import TRIAL_LABEL
 from tests.support.webchat import ChatClient
@@ -45,6 +46,7 @@ async def read_until(
             return found
 
 
+@pytest.mark.slow
 async def test_run_with_nothing_configured_serves_the_web_chat_in_trial_mode(
     home: Path, tmp_path: Path
 ) -> None:

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mnemo.gateway.emulator import Emulator, Fault, RecordedRequest, Reply
 from mnemo.memory.compressor import TRIM_KEY, is_summary
 from tests.gateway.test_housekeeping import SMALL, World, chain, converse, filler, last_text, settle
@@ -227,6 +229,7 @@ async def _wait_db(home: Path, sql: str, args: tuple = (), *, what: str, timeout
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 async def test_kill_9_during_compression_then_restart_completes_it_once(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

@@ -15,9 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mnemo.cli.main import main
 from mnemo.gateway.emulator import Emulator, Reply
 from mnemo.gateway.emulator.script import RecordedRequest
+
+pytestmark = pytest.mark.slow  # real processes: started first, with the longer timeout
 
 MNEMO = [sys.executable, "-m", "mnemo"]
 
@@ -84,7 +88,7 @@ async def test_kill_9_during_a_cron_run_then_restart_delivers_exactly_once(tmp_p
             stderr=subprocess.DEVNULL,
             env=_env(home, emu.base_url),
         )
-        await asyncio.wait_for(emu.wait_for_requests(1), 60)
+        await emu.wait_for_requests(1, timeout=60)  # a fresh interpreter on a busy machine
         first.send_signal(signal.SIGKILL)
         await first.wait()
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from mnemo.backups import backup_now, verify_archive
+from mnemo.archives.restore import verify_archive
+from mnemo.backups import backup_now
 from mnemo.cli.main import main
 from mnemo.gateway.config import load_settings
 from mnemo.gateway.emulator import Reply
@@ -128,7 +129,7 @@ async def test_erase_reaches_skills_links_media_and_cron_and_leaves_the_others(
         if p.is_file()
     }
     assert any(w in export(home, tmp_path / "before.tar.gz") for w in words)
-    backup = backup_now(load_settings(home, environ={}), datetime(2026, 1, 2, tzinfo=UTC))
+    backup = backup_now(load_settings(home, environ={}), datetime(2026, 1, 2, tzinfo=UTC)).path
     assert any(w in unpacked(backup) for w in words)
     capsys.readouterr()
 
@@ -146,7 +147,7 @@ async def test_erase_reaches_skills_links_media_and_cron_and_leaves_the_others(
     scrubbed = unpacked(backup)
     assert not any(w in scrubbed for w in words), "the backup was erased too"
     assert "bobsecretplum" in scrubbed and "bobfactkiwi" in scrubbed
-    assert verify_archive(backup) > 0 and backup.stat().st_mode & 0o777 == 0o600
+    assert verify_archive(backup).rows > 0 and backup.stat().st_mode & 0o777 == 0o600
     assert bob_snapshot(home) == before
     assert {p: p.read_bytes() for p in bob_files} == bob_files, "bob's skill and the picture both sent stay"
     assert not (home / "media" / "a1.png").exists()

@@ -24,7 +24,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -43,6 +42,9 @@ from aiohttp import web
 from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.support.pgcluster import Cluster
+from tests.support.ports import reserve_port
+
+pytestmark = pytest.mark.slow  # real processes: started first, with the longer timeout
 
 MNEMO = [sys.executable, "-m", "mnemo"]
 REPLICAS = 3
@@ -72,6 +74,13 @@ class World:
     emulator: Emulator
     spans: list[Span] = field(default_factory=list)
     procs: list[asyncio.subprocess.Process] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)  # each replica's stderr
+
+    def log_tails(self, lines: int = 30) -> str:
+        return "\n".join(
+            f"--- {log.name} ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+            for log in self.logs
+        )
 
 
 def _question(rec: RecordedRequest) -> tuple[int, int] | None:
@@ -129,18 +138,15 @@ def _env(w: World, port: int, **extra: str) -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def _start(w: World, ports: list[int], **extra: str) -> None:
     for port in ports:
-        w.procs.append(await asyncio.create_subprocess_exec(
-            *MNEMO, "run", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env=_env(w, port, **extra),
-        ))  # fmt: skip
+        log = w.home.parent / f"replica-{len(w.logs)}.log"
+        w.logs.append(log)
+        with log.open("wb") as stderr:
+            w.procs.append(await asyncio.create_subprocess_exec(
+                *MNEMO, "run", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                env=_env(w, port, **extra),
+            ))  # fmt: skip
 
 
 async def _status(w: World) -> dict[str, Any]:
@@ -201,6 +207,9 @@ async def _settled(url: str) -> bool:
 async def _wait_answered(w: World, count: int, timeout: float) -> None:
     async with asyncio.timeout(timeout):
         while _answered(w.fake) < count:
+            # A reply that answers no question (an error notice) fails the test: say so now.
+            wrong = [s.plain_text for s in w.fake.sent if not QUESTION.search(s.plain_text)]
+            assert not wrong, f"{len(wrong)} replies are no answer, e.g. {wrong[0]!r}\n{w.log_tails()}"
             await asyncio.sleep(0.1)
 
 
@@ -225,7 +234,9 @@ async def _finish(w: World, chats: int) -> int:
         assert firsts == list(range(MESSAGES)), f"chat {chat}: every message answered, in order: {replies}"
         for n in range(MESSAGES):
             copies = [dup for m, dup in replies if m == n]
-            assert sum(not dup for dup in copies) <= 1, f"chat {chat} message {n}: sent twice unlabelled"
+            assert sum(not dup for dup in copies) <= 1, (
+                f"chat {chat} message {n}: sent twice unlabelled: {replies}\n{w.log_tails()}"
+            )
             labelled += sum(copies)
     _assert_no_concurrent_session_requests(w.spans)
     return labelled
@@ -246,7 +257,7 @@ def _assert_no_concurrent_session_requests(spans: list[Span]) -> None:
 
 async def test_polling_three_replicas_one_leader_survive_kill_9_of_the_leader(world: World) -> None:
     w = world
-    ports = [_free_port() for _ in range(REPLICAS)]
+    ports = [reserve_port() for _ in range(REPLICAS)]
     await _start(w, ports)
     report = await _wait_status(w, lambda r: len(r["replicas"]) == REPLICAS and len(_leaders(r)) == 1)
     assert report["backend"] == "postgresql" and report["running"]
@@ -290,7 +301,7 @@ class RoundRobin:
         self.served: dict[int, int] = defaultdict(int)
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
-        self.port = _free_port()
+        self.port = reserve_port()
 
     async def start(self) -> None:
         app = web.Application()
@@ -331,7 +342,7 @@ class RoundRobin:
 
 async def test_webhook_behind_a_round_robin_proxy_survives_kill_9_of_a_replica(world: World) -> None:
     w = world
-    ports = [_free_port() for _ in range(REPLICAS)]
+    ports = [reserve_port() for _ in range(REPLICAS)]
     proxy = RoundRobin(ports)
     await proxy.start()
     try:

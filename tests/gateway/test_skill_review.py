@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mnemo.gateway.cron.service import Caller
 from mnemo.gateway.cron.store import JobSource, JobTarget
 from mnemo.gateway.emulator import RecordedRequest, Reply, ToolUse
@@ -246,6 +248,7 @@ async def test_a_review_runs_once_across_a_second_job_a_restart_and_a_replayed_t
     assert [s.name for s in SkillStore(home / "skills").own(U1)] == ["once"]
 
 
+@pytest.mark.slow
 async def test_a_turn_replayed_after_a_crash_before_its_review_was_queued_gets_one(
     app_factory, emulator, home
 ) -> None:

@@ -9,8 +9,6 @@ something to find, show or change — a command that only ever met empty stores 
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ import pytest
 from mnemo.gateway.emulator import Reply, ToolUse
 from mnemo.gateway.events import ChatType
 from mnemo.memory.scope import UserRef
+from tests.support.cli import run_mnemo
 from tests.support.loopback import LoopbackAdapter
 
 
@@ -289,15 +288,7 @@ async def test_cron_add_refuses_bad_schedules_with_a_clear_message(app_factory, 
 
 def test_piped_mnemo_chat_search_finds_what_was_said(tmp_path: Path) -> None:
     """The new user's report, verbatim: a /search with a hit in `mnemo chat`."""
-    env = {"MNEMO_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-m", "mnemo", "chat"],
-        input="I love green tea\n/search tea\n/nosuchthing\n",
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    out = run_mnemo(tmp_path / "home", "chat", stdin="I love green tea\n/search tea\n/nosuchthing\n")
     assert out.returncode == 0, out.stderr
     assert "failed unexpectedly" not in out.stdout
     # The search answer quotes the first line back, with who said it, and no tool output.
@@ -308,15 +299,7 @@ def test_piped_mnemo_chat_search_finds_what_was_said(tmp_path: Path) -> None:
 
 
 def test_trial_mode_status_shows_no_dollar_cost_for_scripted_replies(tmp_path: Path) -> None:
-    env = {"MNEMO_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-m", "mnemo", "chat"],
-        input="hello\n/status\n",
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    out = run_mnemo(tmp_path / "home", "chat", stdin="hello\n/status\n")
     assert out.returncode == 0, out.stderr
     status = out.stdout[out.stdout.index("Session ") :]
     assert "$" not in status

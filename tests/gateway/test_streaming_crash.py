@@ -26,6 +26,8 @@ from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply
 from tests.adapters.telegram_harness import wait_until
 from tests.fakes.telegram_api import FakeTelegram
 
+pytestmark = pytest.mark.slow  # real processes: started first, with the longer timeout
+
 MNEMO = [sys.executable, "-m", "mnemo"]
 CHAT = 1001
 ANSWER = "The **complete** answer, written slowly so it streams for a while. " * 30

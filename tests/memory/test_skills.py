@@ -208,6 +208,7 @@ _WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_kill_9_during_writes_leaves_old_or_new(store: SkillStore) -> None:
     store.create(skill_md(body="END\n"), None)
     proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(store.root)], stdout=subprocess.PIPE)

@@ -21,6 +21,8 @@ import pytest
 from mnemo.memory.scope import UserRef
 from mnemo.memory.skills import SkillStore
 
+pytestmark = pytest.mark.slow  # real processes: started first, with the longer timeout
+
 NAME = "deploy-docs"
 OLD = ("---\nname: deploy-docs\ndescription: Version one.\n---\n\nStep one.\n", "A1")
 NEW = ("---\nname: deploy-docs\ndescription: Version two.\n---\n\nStep two.\n", "A2")

@@ -18,6 +18,7 @@ from mnemo.memory.writes import SyncTurn
 from mnemo.providers.mem0 import Mem0Provider
 from tests.fakes.mem0_api import FakeMem0
 from tests.providers.writes import stored
+from tests.support.cli import run_mnemo
 from tests.support.loopback import LoopbackAdapter
 
 KEY = "m0-test"
@@ -203,21 +204,7 @@ async def test_e2e_two_users_provider_down_writes_arrive_once_later(
 
 
 def _cli(home: Path, *args: str) -> tuple[int, str]:
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "MNEMO_HOME": str(home)}
-    env.pop("MEM0_API_KEY", None)
-    p = subprocess.run(
-        [sys.executable, "-m", "mnemo", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-        check=False,
-    )
+    p = run_mnemo(home, *args)  # in process, without the host's MEM0_ variables
     return p.returncode, p.stdout
 
 

@@ -24,6 +24,8 @@ from tests.gateway.test_cli_run import clean_env, read_until, start
 from tests.providers.external import EXTERNAL, External, request_text, scopes_in
 from tests.support.webchat import ChatClient
 
+pytestmark = pytest.mark.slow  # real processes: started first, with the longer timeout
+
 TIMEOUT = 60.0
 WEB = re.compile(r"web chat: (http://\S+)/")
 USERS = {"alice": "web:kill9-alice-0001", "bob": "web:kill9-bob-00002"}

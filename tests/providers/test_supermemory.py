@@ -25,6 +25,7 @@ from mnemo.providers.supermemory import SupermemoryProvider
 from mnemo.providers.supermemory.client import namespace_for
 from tests.fakes.supermemory_api import NAMESPACE_RE, FakeSupermemory
 from tests.providers.writes import stored
+from tests.support.cli import run_mnemo
 from tests.support.loopback import LoopbackAdapter
 
 KEY = "sm-test"
@@ -323,22 +324,7 @@ async def test_an_unreachable_server_is_a_provider_error(home: Path, fake: FakeS
 
 # --- CLI ---------------------------------------------------------------------------
 def _cli(home: Path, *args: str) -> tuple[int, str]:
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "MNEMO_HOME": str(home)}
-    env.pop("SUPERMEMORY_API_KEY", None)
-    env.pop("SUPERMEMORY_BASE_URL", None)
-    p = subprocess.run(
-        [sys.executable, "-m", "mnemo", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-        check=False,
-    )
+    p = run_mnemo(home, *args)  # in process, without the host's SUPERMEMORY_ variables
     return p.returncode, p.stdout + p.stderr
 
 
@@ -481,6 +467,7 @@ async def _until(check, what: str, timeout: float = 60.0) -> None:
         raise AssertionError(f"gave up waiting for {what}") from None
 
 
+@pytest.mark.slow
 async def test_kill_9_while_a_write_is_in_flight_then_restart_stores_it_once(
     tmp_path: Path, fake: FakeSupermemory
 ) -> None:

@@ -164,7 +164,7 @@ async def seed(app: App) -> dict[str, Any]:
     failed = await app.db.write(failed_job)
     assert app.links is not None
     await app.links.link(ALICE, ALICE_LAPTOP)  # Alice's second account: the user page lists it
-    backup = await asyncio.to_thread(backup_now, app.settings, now)  # the overview shows it, verified
+    backup = (await asyncio.to_thread(backup_now, app.settings, now)).path  # the overview shows it, verified
     return {
         "backup": backup,
         "alice_session": alice.id,

@@ -1,6 +1,10 @@
 """A throw-away PostgreSQL cluster for the test session: ``initdb`` in a temp folder, the
 server listening only on a Unix socket in that folder (no TCP port), ``pg_ctl stop`` at
-the end. Each test gets a fresh database (``fresh_database``).
+the end. Each test gets a fresh database (``fresh_database``), dropped after the test.
+
+Under pytest-xdist every worker is a session: each has its own cluster, folder and
+socket, so workers share nothing. The folder is in RAM (``/dev/shm``) when there is room:
+a database is ~8 MB of files, created in ~50 ms there against ~300 ms on a busy disk.
 
 The binaries come from Debian's packages (``/usr/lib/postgresql/<version>/bin``, which
 ``tests/run.sh`` installs when missing) or ``$PATH``. PostgreSQL refuses to run as root:
@@ -23,6 +27,9 @@ from pathlib import Path
 import pytest
 
 _numbers = itertools.count()
+RAM_DIR = Path("/dev/shm")
+RAM_NEEDED = 1 << 30  # bytes free in RAM_DIR to put a cluster there (it stays far smaller)
+_running: list[Cluster] = []  # this session's cluster, once a test asked for it
 
 
 def find_bindir() -> Path | None:
@@ -43,6 +50,7 @@ class Cluster:
         self.user = user  # run the server as this OS user (None: as ourselves)
         self.data = root / "data"
         self.socket_dir = root
+        self.created: list[str] = []  # databases of the running test, dropped after it
 
     def _run(self, *args: str) -> None:
         cmd = [str(self.bindir / args[0]), *args[1:]]
@@ -85,7 +93,29 @@ class Cluster:
         name = f"t{os.getpid()}_{next(_numbers)}"
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
         return self.url(name)
+
+    def drop_created(self) -> None:
+        """Drop the databases ``fresh_database`` made; FORCE ends the sessions a test left
+        behind (a replica killed with SIGKILL, a pool still closing)."""
+        import psycopg
+
+        names, self.created = self.created, []
+        if names:
+            with psycopg.connect(self.url(), autocommit=True) as conn:
+                for name in names:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def cluster_parent() -> str | None:
+    """RAM when it has room, else the usual temp folder (None)."""
+    try:
+        free = os.statvfs(RAM_DIR)
+    except OSError:
+        return None
+    roomy = free.f_bavail * free.f_frsize >= RAM_NEEDED
+    return str(RAM_DIR) if roomy and os.access(RAM_DIR, os.W_OK) else None
 
 
 @contextmanager
@@ -102,7 +132,7 @@ def running_cluster() -> Iterator[Cluster]:
             pwd.getpwnam(user)
         except KeyError:
             pytest.fail("running as root needs the 'postgres' user (Debian's postgresql package creates it)")
-    root = Path(tempfile.mkdtemp(prefix="mnemo-pg-"))
+    root = Path(tempfile.mkdtemp(prefix="mnemo-pg-", dir=cluster_parent()))
     if user is not None:
         shutil.chown(root, user)
     cluster = Cluster(root, bindir, user)
@@ -117,4 +147,17 @@ def running_cluster() -> Iterator[Cluster]:
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[Cluster]:
     with running_cluster() as cluster:
-        yield cluster
+        _running.append(cluster)
+        try:
+            yield cluster
+        finally:
+            _running.remove(cluster)
+
+
+@pytest.fixture(autouse=True)
+def _drop_test_databases() -> Iterator[None]:
+    """After each test (and its own fixtures: autouse ones are torn down last), drop the
+    databases it made, so the cluster holds only the running test's."""
+    yield
+    for cluster in _running:
+        cluster.drop_created()
