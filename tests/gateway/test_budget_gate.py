@@ -73,8 +73,8 @@ async def test_a_capped_persons_cron_job_is_skipped_with_one_note_and_counted(
         notes = [t for t in adapter.texts() if t.startswith("Skipped scheduled job")]
         assert len(notes) == 1, "one note per job and reset, not one per run"
         assert (
-            f"Skipped scheduled job {job.id} (cron '0 8 * * *' (Europe/Paris)): your daily budget ($0.000000001) is used up."
-            in notes[0]
+            f"Skipped scheduled job {job.id} (cron '0 8 * * *' (Europe/Paris)): "
+            "your daily budget ($0.000000001) is used up." in notes[0]
         )
         assert "after the reset: 2026-12-02 00:00 CET (in 3 h)" in notes[0]
         assert await app.cron.store.count_runs(RunState.SKIPPED) == {job.id: 2}
