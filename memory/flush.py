@@ -21,8 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
+from typing import TypeVar
 
 from mnemo.memory.compressor import Row, is_summary, transcript
+
+R = TypeVar("R", bound=Row)  # review_window keeps its rows' type
 
 
 class MemoryPass(StrEnum):
@@ -107,7 +110,7 @@ def user_turns(rows: Sequence[Row]) -> int:
     return sum(1 for r in rows if r.role == "user" and not is_summary(r))
 
 
-def review_window(rows: Sequence[Row], max_user_turns: int) -> list[Row]:
+def review_window(rows: Sequence[R], max_user_turns: int) -> list[R]:
     """The turns a review looks at: everything since the last memory write, at most the
     last ``max_user_turns`` user turns (a review is about what is recent)."""
     start = 0

@@ -61,7 +61,8 @@ fi
 # --- Gates: any finding fails the run before the tests start -----------------------------
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet .
-# (mypy -p mnemo joins here once it reports zero errors: issue 24, item 2.)
+# mypy with the project's config (pyproject.toml): strict on mnemo.memory/gateway/adapters.
+.venv/bin/mypy -p mnemo
 
 # --- The suite ---------------------------------------------------------------------------
 # Three workers on two cores: a third of the suite's time is waiting (real processes

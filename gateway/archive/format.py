@@ -190,6 +190,26 @@ STATE_TABLES: tuple[Table, ...] = (
     _table(STATE, "budget_notices", "payer", "payer text, resets_at text"),
     _table(STATE, "identity_links", "member", "member text, canonical text, linked_at real, linked_by text"),
     _table(STATE, "link_codes", "code_hash", "code_hash text, user text, expires_at real"),
+    _table(
+        STATE,
+        "media_usage",
+        "owner,kind,file",
+        "owner text, kind text, file text, bytes integer, day text, created_at real",
+    ),
+    _table(
+        STATE,
+        "memory_journal",
+        "id",
+        """id integer, at real, layer text, target text, op text, old text, new text, since real,
+        until real, actor text, trust text, speaker text, session text, message text, chat text,
+        tool_call text, reverts integer, note text, state text, evidence text, dedupe text""",
+    ),
+    _table(
+        STATE,
+        "memory_policies",
+        "scope,key",
+        "scope text, key text, remember text, groups text, history text, updated_at real, updated_by text",
+    ),
 )
 
 FACT_TABLES: tuple[Table, ...] = (
@@ -227,6 +247,10 @@ LOCAL: dict[str, str] = {
     "rate_limit_users": "the rate limit's one-minute window",
     "rate_limit_hits": "the rate limit's one-minute window",
     "curated_memory": "MEMORY.md and USER.md rows: archived as the files memories/…",
+    "journal_marks": "the crash evidence of a layer's own database (memory/journal.py), settled at start",
+    "mcp_tokens": "MCP client credentials of this installation: create new tokens after a restore",
+    "mcp_catalogs": "the MCP servers' tool lists, fetched again at start",
+    "mcp_reloads": "MCP reload requests between the replicas of this database",
     "sessions.seq": "PostgreSQL's insertion order, given again on load",
     "messages.tsv": "PostgreSQL's generated search vector",
     "messages.cjk_tsv": "PostgreSQL's generated search vector",

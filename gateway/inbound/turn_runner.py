@@ -149,9 +149,11 @@ class TurnRunner:
             return
         reply = self.memory.with_recall_note(run.result.reply or "(no reply)", key)
         reply = await self.memory.with_proposals(reply, batch[-1].msg, run.ctx)
+        # A history: off chat keeps nothing of the turn: gone before its reply is out, so
+        # the person's next message can never meet it (the reply waits in the outbox).
+        await self.memory.forget_turn(run.session, run.ctx)
         await self.replies.finish(batch, reply, kind="reply", session_id=run.session.id)
         await self.memory.after(run.session, run.ctx, text, run.result)
-        await self.memory.forget_turn(run.session, run.ctx)
 
     async def _voice_not_set_up(self, batch: Sequence[Queued]) -> None:
         if self.media.voice_notice_due(chat_of(batch[-1].msg)):

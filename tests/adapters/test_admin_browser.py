@@ -79,7 +79,7 @@ async def test_sign_in_and_every_page_renders_with_the_seeded_data(dash, browser
     await expect(page.get_by_role("link", name=str(ALICE_LAPTOP))).to_be_visible()  # a linked identity
     await shot(page, "user")
 
-    await page.get_by_role("link", name="Memory").click()
+    await page.get_by_role("link", name="Memory", exact=True).click()
     await expect(page.locator("section.memory")).to_contain_text("The staging server is called hopper.")
     await shot(page, "memory")
 

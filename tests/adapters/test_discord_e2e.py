@@ -20,6 +20,7 @@ from mnemo.gateway.emulator import Emulator, Reply, ToolUse
 from mnemo.gateway.errors import StartupError
 from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage
 from mnemo.gateway.ports import CommandInfo
+from mnemo.memory.policy import Groups
 from mnemo.memory.scope import UserRef
 from tests.adapters.discord_harness import TIMEOUT, Bot, running_bot
 from tests.fakes.discord_api import FakeDiscord
@@ -324,6 +325,7 @@ async def test_members_of_one_channel_have_isolated_profiles(bot: Bot) -> None:
         Reply(text="You keep bees."),
         Reply(text="I know nothing about you, Bob."),
     )
+    await _share_in_groups(bot, bot.alice.id)  # a profile reaches group prompts only when shared
     await bot.say(bot.general, bot.alice, f"{bot.mention} note my hobby: apiary")
     await bot.sent(1)
     await bot.say(bot.general, bot.bob, f"{bot.mention} hi from bob-1")
@@ -343,7 +345,9 @@ async def test_members_of_one_channel_have_isolated_profiles(bot: Bot) -> None:
         "I know nothing about you, Bob.",
     ]
     alices = bot.requests_mentioning('what is my hobby?"')
-    assert len(alices) == 1 and "Alice keeps bees" in alices[0].system_text
+    # Shared in groups: in her own turn, fenced with the message (never the group's system prompt).
+    assert len(alices) == 1 and "Alice keeps bees" not in alices[0].system_text
+    assert "Alice keeps bees" in json.dumps(alices[0].body)
     bobs = bot.requests_mentioning("bob-")
     assert len(bobs) == 2
     for request in bobs:
@@ -353,7 +357,15 @@ async def test_members_of_one_channel_have_isolated_profiles(bot: Bot) -> None:
     assert not (bot.app.settings.memories_dir / "users" / "discord" / str(bot.bob.id) / "USER.md").exists()
 
 
+async def _share_in_groups(bot: Bot, member_id: int) -> None:
+    """The person's policy ``groups: shared`` (``/memory policy groups shared`` in a DM)."""
+    assert bot.app.policies is not None
+    who = str(UserRef("discord", str(member_id)))
+    await bot.app.policies.repo.set_person(who, groups=Groups.SHARED, by="test")
+
+
 async def test_shared_room_puts_the_speakers_profile_only_in_their_newest_turn(bot: Bot) -> None:
+    await _share_in_groups(bot, bot.alice.id)
     await asyncio.to_thread(bot.app.files.user(UserRef("discord", str(bot.alice.id))).add, "Alice keeps bees")
     bot.emulator.script(Reply(text="Hi Alice."), Reply(text="Hi Bob."))
     await bot.say(bot.lounge, bot.alice, f"{bot.mention} morning all")

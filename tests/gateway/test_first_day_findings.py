@@ -123,7 +123,7 @@ def test_backup_verify_without_a_file_checks_the_newest(
     assert main(["--home", str(home), "backup", "verify"]) == 2
     assert "no backups in" in capsys.readouterr().err
     assert main(["--home", str(home), "backup", "now"]) == 0
-    newest = capsys.readouterr().out.rsplit(" ", 1)[1].strip()
+    newest = capsys.readouterr().out.splitlines()[0].rsplit(" ", 1)[1].strip()
     assert main(["--home", str(home), "backup", "verify"]) == 0
     assert capsys.readouterr().out.startswith(f"{newest}: OK")
 
