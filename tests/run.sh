@@ -10,9 +10,9 @@ cd "$(dirname "$0")/.."
 # --- Python packages -------------------------------------------------------------------
 # The extras whose code the suite tests: the PostgreSQL backend and the external memory
 # providers' SDKs and the MCP SDK (the semantic extra pulls torch and is tested through its
-# interface).
+# interface), and MkDocs, with which a test builds the manual (docs/).
 # constraints.txt pins every version the suite was last run with (.ci/refresh-constraints).
-EXTRAS=test,mem0,hindsight,honcho,postgres,supermemory,openviking,mcp
+EXTRAS=test,mem0,hindsight,honcho,postgres,supermemory,openviking,mcp,docs
 PY=${PYTHON:-python3}
 STAMP=.venv/.mnemo-installed # what was installed: skip the installer when it still holds
 want="$EXTRAS $(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"

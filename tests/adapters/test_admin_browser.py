@@ -2,7 +2,7 @@
 Playwright (as tests/adapters/test_web_browser.py launches it), against the real app
 with a seeded profile. Each page's screenshot is a test artefact, written to
 tests/artifacts/dashboard/ (not tracked), or to $MNEMO_SCREENSHOTS_DIR: the copies in
-docs/dashboard/ that the README links are refreshed with
+docs/dashboard/ that the manual shows (docs/operations.md) are refreshed with
 ``MNEMO_SCREENSHOTS_DIR=docs/dashboard pytest tests/adapters/test_admin_browser.py``."""
 
 from __future__ import annotations
