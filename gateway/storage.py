@@ -23,6 +23,7 @@ rename (``tests/memory/test_db_migrations.py`` pins the historical names)::
     0014_media_usage             gateway/people/media_usage.py
     0015_memory_journal          memory/journal_sqlite.py
     0016_memory_policies         memory/policy.py
+    0017_upkeep_requests         gateway/budgets/schema.py
 
 Every process that opens ``state.db`` (the gateway, each CLI command, a benchmark)
 goes through ``state_database``.
@@ -59,7 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from mnemo.gateway.budgets.ledger import BudgetRepository, Clock, utc_now
-from mnemo.gateway.budgets.schema import BUDGETS
+from mnemo.gateway.budgets.schema import BUDGETS, UPKEEP
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.schema import CRON_JOBS
 from mnemo.gateway.cron.store import CronRepository
@@ -115,6 +116,7 @@ STATE_MIGRATIONS: tuple[Migration, ...] = (
     MEDIA_USAGE,
     MEMORY_JOURNAL,
     MEMORY_POLICIES,
+    UPKEEP,
 )
 
 

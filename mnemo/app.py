@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from mnemo.gateway.budgets.gate import BudgetGate
 from mnemo.gateway.budgets.ledger import Clock, utc_now
+from mnemo.gateway.budgets.upkeep import Upkeep
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.scheduler import CronRunner, CronScheduler
 from mnemo.gateway.cron.service import CronJobs
@@ -135,7 +136,9 @@ async def open_app(
         backend = await open_backend(settings, serve=True, clock=clock)
         stack.push_async_callback(backend.close)
         # Spend is counted in the same write as the session's usage (gateway/budgets).
-        budgets = BudgetGate(settings.budgets, backend.budgets)
+        # Background memory work has caps of its own (memory.upkeep, gateway/budgets/upkeep.py).
+        upkeep = Upkeep(settings.memory.upkeep, backend.budgets)
+        budgets = BudgetGate(settings.budgets, backend.budgets, upkeep)
         from mnemo.backups import scrubber
 
         forget_me = ForgetMe(Erasure(backend.personal_data, settings, scrub=scrubber(settings)))
@@ -219,6 +222,7 @@ async def open_app(
             skills=skills,
             policies=policies,
             journal=backend.journal,
+            upkeep=upkeep,
         )
         for adapter in adapters:
             gateway.add_adapter(adapter)

@@ -41,24 +41,33 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from mnemo.gateway.budgets.charge import Charge, RequestKind
+from mnemo.gateway.budgets.upkeep import Upkeep
 from mnemo.gateway.config import Settings
 from mnemo.gateway.errors import LLMError, ProviderAuthError, RateLimited, TransientNetworkError
 from mnemo.gateway.events import ChatType, InboundMessage, session_key
+from mnemo.gateway.jobs.loop_guard import LoopGuard
 from mnemo.gateway.jobs.queue import DEFAULT_BACKOFF, Job, JobQueue, JobRun
 from mnemo.gateway.llm.client import LLMResponse, context_window
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.media_quota import UPLOAD_KEEP_S, KeepsUploads, MediaKind, MediaQuota
 from mnemo.gateway.turns.agent import AgentDeps
+from mnemo.gateway.turns.model_input import ModelInput, model_input, with_instruction
 from mnemo.gateway.turns.sessions import SessionResolver
 from mnemo.gateway.turns.tools import TurnContext, turn_context
-from mnemo.memory.compressor import CompressionPlan, CompressionPolicy, ContextCompressor, rows_tokens
+from mnemo.memory.compressor import CompressionPlan, CompressionPolicy, ContextCompressor, Row, rows_tokens
 from mnemo.memory.errors import ProviderError
-from mnemo.memory.flush import MEMORY_PASS_SYSTEM, MemoryPass, memory_pass_prompt, review_window, user_turns
+from mnemo.memory.flush import (
+    BACKGROUND_TAG,
+    MemoryPass,
+    memory_pass_instruction,
+    review_window,
+    user_turns,
+)
 from mnemo.memory.scope import AgentContext
 from mnemo.memory.sessions import MessageRow, SessionRow
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
@@ -147,6 +156,7 @@ class Housekeeping:
         agent: AgentDeps,
         access: AdminCheck,
         hooks: SessionHooks | None = None,
+        upkeep: Upkeep | None = None,
         compress_backoff: Sequence[float] = COMPRESS_BACKOFF,
         backoff: Sequence[float] = DEFAULT_BACKOFF,
     ) -> None:
@@ -156,16 +166,23 @@ class Housekeeping:
         self.llm = agent.llm
         self.tools = agent.tools
         self.files = sessions.files
+        self.media = agent.media
+        self.upkeep = upkeep
         self.access = access
         self.hooks = hooks
         self.compressor = ContextCompressor(compression_policy(settings))
         self._compress_backoff = tuple(compress_backoff)
         self._backoff = tuple(backoff)
         self._queue: JobQueue | None = None
+        self.loop_guard: LoopGuard | None = None  # set by ``register``
         self.compressions: deque[CompressionOutcome] = deque(maxlen=1000)  # for /status, benchmarks
 
     def register(self, queue: JobQueue) -> None:
         self._queue = queue
+        self.loop_guard = LoopGuard(
+            lambda sid, kind: queue.jobs(session_id=sid, kind=kind),
+            self.settings.memory.upkeep.max_runs_without_message,
+        )
         queue.register("compress", self.compress, backoff=self._compress_backoff)
         queue.register("review", self.review, backoff=self._backoff)
         queue.register("session_end", self.session_end, backoff=self._backoff)
@@ -182,6 +199,8 @@ class Housekeeping:
         ):
             return  # reset or rolled over since it was queued: nothing to do
         rows = await store.load_messages(session.id)
+        if not await self._admit(job, run, rows):
+            return
         await self._flush_once(session, rows, MemoryPass.COMPRESSION, run)
         overhead = self._overhead(session)
         started = time.perf_counter()
@@ -212,15 +231,15 @@ class Housekeeping:
 
     async def _summarise(self, session: SessionRow, plan: CompressionPlan) -> tuple[str, bool, float]:
         started = time.perf_counter()
-        request = self.compressor.summary_request(plan)
+        ask = self.compressor.summary_instruction(plan, tag=BACKGROUND_TAG)
+        request = with_instruction(self._conversation(session, plan.rows), ask.prompt)
         spent = time.perf_counter() - started
         try:
             response = await self._ask(
                 session,
                 RequestKind.SUMMARY,
-                system=request.system,
-                prompt=request.prompt,
-                max_tokens=request.max_tokens + request.max_tokens // 4,
+                request,
+                max_tokens=ask.max_tokens + ask.max_tokens // 4,
             )
         except TRANSIENT:
             raise  # the transcript stays; the queue retries after a cooldown
@@ -300,11 +319,16 @@ class Housekeeping:
         if session is None or session.agent_context != "primary":
             return
         rows = await self.store.load_messages(session.id)
+        if not await self._admit(job, run, rows):
+            return
         window = review_window(rows, max(4, 2 * self.settings.memory.nudge_interval))
-        if user_turns(window) == 0:
+        recent = user_turns(window)
+        if recent == 0:
             return
         try:
-            writes = await self._memory_pass(session, window, MemoryPass.REVIEW, AgentContext.REVIEW)
+            writes = await self._memory_pass(
+                session, rows, MemoryPass.REVIEW, AgentContext.REVIEW, recent_user_turns=recent
+            )
         except TRANSIENT:
             raise
         except LLMError as e:
@@ -318,6 +342,8 @@ class Housekeeping:
         if session is None:
             return
         rows = await self.store.load_messages(session.id)
+        if not await self._admit(job, run, rows):
+            return
         if (
             session.agent_context == "primary"
             and user_turns(rows) >= self.settings.compression.flush_min_user_turns
@@ -326,6 +352,14 @@ class Housekeeping:
         if self.hooks is not None and not run.checkpoint.get("hooked"):
             await self.hooks.session_end(session, rows)
             await run.save(hooked=True)
+
+    async def _admit(self, job: Job, run: JobRun, rows: Sequence[MessageRow]) -> bool:
+        """The repeat guard (``loop_guard.py``): False stops a job that would run again
+        without anything new said."""
+        if self.loop_guard is None:
+            return True
+        last_user = max((r.id for r in rows if r.role == "user"), default=0)
+        return await self.loop_guard.admit(job, run.save, last_user)
 
     # --- the memory pass (flush and review) -------------------------------------------
     async def _flush_once(
@@ -356,10 +390,18 @@ class Housekeeping:
         return max((m for m in marks if isinstance(m, int)), default=0)
 
     async def _memory_pass(
-        self, session: SessionRow, rows: Sequence[MessageRow], kind: MemoryPass, context: AgentContext
+        self,
+        session: SessionRow,
+        rows: Sequence[MessageRow],
+        kind: MemoryPass,
+        context: AgentContext,
+        *,
+        recent_user_turns: int | None = None,
     ) -> int:
-        """One request offering only the memory tool; its calls run through the registry
-        under ``context`` (add-only). Returns the number of entries written."""
+        """One request after the conversation's cached prefix (its own tool set, so the
+        prefix matches); only its ``memory`` calls run, through the registry under
+        ``context`` (add-only). ``recent_user_turns``: a review looks at the newest
+        turns only. Returns the number of entries written."""
         msg = session_message(session, rows)
         ctx = turn_context(
             msg,
@@ -370,30 +412,27 @@ class Housekeeping:
             agent_context=context,
             background=True,
         )
-        schemas = self.tools.schemas(context, only=["memory"])
-        if not schemas:
+        if not self.tools.schemas(context, only=["memory"]):
+            log.warning("memory_pass_without_memory_tool", session=session.id)
+            return 0
+        conversation = self._conversation(session, rows)
+        if "memory" not in {t.get("name") for t in conversation.tools}:
             log.warning("memory_pass_without_memory_tool", session=session.id)
             return 0
         memory_block, user_block = await asyncio.to_thread(self._current_memory, ctx)
-        prompt = memory_pass_prompt(
-            kind,
-            rows,
-            memory_block=memory_block,
-            user_block=user_block,
-            max_chars=4 * self.compressor.policy.threshold_tokens,
+        ask = memory_pass_instruction(
+            kind, memory_block=memory_block, user_block=user_block, recent_user_turns=recent_user_turns
         )
         response = await self._ask(
             session,
             RequestKind.REVIEW if context is AgentContext.REVIEW else RequestKind.FLUSH,
-            system=MEMORY_PASS_SYSTEM,
-            prompt=prompt,
-            tools=schemas,
+            with_instruction(conversation, ask),
             max_tokens=MEMORY_PASS_MAX_TOKENS,
         )
         writes = 0
         for call in response.tool_uses:
             if call.get("name") != "memory":
-                continue  # only the offered tool ever runs
+                continue  # only the memory tool ever runs here, whatever else was offered
             result = await self.tools.call("memory", call.get("input") or {}, ctx)
             writes += int(result.memory_write)
         log.info(
@@ -406,52 +445,62 @@ class Housekeeping:
         blocks = self.files.blocks(ctx.speaker)
         return blocks.memory_text, blocks.user_text
 
+    def _conversation(self, session: SessionRow, rows: Sequence[Row]) -> ModelInput:
+        """The conversation's own request without its per-turn notes: the same tools,
+        frozen system prompt and messages (``turns/model_input.py``), so a background
+        request built on it reads the conversation's cached prefix. Trimmed like a
+        turn's request only when it would not fit the context window."""
+        msg = session_message(session, ())
+        schemas = self.tools.schemas(AgentContext(session.agent_context))
+        llm = self.settings.llm
+        budget = int((context_window(llm) - llm.max_tokens) * 0.9)
+        overhead = estimate_tokens(session.system_prompt) + (
+            estimate_json_tokens(list(schemas)) if schemas else 0
+        )
+        if overhead + rows_tokens(rows) > budget:
+            rows = self.compressor.trim(rows, budget - overhead)
+        return model_input(
+            session.system_prompt,
+            rows,
+            tools=schemas,
+            label_authors=self.sessions.shared_room(msg),
+            media=self.media,
+        )
+
     async def _ask(
         self,
         session: SessionRow,
         kind: RequestKind,
+        request: ModelInput,
         *,
-        system: str,
-        prompt: str,
         max_tokens: int,
-        tools: Sequence[Mapping[str, Any]] = (),
     ) -> LLMResponse:
-        """The auxiliary model first; the main model if the auxiliary one fails for a
-        reason other than load (a wrong or retired auxiliary model name must not stop
-        compression). Usage is added to the session's counters and billed to the session's
-        person (a shared room's background work to nobody), whose caps apply: at one the
-        budget gate raises ``OverBudget`` and the job waits for the reset."""
-        llm = self.settings.llm
-        models = [llm.aux_model] + ([llm.model] if llm.model != llm.aux_model else [])
+        """One background request on the conversation's model, with cache breakpoints:
+        a prompt cache belongs to one model, so only the conversation's model can read
+        the prefix its turns wrote (a cache read of the main model costs a tenth of its
+        input price — less than the auxiliary model reading the same tokens afresh).
+        Usage is added to the session's counters and billed to the session's person (a
+        shared room's background work to nobody), whose caps apply: at one the budget
+        gate raises ``OverBudget`` and the job waits for the reset. The upkeep guard
+        (``gateway/jobs/upkeep.py``) is asked first and told what it cost."""
         stand_in = session_message(session, ())
         payer = None if stand_in.shared_room else stand_in.speaker
         admin = payer is not None and self.access.is_admin(payer.platform, payer.user_id)
-        charge = Charge(kind, payer, admin)
-        for i, model in enumerate(models):
-            try:
-                response = await self.llm.create(
-                    system=system,
-                    messages=[{"role": "user", "content": prompt}],
-                    charge=charge,
-                    tools=tools,
-                    model=model,
-                    max_tokens=max_tokens,
-                    cache=False,
-                )
-            except RateLimited:
-                raise
-            except LLMError as e:
-                if i == len(models) - 1:
-                    raise
-                log.warning(
-                    "aux_model_failed", model=model, fallback=models[-1], error=f"{type(e).__name__}: {e}"
-                )
-                continue
-            await self.store.add_usage(
-                session.id, response.usage, payer=None if payer is None else str(payer)
-            )
-            return response
-        raise AssertionError("unreachable")  # pragma: no cover
+        if self.upkeep is not None:
+            await self.upkeep.before_request(session.id, kind)
+        response = await self.llm.create(
+            system=request.system,
+            messages=request.messages,
+            charge=Charge(kind, payer, admin),
+            tools=request.tools,
+            model=self.settings.llm.model,
+            max_tokens=max_tokens,
+            cache=True,
+        )
+        await self.store.add_usage(session.id, response.usage, payer=None if payer is None else str(payer))
+        if self.upkeep is not None:
+            await self.upkeep.record(session.id, kind, payer, response.usage)
+        return response
 
 
 # --- web uploads never sent ---------------------------------------------------------------

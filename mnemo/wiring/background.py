@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
+from mnemo.gateway.budgets.upkeep import Upkeep
 from mnemo.gateway.config import Settings
 from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.inbound.pipeline import Gateway
@@ -38,6 +39,7 @@ def register_background(
     skills: SkillStore,
     policies: MemoryPolicies,
     journal: JournalRepository,
+    upkeep: Upkeep | None = None,
 ) -> Housekeeping:
     register_provider_writes(jobs, providers, journal)  # an applied write is journaled
     housekeeping = Housekeeping(
@@ -46,6 +48,7 @@ def register_background(
         agent=agent,
         access=access,
         hooks=ProviderSessionHooks(providers, settings.home, policies),
+        upkeep=upkeep,
     )
     housekeeping.register(jobs)
     # After a turn with many tool calls, a background pass may keep it as a skill.
