@@ -59,7 +59,14 @@ from mnemo.gateway.turns.agent import AgentDeps
 from mnemo.gateway.turns.model_input import ModelInput, model_input, with_instruction
 from mnemo.gateway.turns.sessions import SessionResolver
 from mnemo.gateway.turns.tools import TurnContext, turn_context
-from mnemo.memory.compressor import CompressionPlan, CompressionPolicy, ContextCompressor, Row, rows_tokens
+from mnemo.memory.compressor import (
+    CompressionPlan,
+    CompressionPolicy,
+    ContextCompressor,
+    Row,
+    is_summary,
+    rows_tokens,
+)
 from mnemo.memory.errors import ProviderError
 from mnemo.memory.flush import (
     BACKGROUND_TAG,
@@ -201,7 +208,6 @@ class Housekeeping:
         rows = await store.load_messages(session.id)
         if not await self._admit(job, run, rows):
             return
-        await self._flush_once(session, rows, MemoryPass.COMPRESSION, run)
         overhead = self._overhead(session)
         started = time.perf_counter()
         # The API measured the prompt over the threshold; estimates may disagree.
@@ -210,6 +216,13 @@ class Housekeeping:
         if plan is None:
             self._record(CompressionOutcome(session.id, None, 0, 0, 0, False, spent, "nothing to summarise"))
             return
+        # The flush is for the turns about to become a summary: none of them goes
+        # unreviewed, and none is reviewed twice (a memory review may have read them all).
+        if await self._uncovered(session, plan.turns):
+            await self._flush_once(session, rows, MemoryPass.COMPRESSION, run)
+        elif not run.checkpoint.get("flushed"):
+            log.info("flush_skipped_already_reviewed", session=session.id)
+            await run.save(flushed=True, flush_writes=0, flush_skipped=True)
         if self.hooks is not None and not await self.hooks.pre_compress(session, rows):
             raise ProviderError(
                 "a memory provider could not checkpoint the transcript; compression retried later"
@@ -334,7 +347,7 @@ class Housekeeping:
         except LLMError as e:
             log.warning("review_failed", session=session.id, error=f"{type(e).__name__}: {e}")
             writes = 0
-        await run.save(reviewed=True, writes=writes)
+        await run.save(reviewed=True, writes=writes, covered=_span(window))
 
     # --- session end ------------------------------------------------------------------
     async def session_end(self, job: Job, run: JobRun) -> None:
@@ -381,7 +394,32 @@ class Housekeeping:
             # the bonus, the compression the job.
             log.warning("flush_failed", session=session.id, error=f"{type(e).__name__}: {e}")
             writes = 0
-        await run.save(flushed=True, flushed_upto=last_user, flush_writes=writes)
+        await run.save(flushed=True, flushed_upto=last_user, flush_writes=writes, covered=_span(rows))
+
+    async def _uncovered(self, session: SessionRow, turns: Sequence[Row]) -> list[Row]:
+        """The user turns among ``turns`` no flush or review has read: neither the row
+        nor, for a row carried over by the last rollover, its original lies in a span a
+        finished flush or review of this session or its parent recorded."""
+        if self._queue is None:
+            return [r for r in turns if r.role == "user"]
+        spans: list[tuple[int, int]] = []
+        for sid in (session.id, session.parent_session_id):
+            if sid is None:
+                continue
+            for j in await self._queue.jobs(session_id=sid):
+                span = j.checkpoint.get("covered")
+                if (
+                    isinstance(span, list)
+                    and len(span) == 2
+                    and (j.state.value == "done" or sid == session.id)
+                ):
+                    spans.append((int(span[0]), int(span[1])))
+
+        def covered(row: Row) -> bool:
+            ids = [row.id if isinstance(row, MessageRow) else None, row.meta.get("carried_from")]
+            return any(isinstance(i, int) and a <= i <= b for i in ids for a, b in spans)
+
+        return [r for r in turns if r.role == "user" and not is_summary(r) and not covered(r)]
 
     async def _flushed_upto(self, session_id: str) -> int:
         if self._queue is None:
@@ -501,6 +539,13 @@ class Housekeeping:
         if self.upkeep is not None:
             await self.upkeep.record(session.id, kind, payer, response.usage)
         return response
+
+
+def _span(rows: Sequence[Row]) -> list[int]:
+    """The first and last user message ids a memory pass read (a job checkpoint's
+    ``covered``), or an empty span."""
+    ids = [r.id for r in rows if isinstance(r, MessageRow) and r.role == "user" and not is_summary(r)]
+    return [min(ids), max(ids)] if ids else [0, -1]
 
 
 # --- web uploads never sent ---------------------------------------------------------------
