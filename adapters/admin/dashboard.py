@@ -293,6 +293,7 @@ class AdminDashboard:
             except InvalidIdentifier:
                 continue
             spend = await d.budgets.ledger.spend(person)
+            upkeep = await d.budgets.ledger.upkeep_spend(person)  # part of the spend, shown apart
             owner = d.links.identities.canonical(ref)
             profile = await d.reads.has_profile(owner)
             rows.append(
@@ -301,10 +302,15 @@ class AdminDashboard:
                     + (" " + badge("admin", "") if d.is_admin(ref.platform, ref.user_id) else ""),
                     ("yes" if profile else "no") + (f" (kept under {esc(owner)})" if owner != ref else ""),
                     usd(spend.day_usd),
+                    usd(upkeep.day_usd),
                     usd(spend.month_usd),
                 )
             )
-        body = table(("Person", "USER.md", "Spend today", "Spend this month"), rows, empty="Nobody yet.")
+        body = table(
+            ("Person", "USER.md", "Spend today", "of it upkeep", "Spend this month"),
+            rows,
+            empty="Nobody yet.",
+        )
         return _html(layout("Users", body, active="users", session=session))
 
     async def _user(self, request: web.Request, session: AdminSession) -> web.Response:
@@ -318,6 +324,7 @@ class AdminDashboard:
         facts = await d.reads.person(ref)
         limits = await d.budgets.limits(ref, admin=admin)
         spend = await d.budgets.ledger.spend(person)
+        upkeep = await d.budgets.ledger.upkeep_spend(person)
         own = await d.budgets.ledger.override(person)
         parts = [
             cards(
@@ -331,6 +338,10 @@ class AdminDashboard:
                         f"{spend.day_tokens:,} of {_cap(limits.daily_tokens, limits.exempt, money=False)}",
                     ),
                     ("This month", f"{usd(spend.month_usd)} of {_cap(limits.monthly_usd, limits.exempt)}"),
+                    (
+                        "Upkeep today",  # background memory work, part of the spend above
+                        f"{usd(upkeep.day_usd)} · {upkeep.day_tokens:,} tokens · {upkeep.requests_today} requests",
+                    ),
                     ("Caps", "own" if own else "default"),
                 ]
             )

@@ -43,7 +43,7 @@ def table_rows(page: str) -> list[list[str]]:
 
 
 def people_rows(page: str) -> dict[str, list[str]]:
-    """The Users page: person → (USER.md, spend today, spend this month)."""
+    """The Users page: person → (USER.md, spend today, of it upkeep, spend this month)."""
     return {row[0].removesuffix(" admin"): row[1:] for row in table_rows(page)}
 
 
@@ -131,8 +131,9 @@ async def test_users_and_overview_show_what_the_cli_shows(
     assert people == sorted(map(str, (ALICE, BOB, CAROL, DAVE)))
     assert list(users) == people
     spend = {r["user"]: r for r in json.loads(await cli(home, capsys, "users", "usage", "--json"))}
-    for person, (profile, today, month) in users.items():
+    for person, (profile, today, upkeep, month) in users.items():
         assert today == usd(spend[person]["day_usd"] if person in spend else 0.0), person
+        assert upkeep == usd(spend[person]["upkeep_day_usd"] if person in spend else 0.0), person
         assert month == usd(spend[person]["month_usd"] if person in spend else 0.0), person
         assert profile.startswith("yes") == (person in (str(ALICE), str(CAROL))), person
     assert tile(overview, "Today's cost") == usd(sum(r["day_usd"] for r in spend.values())) == "$0.7700"

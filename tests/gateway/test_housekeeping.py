@@ -263,7 +263,12 @@ async def test_review_saves_after_the_conversation_add_only_and_the_user_sees_no
         await converse(adapter, ["hello there", "I write haiku at night"])
         await settle(app)
         (job,) = await app.jobs.jobs(kind="review")
-        assert job.state == "done" and job.checkpoint == {"reviewed": True, "writes": 1, "after_user": 3, "covered": [1, 3]}
+        assert job.state == "done" and job.checkpoint == {
+            "reviewed": True,
+            "writes": 1,
+            "after_user": 3,
+            "covered": [1, 3],
+        }
         (review,) = world.seen["memory"]
         assert review.model == MAIN and "memory" in review.tool_names
         assert "I write haiku at night" in str(review.messages[-2]["content"]), "the conversation itself"

@@ -184,3 +184,32 @@ async def test_usage_shows_upkeep_apart_from_the_conversation(app_factory, emula
         assert f"Upkeep today (background memory work): ${upkeep.day_usd:.4f}" in report
         assert f"Conversation today: ${spend.day_usd - upkeep.day_usd:.4f}" in report
         assert "review 1×" in report and "from cache" in report
+
+
+async def test_a_compression_whose_turns_were_all_reviewed_sends_no_flush(app_factory, emulator) -> None:
+    from tests.gateway.test_housekeeping import SMALL, converse_until_rollover
+
+    world = World()
+    emulator.default = world
+    adapter = LoopbackAdapter()
+    async with app_factory(adapter, **{**SMALL, **NO_LIMIT, "memory.nudge_interval": 2}) as app:
+        await converse_until_rollover(app, adapter, filler(20))
+        (job,) = await app.jobs.jobs(kind="compress")
+        assert job.checkpoint["flush_skipped"] is True and job.checkpoint["flushed"] is True
+        passes = [last_text(r) for r in world.seen["memory"]]
+        assert passes and all("Review the recent turns" in t for t in passes), "reviews only, no flush"
+        assert len(world.seen["summary"]) == 1
+
+
+async def test_without_reviews_the_compression_flushes_first(app_factory, emulator) -> None:
+    from tests.gateway.test_housekeeping import SMALL, converse_until_rollover
+
+    world = World()
+    emulator.default = world
+    adapter = LoopbackAdapter()
+    async with app_factory(adapter, **{**SMALL, **NO_LIMIT}) as app:  # nudge_interval 0: no reviews
+        await converse_until_rollover(app, adapter, filler(20))
+        (job,) = await app.jobs.jobs(kind="compress")
+        assert "flush_skipped" not in job.checkpoint and job.checkpoint["covered"][0] > 0
+        (flush,) = world.seen["memory"]
+        assert "being compressed" in last_text(flush)
