@@ -97,6 +97,8 @@ class Run:
     kinds: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))
     compressions: int = 0
     seconds: float = 0.0
+    saved: list[int] = field(default_factory=list)  # tokens each later request no longer sends
+    spent: list[Usage] = field(default_factory=list)  # what each compression's requests cost
 
     def total(self, *, background: bool | None = None) -> Tally:
         out = Tally()
@@ -149,7 +151,10 @@ async def run(turns: int, overrides: dict[str, object], seed: int) -> Run:
                     await app.gateway.lanes.drain(60)
                     await app.jobs.wait_idle(120)
                 result.seconds = time.perf_counter() - started
-                result.compressions = len([c for c in app.housekeeping.compressions if c.new_session_id])
+                done = [c for c in app.housekeeping.compressions if c.new_session_id]
+                result.compressions = len(done)
+                result.saved = [c.tokens_saved for c in done]
+                result.spent = [c.spent for c in done]
             for rec in emu.requests:
                 if rec.usage is None:
                     continue
@@ -162,6 +167,18 @@ async def run(turns: int, overrides: dict[str, object], seed: int) -> Run:
                 )
                 result.kinds[kind_of(rec)].add(usage, cost_usd(settings.llm.prices, rec.model, usage))
     return result
+
+
+def show_compressions(r: Run) -> None:
+    if not r.saved:
+        return
+    n = len(r.saved)
+    spent_tokens = sum(u.prompt_tokens + u.output_tokens for u in r.spent) / n
+    read = sum(u.cache_read_tokens for u in r.spent) / max(1, sum(u.prompt_tokens for u in r.spent))
+    print(
+        f"  per compression: {sum(r.saved) / n:,.0f} tokens fewer in every later request; spent "
+        f"{spent_tokens:,.0f} tokens ({read:.0%} cache reads), ${sum(u.cost_usd for u in r.spent) / n:.4f}"
+    )
 
 
 def show(name: str, r: Run) -> None:
@@ -199,6 +216,7 @@ async def main() -> None:
         f"{args.turns} turns; compressed on a {args.window:,}-token window (threshold 50%), review every {args.nudge}"
     )
     show("with upkeep (compressed)", small)
+    show_compressions(small)
     show("uncompressed, 1M window", large)
     bg = small.total(background=True)
     ratio = small.total().cost / max(1e-12, large.total().cost)

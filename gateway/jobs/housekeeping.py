@@ -42,7 +42,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from mnemo.gateway.budgets.charge import Charge, RequestKind
@@ -78,6 +78,7 @@ from mnemo.memory.flush import (
 from mnemo.memory.scope import AgentContext
 from mnemo.memory.sessions import MessageRow, SessionRow
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
+from mnemo.memory.usage import Usage
 
 log = get_logger(__name__)
 
@@ -126,6 +127,14 @@ class CompressionOutcome:
     fallback: bool  # the deterministic summary was used
     compressor_s: float  # time in the compressor itself (planning, prompt, assembly)
     reason: str = ""
+    # What the compression's own model requests (flush, summary) cost, to weigh against
+    # ``tokens_saved``, which every later request of the chat no longer sends.
+    spent: Usage = Usage()
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens each later request no longer sends (0 when skipped)."""
+        return max(0, self.tokens_before - self.tokens_after) if self.new_session_id else 0
 
 
 def session_message(session: SessionRow, rows: Sequence[MessageRow]) -> InboundMessage:
@@ -183,6 +192,9 @@ class Housekeeping:
         self._queue: JobQueue | None = None
         self.loop_guard: LoopGuard | None = None  # set by ``register``
         self.compressions: deque[CompressionOutcome] = deque(maxlen=1000)  # for /status, benchmarks
+        # What the running compress job of a session has spent so far (one job per
+        # session at a time; the entry lives while the job runs).
+        self._spent: dict[str, Usage] = {}
 
     def register(self, queue: JobQueue) -> None:
         self._queue = queue
@@ -208,6 +220,14 @@ class Housekeeping:
         rows = await store.load_messages(session.id)
         if not await self._admit(job, run, rows):
             return
+        self._spent[session.id] = Usage()  # this compression's requests, for its outcome
+        try:
+            await self._compress(session, rows, run)
+        finally:
+            self._spent.pop(session.id, None)
+
+    async def _compress(self, session: SessionRow, rows: Sequence[MessageRow], run: JobRun) -> None:
+        store = self.store
         overhead = self._overhead(session)
         started = time.perf_counter()
         # The API measured the prompt over the threshold; estimates may disagree.
@@ -320,9 +340,19 @@ class Housekeeping:
         return CompressionOutcome(session.id, new.id, before, after, len(plan.middle), fallback, spent)
 
     def _record(self, outcome: CompressionOutcome) -> None:
+        outcome = replace(outcome, spent=self._spent.get(outcome.session_id, Usage()))
         self.compressions.append(outcome)
         if outcome.new_session_id is None:
             log.info("compression_skipped", session=outcome.session_id, reason=outcome.reason)
+        else:
+            log.info(
+                "compression_economy",
+                session=outcome.session_id,
+                tokens_saved_per_request=outcome.tokens_saved,
+                spent_tokens=outcome.spent.prompt_tokens + outcome.spent.output_tokens,
+                spent_cache_read=outcome.spent.cache_read_tokens,
+                spent_usd=round(outcome.spent.cost_usd, 6),
+            )
 
     # --- review -----------------------------------------------------------------------
     async def review(self, job: Job, run: JobRun) -> None:
@@ -533,9 +563,11 @@ class Housekeeping:
             tools=request.tools,
             model=self.settings.llm.model,
             max_tokens=max_tokens,
-            cache=True,
+            cache_last=False,  # the instruction: never repeated, so never worth a cache write
         )
         await self.store.add_usage(session.id, response.usage, payer=None if payer is None else str(payer))
+        if session.id in self._spent:  # a compression's own request
+            self._spent[session.id] += response.usage
         if self.upkeep is not None:
             await self.upkeep.record(session.id, kind, payer, response.usage)
         return response

@@ -103,6 +103,10 @@ async def test_the_compression_flush_and_summary_read_the_cached_prefix(app_fact
                 + usage["cache_creation_input_tokens"]
             )
             assert usage["cache_read_input_tokens"] / prompt >= 0.7, usage
+        # The compression reports what it saves against what it spent.
+        outcome = app.housekeeping.compressions[-1]
+        assert outcome.tokens_saved > 0 and outcome.spent.cache_read_tokens > 0
+        assert outcome.spent.cost_usd > 0
         # Upkeep's own account has them, by kind.
         spent = await app.budgets.upkeep.spend(None)
         assert {k.kind for k in spent.kinds} >= {"flush", "summary"}
