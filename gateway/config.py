@@ -103,6 +103,33 @@ class UpkeepSettings(Section):
     max_runs_without_message: int = Field(3, ge=1)
 
 
+class ConsolidationSettings(Section):
+    """``memory.consolidation.*``: a scheduled pass over each person's USER.md and the
+    shared MEMORY.md that *proposes* (never makes) merges of duplicates, removals of
+    stale entries and fixes of contradictions; people accept or reject them
+    (``/memory proposals``, ``mnemo memory proposals``). Opt-in."""
+
+    enabled: bool = False
+    schedule: str = "30 3 * * *"  # crontab, in gateway.timezone: nightly at 03:30
+    # Entries shorter than this many in a file are not worth a request.
+    min_entries: int = Field(4, ge=2)
+
+    @field_validator("schedule")
+    @classmethod
+    def _crontab(cls, value: str) -> str:
+        # The schedule itself runs on gateway/cron/calendar.py (which checks it again,
+        # naming the field at fault); here only whether cron can read it at all.
+        from datetime import datetime
+
+        from cronsim import CronSim, CronSimError
+
+        try:
+            CronSim(" ".join(value.split()), datetime(2026, 1, 1))
+        except CronSimError as e:
+            raise ValueError(f"invalid cron expression {value!r}: {e}") from None
+        return value
+
+
 class MemorySettings(Section):
     memory_char_limit: int = Field(2200, ge=100, le=100_000)
     user_char_limit: int = Field(1375, ge=100, le=100_000)
@@ -116,6 +143,7 @@ class MemorySettings(Section):
     show_recall_indicator: bool = True
     policy: MemoryPolicySettings = MemoryPolicySettings()
     upkeep: UpkeepSettings = UpkeepSettings()
+    consolidation: ConsolidationSettings = ConsolidationSettings()
 
 
 class SkillsSettings(Section):

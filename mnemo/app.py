@@ -31,6 +31,7 @@ from mnemo.gateway.delivery.outbox import OutboxRepository
 from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.inbound.commands import CommandRegistry
 from mnemo.gateway.inbound.pipeline import Gateway
+from mnemo.gateway.jobs.consolidation import Consolidation
 from mnemo.gateway.jobs.housekeeping import Housekeeping
 from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.llm.client import LLMClient
@@ -57,7 +58,13 @@ from mnemo.memory.journal import JournalRepository
 from mnemo.memory.manager import MemoryManager
 from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 from mnemo.memory.skills import SkillStore
-from mnemo.wiring.background import register_background, start_jobs, start_upload_sweep
+from mnemo.wiring.background import (
+    register_background,
+    register_consolidation,
+    start_consolidation,
+    start_jobs,
+    start_upload_sweep,
+)
 from mnemo.wiring.commands import build_commands
 from mnemo.wiring.model import open_model
 from mnemo.wiring.replicas import join_replicas
@@ -90,6 +97,7 @@ class App:
     web: WebServer | None = None
     jobs: JobQueue | None = None
     housekeeping: Housekeeping | None = None
+    consolidation: Consolidation | None = None
     trial: bool = False
     emulator: object | None = None
     adapters: list[Adapter] = field(default_factory=list)
@@ -224,10 +232,13 @@ async def open_app(
             journal=backend.journal,
             upkeep=upkeep,
         )
+        # memory.consolidation: proposals people accept, on a schedule (opt-in).
+        consolidation = register_consolidation(settings, jobs, llm=model.llm, backend=backend, upkeep=upkeep)
         for adapter in adapters:
             gateway.add_adapter(adapter)
         await start_upload_sweep(stack, adapters, quota)
         await start_jobs(stack, jobs)
+        await start_consolidation(stack, settings, consolidation, jobs, backend)
         schedules = await start_schedules(
             stack,
             settings,
@@ -275,6 +286,7 @@ async def open_app(
             web=web,
             jobs=jobs,
             housekeeping=housekeeping,
+            consolidation=consolidation,
             trial=use_trial,
             emulator=model.emulator,
             adapters=list(adapters),

@@ -158,6 +158,10 @@ class BudgetRepository(Protocol):
 
     async def erase(self, payer: str) -> int: ...
 
+    async def record_spend(self, payer: str | None, usage: Usage) -> None:
+        """Count a request that belongs to no session (a consolidation) on its own."""
+        ...
+
     async def record_upkeep(self, session_id: str, kind: str, payer: str | None, usage: Usage) -> None:
         """One background request of ``session_id`` (``payer`` None: nobody's). It is
         in ``usage_days`` already (``SessionStorage.add_usage``); this row is upkeep's
@@ -290,6 +294,9 @@ class SqliteBudgets:
     async def payer(self, user: str) -> str:
         """Whose budget ``user``'s requests count against: their canonical account."""
         return await self._db.read(lambda conn: canonical_within(conn, user))
+
+    async def record_spend(self, payer: str | None, usage: Usage) -> None:
+        await self._db.write(lambda conn: self.record_within(conn, payer, usage))
 
     async def record_upkeep(self, session_id: str, kind: str, payer: str | None, usage: Usage) -> None:
         now = self.clock()

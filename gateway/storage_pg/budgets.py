@@ -214,6 +214,9 @@ class PgBudgets:
         """Whose budget ``user``'s requests count against: their canonical account."""
         return await self._db.read(lambda conn: canonical_of(conn, user))
 
+    async def record_spend(self, payer: str | None, usage: Usage) -> None:
+        await self._db.write(lambda conn: self.record_within(conn, payer, usage))
+
     async def record_upkeep(self, session_id: str, kind: str, payer: str | None, usage: Usage) -> None:
         now = self.clock()
         day = self.local_now().date()
