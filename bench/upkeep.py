@@ -9,9 +9,11 @@ the API (prefix per breakpoint, minimum cacheable length, TTL), twice in one run
 
 1. **with upkeep**: a small context window, compression on, memory reviews every
    ``--nudge`` turns; every background job (flush, summary, review) runs as in
-   production and is waited for after each turn, so the run is reproducible;
-2. **uncompressed**: the same chat on a 1M window with compression off (reviews still
-   on) — the whole history sent every turn, with caching.
+   production and is waited for after each turn, so the run is reproducible; at the
+   end one consolidation of the person's profile (``memory.consolidation``);
+2. **uncompressed**: the same chat on a 1M window with compression off (reviews and
+   the consolidation, when the profile has two entries or more) — the whole history sent
+   every turn, with caching.
 
 Printed for each run and per kind of request (chat, flush, summary, review, …):
 requests, input tokens (everything the model read), the share read from the cache,
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import re
 import sys
 import tempfile
@@ -43,7 +46,9 @@ from mnemo.gateway.config import load_settings
 from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse, trial_reply
 from mnemo.gateway.llm.client import cost_usd
 from mnemo.gateway.logs import configure_logging
+from mnemo.memory.consolidation import CONSOLIDATION_SYSTEM
 from mnemo.memory.flush import BACKGROUND_TAG
+from mnemo.memory.scope import UserRef
 from mnemo.memory.usage import Usage
 from tests.support.loopback import LoopbackAdapter
 
@@ -57,6 +62,8 @@ def last_text(request: RecordedRequest) -> str:
 
 def kind_of(request: RecordedRequest) -> str:
     """chat, or the background kind, from the tagged instruction after the conversation."""
+    if request.system_text == CONSOLIDATION_SYSTEM:
+        return "consolidation"
     text = last_text(request)
     if BACKGROUND_TAG not in text:
         return "chat"
@@ -64,8 +71,6 @@ def kind_of(request: RecordedRequest) -> str:
         return "summary"
     if "Review the recent turns" in text:
         return "review"
-    if "consolidat" in text.lower():
-        return "consolidation"
     return "flush"
 
 
@@ -122,6 +127,8 @@ class Model:
     def __call__(self, request: RecordedRequest) -> Reply:
         last = request.messages[-1]["content"]
         text = last_text(request)
+        if request.system_text == CONSOLIDATION_SYSTEM:  # one duplicate to merge, as JSON
+            return Reply(text=json.dumps([{"op": "remove", "entry": 1, "why": "duplicate"}]))
         if BACKGROUND_TAG in text or (
             isinstance(last, list) and any(b.get("type") == "tool_result" for b in last)
         ):
@@ -151,6 +158,11 @@ async def run(turns: int, overrides: dict[str, object], seed: int) -> Run:
                     await app.gateway.lanes.drain(60)
                     await app.jobs.wait_idle(120)
                 result.seconds = time.perf_counter() - started
+                # One nightly consolidation of the person's profile.
+                assert app.consolidation is not None
+                owner = app.files.user(UserRef("loop", "ada")).owner
+                await app.consolidation.enqueue_all(app.jobs, [owner], "bench")
+                await app.jobs.wait_idle(120)
                 done = [c for c in app.housekeeping.compressions if c.new_session_id]
                 result.compressions = len(done)
                 result.saved = [c.tokens_saved for c in done]
@@ -207,7 +219,8 @@ async def main() -> None:
     args = parser.parse_args()
     configure_logging("error", "console")
 
-    common = {"memory.nudge_interval": args.nudge}  # BASE lifts the per-session hourly limit
+    # BASE lifts the per-session hourly limit; the profile has a few entries only.
+    common = {"memory.nudge_interval": args.nudge, "memory.consolidation.min_entries": 2}
     small = await run(args.turns, {**common, "llm.context_window": args.window}, args.seed)
     large = await run(
         args.turns, {**common, "llm.context_window": 1_000_000, "compression.enabled": False}, args.seed
