@@ -2,19 +2,34 @@
 review (the nudge) and session end. Registered on the ``JobQueue`` by kind; the reply
 path never waits for any of them.
 
+**Every model request here reads the conversation's cache.** It is the conversation's
+own request (``_conversation``: tools, frozen system prompt, stored messages, built by
+``turns/model_input.py`` exactly as a turn builds it) on the conversation's model, with
+a tagged instruction appended after it (``with_instruction``; the instruction gets no
+cache breakpoint of its own — it is never repeated). A cache belongs to one model, so
+the auxiliary model is not used here; a cache read of the main model costs less than
+the auxiliary model reading the same tokens afresh. Each request first passes
+``memory.upkeep``'s hourly limit (``Upkeep.before_request``) and is recorded in
+upkeep's account; the token caps are the budget gate's.
+
+**The repeat guard** (``loop_guard.py``): a compress, review or session_end job that
+would run again for a session with no new user message since ``max_runs_without_message``
+runs of its kind ends without a request.
+
 **compress** (enqueued when a reply's prompt crossed ``compression.threshold``):
 
-1. *Flush*: one request to the auxiliary model offering only the ``memory`` tool, with
-   ``AgentContext.FLUSH`` (add-only, enforced by the memory tool), built from the
-   stored transcript and the memory files read now. Its calls go through the same
-   registry path as a turn's (same checks, same provider mirror). Nothing of it is
-   stored in the conversation. Recorded in the job's checkpoint, so a retry or a
-   restart never flushes the same turns twice.
-2. *Summary* of the middle by the auxiliary model (``memory/compressor.py``). A
-   transient failure (network, overload, credentials) raises: the transcript stays as
-   it is and the queue retries after 60 → 300 → 900 s. Any other failure uses the
-   compressor's deterministic fallback summary.
-3. *Rollover*, under ``gateway.session_lock(chat_key)`` so no turn of that chat runs
+1. *Plan* where to cut (head, middle, tail; ``memory/compressor.py``).
+2. *Flush* with ``AgentContext.FLUSH`` (add-only, enforced by the memory tool): only
+   the memory tool's calls run, through the same registry path as a turn's. Nothing of
+   it is stored in the conversation. Recorded in the job's checkpoint, so a retry or a
+   restart never flushes the same turns twice — and skipped when flushes and reviews
+   already read every user turn of the middle (their ``covered`` spans).
+3. *Summary* of the middle, named by where it starts and ends in the conversation
+   above (an update of the earlier summary when there is one). A transient failure
+   (network, overload, credentials) raises: the transcript stays as it is and the queue
+   retries after 60 → 300 → 900 s. Any other failure uses the compressor's
+   deterministic fallback summary.
+4. *Rollover*, under ``gateway.session_lock(chat_key)`` so no turn of that chat runs
    meanwhile: a new session is created with a freshly rendered system prompt (memory
    written during the old session appears now) under the hidden source ``rollover``,
    filled with head + summary + tail — the tail taken from the rows as they are *now*,
@@ -22,10 +37,11 @@ path never waits for any of them.
    and then one transaction ends the old session (``end_reason="compression"``) and
    makes the new one the chat's active session. A crash before that transaction leaves
    only an invisible, unfinished session, ended as ``abandoned`` by the next attempt.
+   The outcome records tokens saved per later request against what the job spent.
 
-**review**: the auxiliary model reads the turns since the last memory write (bounded)
-and may add entries (``AgentContext.REVIEW``); nothing reaches the conversation or the
-user.
+**review**: the model reads the conversation and looks at the turns since the last
+memory write (bounded); it may add entries (``AgentContext.REVIEW``); nothing reaches
+the conversation or the user.
 
 **session_end** (idle/daily reset, ``/reset``): a flush when the session had at least
 ``compression.flush_min_user_turns`` user turns, then the ``on_session_end`` hook
