@@ -33,9 +33,11 @@ from dataclasses import replace
 from typing import Any
 
 from mnemo.gateway.budgets.charge import Charge, RequestKind
+from mnemo.gateway.budgets.upkeep import Upkeep
 from mnemo.gateway.config import Settings
 from mnemo.gateway.errors import LLMError, RateLimited
 from mnemo.gateway.jobs.housekeeping import TRANSIENT, AdminCheck, session_message
+from mnemo.gateway.jobs.loop_guard import LoopGuard
 from mnemo.gateway.jobs.queue import DEFAULT_BACKOFF, Job, JobQueue, JobRun
 from mnemo.gateway.llm.client import LLMResponse
 from mnemo.gateway.logs import get_logger
@@ -66,8 +68,10 @@ class SkillReview:
         skills: SkillStore,
         access: AdminCheck,
         policies: MemoryPolicies | None = None,
+        upkeep: Upkeep | None = None,
     ) -> None:
         self.policies = policies
+        self.upkeep = upkeep  # memory.upkeep: the hourly limit, and upkeep's account
         self.settings = settings
         self.min_tool_calls = settings.skills.review_min_tool_calls
         self.store = agent.store
@@ -76,9 +80,14 @@ class SkillReview:
         self.skills = skills
         self.access = access
         self._queue: JobQueue | None = None
+        self.loop_guard: LoopGuard | None = None  # set by ``register``
 
     def register(self, queue: JobQueue) -> None:
         self._queue = queue
+        self.loop_guard = LoopGuard(
+            lambda sid, kind: queue.jobs(session_id=sid, kind=kind),
+            self.settings.memory.upkeep.max_runs_without_message,
+        )
         queue.register(SKILL_REVIEW, self.review, backoff=DEFAULT_BACKOFF)
 
     # --- enqueueing -------------------------------------------------------------------
@@ -119,6 +128,9 @@ class SkillReview:
             await run.save(reviewed=True, writes=0)
             return
         rows = await self.store.load_messages(session.id)
+        last_user = max((r.id for r in rows if r.role == "user"), default=0)
+        if self.loop_guard is not None and not await self.loop_guard.admit(job, run.save, last_user):
+            return  # the repeat guard: nothing new said since its last runs
         msg = session_message(session, rows)
         upto = run.checkpoint.get("reviewed_from")
         if not isinstance(upto, int):
@@ -203,6 +215,8 @@ class SkillReview:
         llm = self.settings.llm
         models = [llm.aux_model] + ([llm.model] if llm.model != llm.aux_model else [])
         charge = Charge(RequestKind.SKILL_REVIEW, ctx.speaker, ctx.is_admin)  # OverBudget: the job waits
+        if self.upkeep is not None:
+            await self.upkeep.before_request(session.id, RequestKind.SKILL_REVIEW)
         for i, model in enumerate(models):
             try:
                 response = await self.llm.create(
@@ -225,5 +239,7 @@ class SkillReview:
                 continue
             payer = str(ctx.speaker) if ctx.speaker is not None else None
             await self.store.add_usage(session.id, response.usage, payer=payer)
+            if self.upkeep is not None:
+                await self.upkeep.record(session.id, RequestKind.SKILL_REVIEW, ctx.speaker, response.usage)
             return response
         raise AssertionError("unreachable")  # pragma: no cover

@@ -57,7 +57,9 @@ def register_background(
     )
     housekeeping.register(jobs)
     # After a turn with many tool calls, a background pass may keep it as a skill.
-    skill_review = SkillReview(settings, agent=agent, skills=skills, access=access, policies=policies)
+    skill_review = SkillReview(
+        settings, agent=agent, skills=skills, access=access, policies=policies, upkeep=upkeep
+    )
     skill_review.register(jobs)
     gateway.turn_listeners.append(skill_review.after_turn)
     return housekeeping

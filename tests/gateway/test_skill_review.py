@@ -129,6 +129,8 @@ async def test_a_turn_with_five_tool_calls_enqueues_one_review_that_saves_a_user
         # Its cost is the user's, like the rest of their background work.
         spend = await app.budgets.ledger.spend(str(U1))
         assert spend.requests_today == len(emulator.requests) == 3, "two chat requests and the review"
+        upkeep = await app.budgets.upkeep.spend(U1)  # and shown apart as upkeep
+        assert [(k.kind, k.requests) for k in upkeep.kinds] == [("skill_review", 1)]
 
 
 async def test_a_turn_with_fewer_tool_calls_or_none_enqueues_no_review(app_factory, emulator) -> None:
@@ -235,6 +237,7 @@ async def test_a_review_runs_once_across_a_second_job_a_restart_and_a_replayed_t
             "reviewed_from": first.payload["turn"],
             "reviewed_upto": first.payload["turn"],
             "writes": 0,
+            "after_user": jobs[0].checkpoint["after_user"],  # the repeat guard's mark
         }
     assert len(world.reviews) == 1
     inbox_unfinished(home)
