@@ -48,6 +48,7 @@ from mnemo.adapters.admin.chart import activity_svg
 from mnemo.adapters.admin.journal import JournalPages
 from mnemo.adapters.admin.pages import badge, cards, esc, href, layout, post_button, seg, table, usd
 from mnemo.adapters.admin.ports import AdminDeps
+from mnemo.adapters.admin.proposals import ProposalPages
 from mnemo.gateway.cron.service import Caller, job_summary
 from mnemo.gateway.cron.store import JobSource
 from mnemo.gateway.errors import CronError
@@ -118,6 +119,9 @@ class AdminDashboard:
         journal = JournalPages(deps, self._audit, _html)
         get("/admin/memory/history", self._page(journal.history))
         post("/admin/memory/revert", self._write(journal.revert))
+        proposals = ProposalPages(deps, self._audit, _html)
+        get("/admin/memory/proposals", self._page(proposals.page))
+        post("/admin/memory/proposals", self._write(proposals.decide))
         get("/admin/sessions", self._page(self._sessions))
         get("/admin/sessions/{session_id}", self._page(self._transcript))
         get("/admin/search", self._page(self._search))
@@ -393,7 +397,8 @@ class AdminDashboard:
         body = await self._memory_editor(session, self.deps.files.shared(), target="memory", user=None)
         body += (
             f'<p><a href="{href("/admin/memory/history")}">Memory history</a> — every memory write '
-            "with its provenance (who, from which message, trust), and revert.</p>"
+            "with its provenance (who, from which message, trust), and revert. "
+            f'<a href="{href("/admin/memory/proposals")}">Proposals</a> — changes waiting for a decision.</p>'
         )
         return _html(layout("Shared memory (MEMORY.md)", body, active="memory", session=session))
 

@@ -167,3 +167,44 @@ async def test_a_linked_accounts_page_edits_the_shared_profile_and_names_its_kee
         for row in table_rows(await page(client, f"{base}/admin/users"))
     }
     assert users[str(ALICE)] == "yes"
+
+
+async def test_admins_accept_and_reject_memory_proposals_in_the_dashboard(
+    dash: Any, client: aiohttp.ClientSession
+) -> None:
+    from mnemo.memory.journal import Actor, Layer, NewEntry, Provenance, Trust
+
+    base = dash.web.url
+    csrf = await sign_in(client, base)
+    owner = dash.files.user(ALICE).owner
+    by = Provenance(Actor.job("consolidation"), Trust.PROPOSED, speaker=owner)
+    proposals = dash.consolidation.proposals  # the backend's ProposalRepository
+    fix = await proposals.propose(
+        NewEntry(
+            Layer.CURATED, owner, "replace", "Alice lives in Lyon.", "Alice lives in Lyon (Croix-Rousse).", by
+        )
+    )
+    drop = await proposals.propose(
+        NewEntry(Layer.CURATED, owner, "remove", "Alice lives in Lyon.", None, by, note="duplicate")
+    )
+    shown = await page(client, f"{base}/admin/memory/proposals")
+    assert f"#{fix}" in shown and f"#{drop}" in shown and "duplicate" in shown
+    assert (await asyncio.to_thread(dash.files.user(ALICE).load)).entries == ("Alice lives in Lyon.",)
+
+    async with client.post(
+        f"{base}/admin/memory/proposals", data={"entry": str(fix), "decision": "accept", "csrf": csrf}
+    ) as r:
+        assert r.status == 200 and f"#{fix} accepted" in await r.text()
+    async with client.post(
+        f"{base}/admin/memory/proposals", data={"entry": str(drop), "decision": "reject", "csrf": csrf}
+    ) as r:
+        assert r.status == 200 and f"#{drop} rejected" in await r.text()
+    async with client.post(
+        f"{base}/admin/memory/proposals", data={"entry": str(drop), "decision": "accept"}
+    ) as r:
+        assert r.status == 403, "the CSRF token is required"
+    assert (await asyncio.to_thread(dash.files.user(ALICE).load)).entries == (
+        "Alice lives in Lyon (Croix-Rousse).",
+    )
+    assert [e.id for e in await proposals.rejected([owner])] == [drop]
+    assert "Nothing waits for a decision." in await page(client, f"{base}/admin/memory/proposals")
