@@ -392,7 +392,8 @@ class Housekeeping:
             raise
         except LLMError as e:
             log.warning("review_failed", session=session.id, error=f"{type(e).__name__}: {e}")
-            writes = 0
+            await run.save(reviewed=True, writes=0)  # read nothing: covers nothing
+            return
         await run.save(reviewed=True, writes=writes, covered=_span(window))
 
     # --- session end ------------------------------------------------------------------
@@ -439,7 +440,8 @@ class Housekeeping:
             # A request the model rejects will not improve with retries; the flush is
             # the bonus, the compression the job.
             log.warning("flush_failed", session=session.id, error=f"{type(e).__name__}: {e}")
-            writes = 0
+            await run.save(flushed=True, flushed_upto=last_user, flush_writes=0)  # covers nothing
+            return
         await run.save(flushed=True, flushed_upto=last_user, flush_writes=writes, covered=_span(rows))
 
     async def _uncovered(self, session: SessionRow, turns: Sequence[Row]) -> list[Row]:
