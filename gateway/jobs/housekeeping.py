@@ -63,18 +63,19 @@ from typing import Protocol
 
 from mnemo.gateway.budgets.charge import Charge, RequestKind
 from mnemo.gateway.budgets.upkeep import Upkeep
-from mnemo.gateway.config import Settings
+from mnemo.gateway.config import LLMSettings, Settings
 from mnemo.gateway.errors import LLMError, ProviderAuthError, RateLimited, TransientNetworkError
 from mnemo.gateway.events import ChatType, InboundMessage, session_key
 from mnemo.gateway.jobs.loop_guard import LoopGuard
 from mnemo.gateway.jobs.queue import DEFAULT_BACKOFF, Job, JobQueue, JobRun
 from mnemo.gateway.llm.client import LLMResponse, context_window
 from mnemo.gateway.logs import get_logger
+from mnemo.gateway.media import MediaStore
 from mnemo.gateway.media_quota import UPLOAD_KEEP_S, KeepsUploads, MediaKind, MediaQuota
 from mnemo.gateway.turns.agent import AgentDeps
 from mnemo.gateway.turns.model_input import ModelInput, model_input, with_instruction
 from mnemo.gateway.turns.sessions import SessionResolver
-from mnemo.gateway.turns.tools import TurnContext, turn_context
+from mnemo.gateway.turns.tools import ToolRegistry, TurnContext, turn_context
 from mnemo.memory.compressor import (
     CompressionPlan,
     CompressionPolicy,
@@ -173,6 +174,31 @@ def session_message(session: SessionRow, rows: Sequence[MessageRow]) -> InboundM
         agent_context=AgentContext(session.agent_context),
         shared_room=chat_type is ChatType.GROUP and per_user_key != session.chat_key,
     )
+
+
+def conversation_input(
+    session: SessionRow,
+    rows: Sequence[Row],
+    tools: ToolRegistry,
+    llm: LLMSettings,
+    *,
+    media: MediaStore | None,
+    label_authors: bool,
+    compressor: ContextCompressor | None = None,
+) -> ModelInput:
+    """The conversation's own request without its per-turn notes: the same tools, frozen
+    system prompt and messages (``turns/model_input.py``), so a background request built
+    on it reads the conversation's cached prefix. Trimmed like a turn's request only when
+    it would not fit the context window."""
+    schemas = tools.schemas(AgentContext(session.agent_context))
+    budget = int((context_window(llm) - llm.max_tokens) * 0.9)
+    overhead = estimate_tokens(session.system_prompt) + (
+        estimate_json_tokens(list(schemas)) if schemas else 0
+    )
+    if overhead + rows_tokens(rows) > budget:
+        trimmer = compressor or ContextCompressor(CompressionPolicy(context_window=context_window(llm)))
+        rows = trimmer.trim(rows, budget - overhead)
+    return model_input(session.system_prompt, rows, tools=schemas, label_authors=label_authors, media=media)
 
 
 class Housekeeping:
@@ -532,25 +558,15 @@ class Housekeeping:
         return blocks.memory_text, blocks.user_text
 
     def _conversation(self, session: SessionRow, rows: Sequence[Row]) -> ModelInput:
-        """The conversation's own request without its per-turn notes: the same tools,
-        frozen system prompt and messages (``turns/model_input.py``), so a background
-        request built on it reads the conversation's cached prefix. Trimmed like a
-        turn's request only when it would not fit the context window."""
         msg = session_message(session, ())
-        schemas = self.tools.schemas(AgentContext(session.agent_context))
-        llm = self.settings.llm
-        budget = int((context_window(llm) - llm.max_tokens) * 0.9)
-        overhead = estimate_tokens(session.system_prompt) + (
-            estimate_json_tokens(list(schemas)) if schemas else 0
-        )
-        if overhead + rows_tokens(rows) > budget:
-            rows = self.compressor.trim(rows, budget - overhead)
-        return model_input(
-            session.system_prompt,
+        return conversation_input(
+            session,
             rows,
-            tools=schemas,
-            label_authors=self.sessions.shared_room(msg),
+            self.tools,
+            self.settings.llm,
             media=self.media,
+            label_authors=self.sessions.shared_room(msg),
+            compressor=self.compressor,
         )
 
     async def _ask(
