@@ -13,6 +13,7 @@ from typing import Any
 from mnemo.gateway.emulator import RecordedRequest
 from mnemo.memory.flush import BACKGROUND_TAG
 from mnemo.memory.tokens import estimate_json_tokens
+from tests.conftest import BackendUnderTest
 from tests.gateway.test_budgets import Clock, app_with_clock, say_and_settle
 from tests.gateway.test_housekeeping import World, converse, filler, last_text, settle
 from tests.support.loopback import LoopbackAdapter
@@ -51,7 +52,9 @@ def background(world: World) -> list[RecordedRequest]:
     return world.seen["memory"] + world.seen["summary"]
 
 
-async def test_a_review_sends_the_conversations_cached_prefix_byte_for_byte(app_factory, emulator) -> None:
+async def test_a_review_sends_the_conversations_cached_prefix_byte_for_byte(
+    app_factory, emulator, backend: BackendUnderTest
+) -> None:
     world = World()
     emulator.default = world
     adapter = LoopbackAdapter()
@@ -153,7 +156,7 @@ async def test_at_the_upkeep_cap_background_work_waits_for_the_next_day(home, em
 
 
 async def test_the_repeat_guard_stops_a_job_that_runs_again_with_nothing_new_said(
-    app_factory, emulator
+    app_factory, emulator, backend: BackendUnderTest
 ) -> None:
     world = World()
     emulator.default = world
@@ -174,7 +177,9 @@ async def test_the_repeat_guard_stops_a_job_that_runs_again_with_nothing_new_sai
         assert len(world.seen["memory"]) == limit + 1
 
 
-async def test_usage_shows_upkeep_apart_from_the_conversation(app_factory, emulator) -> None:
+async def test_usage_shows_upkeep_apart_from_the_conversation(
+    app_factory, emulator, backend: BackendUnderTest
+) -> None:
     world = World()
     emulator.default = world
     adapter = LoopbackAdapter()
