@@ -38,6 +38,7 @@ from mnemo.app import open_app
 from mnemo.gateway.config import load_settings
 from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse, trial_reply
 from mnemo.gateway.logs import configure_logging
+from mnemo.memory.flush import BACKGROUND_TAG
 from tests.support.loopback import LoopbackAdapter
 
 BASE = {
@@ -45,6 +46,9 @@ BASE = {
     "access.rate_limit_per_minute": 0,
     "gateway.debounce_s": 0.0,
     "llm.max_tokens": 1024,
+    # 500 turns in a minute would meet memory.upkeep's per-session hourly limit, which is
+    # meant for real time (the daily caps stay as configured).
+    "memory.upkeep.session_passes_per_hour": None,
 }
 TOPICS = [
     "the harbour",
@@ -122,7 +126,7 @@ class Model:
             else " ".join(b.get("text", "") for b in last if b.get("type") == "text")
         )
         if (
-            tools == ("memory",)
+            BACKGROUND_TAG in text
             or not tools
             or any(b.get("type") == "tool_result" for b in last if isinstance(last, list))
         ):
@@ -137,7 +141,14 @@ class Model:
 
 
 def background(request: RecordedRequest) -> bool:
-    return request.tool_names == ("memory",) or not request.tool_names
+    """Background passes are sent after the conversation, their instruction tagged."""
+    last = request.messages[-1]["content"]
+    text = (
+        last
+        if isinstance(last, str)
+        else " ".join(b.get("text", "") for b in last if b.get("type") == "text")
+    )
+    return BACKGROUND_TAG in text or not request.tool_names
 
 
 async def run(turns: int, overrides: dict, seed: int) -> Run:

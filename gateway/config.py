@@ -97,6 +97,49 @@ class MemoryPolicySettings(Section):
         return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
 
+class UpkeepSettings(Section):
+    """``memory.upkeep.*``: hard caps on background memory work (flush, review,
+    compression summaries, skill review, consolidation) apart from the budgets. Tokens
+    are counted like the budgets' (everything the model read, cache reads included,
+    plus its output) per local day of ``gateway.timezone``; None: no cap of that kind.
+    At a cap background work waits (for the next day, or for the hour to pass)."""
+
+    daily_tokens_per_person: int | None = Field(2_000_000, ge=0)
+    global_daily_tokens: int | None = Field(20_000_000, ge=0)
+    # Background model requests one session may make in any 60 minutes.
+    session_passes_per_hour: int | None = Field(20, ge=0)
+    # The same job kind runs at most this many times for one session without a new user
+    # message in between (a job that re-enqueues itself stops here).
+    max_runs_without_message: int = Field(3, ge=1)
+
+
+class ConsolidationSettings(Section):
+    """``memory.consolidation.*``: a scheduled pass over each person's USER.md and the
+    shared MEMORY.md that *proposes* (never makes) merges of duplicates, removals of
+    stale entries and fixes of contradictions; people accept or reject them
+    (``/memory proposals``, ``mnemo memory proposals``). Opt-in."""
+
+    enabled: bool = False
+    schedule: str = "30 3 * * *"  # crontab, in gateway.timezone: nightly at 03:30
+    # Entries shorter than this many in a file are not worth a request.
+    min_entries: int = Field(4, ge=2)
+
+    @field_validator("schedule")
+    @classmethod
+    def _crontab(cls, value: str) -> str:
+        # The schedule itself runs on gateway/cron/calendar.py (which checks it again,
+        # naming the field at fault); here only whether cron can read it at all.
+        from datetime import datetime
+
+        from cronsim import CronSim, CronSimError
+
+        try:
+            CronSim(" ".join(value.split()), datetime(2026, 1, 1))
+        except CronSimError as e:
+            raise ValueError(f"invalid cron expression {value!r}: {e}") from None
+        return value
+
+
 class MemorySettings(Section):
     memory_char_limit: int = Field(2200, ge=100, le=100_000)
     user_char_limit: int = Field(1375, ge=100, le=100_000)
@@ -109,6 +152,8 @@ class MemorySettings(Section):
     # Append "🧠 <provider> — recalled N memories" to a reply that used recalled context.
     show_recall_indicator: bool = True
     policy: MemoryPolicySettings = MemoryPolicySettings()
+    upkeep: UpkeepSettings = UpkeepSettings()
+    consolidation: ConsolidationSettings = ConsolidationSettings()
 
 
 class SkillsSettings(Section):

@@ -24,6 +24,7 @@ rename (``tests/memory/test_db_migrations.py`` pins the historical names)::
     0015_memory_journal          memory/journal_sqlite.py
     0016_memory_policies         memory/policy.py
     0017_mcp                     gateway/mcp/schema.py
+    0018_upkeep_requests         gateway/budgets/schema.py
 
 Every process that opens ``state.db`` (the gateway, each CLI command, a benchmark)
 goes through ``state_database``.
@@ -62,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from mnemo.gateway.archive.ports import ArchiveStore
 from mnemo.gateway.budgets.ledger import BudgetRepository, Clock, utc_now
-from mnemo.gateway.budgets.schema import BUDGETS
+from mnemo.gateway.budgets.schema import BUDGETS, UPKEEP
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.schema import CRON_JOBS
 from mnemo.gateway.cron.store import CronRepository
@@ -122,6 +123,7 @@ STATE_MIGRATIONS: tuple[Migration, ...] = (
     MEMORY_JOURNAL,
     MEMORY_POLICIES,
     MCP,
+    UPKEEP,
 )
 
 

@@ -337,6 +337,33 @@ class ContextCompressor:
             prompt = _FIRST.format(rules=rules, template=TEMPLATE, turns=turns)
         return SummaryRequest(SUMMARISER_SYSTEM, prompt, plan.summary_budget)
 
+    def summary_instruction(self, plan: CompressionPlan, *, tag: str = "") -> SummaryRequest:
+        """The summary asked *after* the conversation itself (the request's cached
+        prefix, ``gateway/turns/model_input.with_instruction``): the turns to summarise
+        are named by where they start and end instead of being copied into the prompt.
+        ``system`` is empty: the request keeps the conversation's own system prompt."""
+        rules = _RULES.format(budget=plan.summary_budget)
+        turns = plan.turns
+        first, last = turns[0], turns[-1]
+        span = (
+            f"Summarise the part of the conversation above that starts with the {first.role} message "
+            f"beginning «{_excerpt(first)}» and ends with the {last.role} message beginning "
+            f"«{_excerpt(last)}» ({len(turns)} stored messages). The messages before and after it are "
+            "kept verbatim: do not summarise them."
+        )
+        previous = plan.previous_summary
+        if previous:
+            span += (
+                " The conversation above starts with a CONTEXT SUMMARY of still earlier turns: update it "
+                "with the new turns — PRESERVE all existing information that is still relevant, add the "
+                'new progress, decisions and facts, and turn what is finished or superseded into "Historical:" '
+                "lines instead of deleting it."
+            )
+        prompt = "\n\n".join(
+            [p for p in (tag, span, rules, "Use exactly this template:", TEMPLATE, SUMMARISER_SYSTEM) if p]
+        )
+        return SummaryRequest("", prompt, plan.summary_budget)
+
     def fallback_summary(self, plan: CompressionPlan) -> str:
         """A deterministic summary for when the summariser failed for a non-transient
         reason: worse than a model's, far better than dropping the middle silently."""
@@ -451,6 +478,14 @@ class ContextCompressor:
             meta={TRIM_KEY: True},
         )
         return [*rows[:head_end], *kept, note, *rows[t:]]
+
+
+def _excerpt(row: Row, limit: int = 80) -> str:
+    if row.content.strip():
+        text = " ".join(row.content.split())
+    else:
+        text = " ".join(f"calls {c.name}" for c in row.tool_calls) or "(empty)"
+    return text[:limit] + ("…" if len(text) > limit else "")
 
 
 def _identity(row: Row) -> tuple[Any, ...]:

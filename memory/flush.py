@@ -15,6 +15,13 @@ request built by ``memory_pass_prompt`` from a transcript of the stored rows and
 memory files *as they are when the job runs*; nothing of it — instruction, calls,
 results — is ever written to the conversation. This module only builds text and picks
 rows; the job that sends it lives in ``gateway/housekeeping.py``.
+
+The job sends it **after the conversation itself** (``memory_pass_instruction``): the
+request repeats the conversation's cached prefix — tools, frozen system prompt, stored
+messages — and appends the instruction with the memory as it is now, so the pass reads
+the conversation from the prompt cache instead of paying for a transcript of it.
+``memory_pass_prompt`` (a stand-alone transcript) remains for callers without a cached
+conversation.
 """
 
 from __future__ import annotations
@@ -101,6 +108,43 @@ def memory_pass_prompt(
             _RULES,
             "CURRENT MEMORY (read just now):\n" + "\n\n".join(current),
             "CONVERSATION:\n" + (turns or "(no messages)"),
+        ]
+    )
+
+
+BACKGROUND_TAG = "[Background task — not a message from the user; the user does not see your answer.]"
+
+
+def memory_pass_instruction(
+    kind: MemoryPass,
+    *,
+    memory_block: str,
+    user_block: str | None,
+    recent_user_turns: int | None = None,
+) -> str:
+    """The instruction appended after the conversation (the request's cached prefix).
+
+    ``recent_user_turns``: a review looks at the last N user turns only (None: the whole
+    conversation above). The memory blocks are read when the job runs: the frozen system
+    prompt above may be older."""
+    current = [memory_block.strip() or "(the shared notes, MEMORY.md, are empty)"]
+    if user_block is not None:
+        current.append(user_block.strip() or "(this user's profile is empty)")
+    else:
+        current.append("(no user profile can be written in this conversation)")
+    scope = (
+        f"Look at the last {recent_user_turns} user turns of the conversation above."
+        if recent_user_turns
+        else "Look at the whole conversation above."
+    )
+    return "\n\n".join(
+        [
+            BACKGROUND_TAG,
+            instruction(kind).replace("below", "above"),
+            scope,
+            _RULES + " Use no tool other than memory.",
+            "CURRENT MEMORY (read just now; it may be newer than the system prompt):\n"
+            + "\n\n".join(current),
         ]
     )
 

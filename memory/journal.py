@@ -387,6 +387,11 @@ class ProposalRepository(Protocol):
         """Close an open proposal; False when it was not open."""
         ...
 
+    async def rejected(self, people: Sequence[str]) -> list[Entry]:
+        """Proposals made for these accounts that were rejected, newest first (so a
+        consolidation does not propose them again)."""
+        ...
+
 
 # --- presentation ------------------------------------------------------------------------
 MARKERS = {Trust.INFERRED: "(inferred) ", Trust.IMPORTED: "(imported) "}

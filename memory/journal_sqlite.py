@@ -325,6 +325,17 @@ class SqliteJournal:
         )
         return [entry_of(r) for r in rows]
 
+    async def rejected(self, people: Sequence[str]) -> list[Entry]:
+        marks = ",".join("?" * len(people))
+        rows = await self.db.read(
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM memory_journal WHERE state = 'rejected' AND speaker IN ({marks})"
+                " ORDER BY id DESC LIMIT 200",
+                list(people),
+            ).fetchall()
+        )
+        return [entry_of(r) for r in rows]
+
     async def decide(self, entry_id: int, accepted: bool) -> bool:
         """Close a proposal; False when it was not open (decided already, or unknown)."""
         state = "accepted" if accepted else "rejected"

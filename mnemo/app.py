@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from mnemo.gateway.budgets.gate import BudgetGate
 from mnemo.gateway.budgets.ledger import Clock, utc_now
+from mnemo.gateway.budgets.upkeep import Upkeep
 from mnemo.gateway.config import Settings
 from mnemo.gateway.cron.scheduler import CronRunner, CronScheduler
 from mnemo.gateway.cron.service import CronJobs
@@ -30,6 +31,7 @@ from mnemo.gateway.delivery.outbox import OutboxRepository
 from mnemo.gateway.inbound.access import AccessControl
 from mnemo.gateway.inbound.commands import CommandRegistry
 from mnemo.gateway.inbound.pipeline import Gateway
+from mnemo.gateway.jobs.consolidation import Consolidation
 from mnemo.gateway.jobs.housekeeping import Housekeeping
 from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.llm.client import LLMClient
@@ -58,7 +60,13 @@ from mnemo.memory.journal import JournalRepository
 from mnemo.memory.manager import MemoryManager
 from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 from mnemo.memory.skills import SkillStore
-from mnemo.wiring.background import register_background, start_jobs, start_upload_sweep
+from mnemo.wiring.background import (
+    register_background,
+    register_consolidation,
+    start_consolidation,
+    start_jobs,
+    start_upload_sweep,
+)
 from mnemo.wiring.commands import build_commands
 from mnemo.wiring.model import open_model
 from mnemo.wiring.replicas import join_replicas
@@ -91,6 +99,7 @@ class App:
     web: WebServer | None = None
     jobs: JobQueue | None = None
     housekeeping: Housekeeping | None = None
+    consolidation: Consolidation | None = None
     trial: bool = False
     emulator: object | None = None
     adapters: list[Adapter] = field(default_factory=list)
@@ -138,7 +147,9 @@ async def open_app(
         backend = await open_backend(settings, serve=True, clock=clock)
         stack.push_async_callback(backend.close)
         # Spend is counted in the same write as the session's usage (gateway/budgets).
-        budgets = BudgetGate(settings.budgets, backend.budgets)
+        # Background memory work has caps of its own (memory.upkeep, gateway/budgets/upkeep.py).
+        upkeep = Upkeep(settings.memory.upkeep, backend.budgets)
+        budgets = BudgetGate(settings.budgets, backend.budgets, upkeep)
         from mnemo.backups import scrubber
 
         forget_me = ForgetMe(Erasure(backend.personal_data, settings, scrub=scrubber(settings)))
@@ -230,11 +241,15 @@ async def open_app(
             skills=skills,
             policies=policies,
             journal=backend.journal,
+            upkeep=upkeep,
         )
+        # memory.consolidation: proposals people accept, on a schedule (opt-in).
+        consolidation = register_consolidation(settings, jobs, llm=model.llm, backend=backend, upkeep=upkeep)
         for adapter in adapters:
             gateway.add_adapter(adapter)
         await start_upload_sweep(stack, adapters, quota)
         await start_jobs(stack, jobs)
+        await start_consolidation(stack, settings, consolidation, jobs, backend)
         schedules = await start_schedules(
             stack,
             settings,
@@ -283,6 +298,7 @@ async def open_app(
             web=web,
             jobs=jobs,
             housekeeping=housekeeping,
+            consolidation=consolidation,
             trial=use_trial,
             emulator=model.emulator,
             adapters=list(adapters),

@@ -48,6 +48,7 @@ from mnemo.adapters.admin.chart import activity_svg
 from mnemo.adapters.admin.journal import JournalPages
 from mnemo.adapters.admin.pages import badge, cards, esc, href, layout, post_button, seg, table, usd
 from mnemo.adapters.admin.ports import AdminDeps
+from mnemo.adapters.admin.proposals import ProposalPages
 from mnemo.gateway.cron.service import Caller, job_summary
 from mnemo.gateway.cron.store import JobSource
 from mnemo.gateway.errors import CronError
@@ -119,6 +120,9 @@ class AdminDashboard:
         journal = JournalPages(deps, self._audit, _html)
         get("/admin/memory/history", self._page(journal.history))
         post("/admin/memory/revert", self._write(journal.revert))
+        proposals = ProposalPages(deps, self._audit, _html)
+        get("/admin/memory/proposals", self._page(proposals.page))
+        post("/admin/memory/proposals", self._write(proposals.decide))
         get("/admin/sessions", self._page(self._sessions))
         get("/admin/sessions/{session_id}", self._page(self._transcript))
         get("/admin/search", self._page(self._search))
@@ -294,6 +298,7 @@ class AdminDashboard:
             except InvalidIdentifier:
                 continue
             spend = await d.budgets.ledger.spend(person)
+            upkeep = await d.budgets.ledger.upkeep_spend(person)  # part of the spend, shown apart
             owner = d.links.identities.canonical(ref)
             profile = await d.reads.has_profile(owner)
             rows.append(
@@ -302,10 +307,15 @@ class AdminDashboard:
                     + (" " + badge("admin", "") if d.is_admin(ref.platform, ref.user_id) else ""),
                     ("yes" if profile else "no") + (f" (kept under {esc(owner)})" if owner != ref else ""),
                     usd(spend.day_usd),
+                    usd(upkeep.day_usd),
                     usd(spend.month_usd),
                 )
             )
-        body = table(("Person", "USER.md", "Spend today", "Spend this month"), rows, empty="Nobody yet.")
+        body = table(
+            ("Person", "USER.md", "Spend today", "of it upkeep", "Spend this month"),
+            rows,
+            empty="Nobody yet.",
+        )
         return _html(layout("Users", body, active="users", session=session))
 
     async def _user(self, request: web.Request, session: AdminSession) -> web.Response:
@@ -319,6 +329,7 @@ class AdminDashboard:
         facts = await d.reads.person(ref)
         limits = await d.budgets.limits(ref, admin=admin)
         spend = await d.budgets.ledger.spend(person)
+        upkeep = await d.budgets.ledger.upkeep_spend(person)
         own = await d.budgets.ledger.override(person)
         parts = [
             cards(
@@ -332,6 +343,10 @@ class AdminDashboard:
                         f"{spend.day_tokens:,} of {_cap(limits.daily_tokens, limits.exempt, money=False)}",
                     ),
                     ("This month", f"{usd(spend.month_usd)} of {_cap(limits.monthly_usd, limits.exempt)}"),
+                    (
+                        "Upkeep today",  # background memory work, part of the spend above
+                        f"{usd(upkeep.day_usd)} · {upkeep.day_tokens:,} tokens · {upkeep.requests_today} requests",
+                    ),
                     ("Caps", "own" if own else "default"),
                 ]
             )
@@ -383,7 +398,8 @@ class AdminDashboard:
         body = await self._memory_editor(session, self.deps.files.shared(), target="memory", user=None)
         body += (
             f'<p><a href="{href("/admin/memory/history")}">Memory history</a> — every memory write '
-            "with its provenance (who, from which message, trust), and revert.</p>"
+            "with its provenance (who, from which message, trust), and revert. "
+            f'<a href="{href("/admin/memory/proposals")}">Proposals</a> — changes waiting for a decision.</p>'
         )
         return _html(layout("Shared memory (MEMORY.md)", body, active="memory", session=session))
 

@@ -22,7 +22,7 @@ from mnemo.gateway.cron.service import CronJobs
 from mnemo.gateway.jobs.queue import JobQueue
 from mnemo.gateway.people.directory import PersonFacts
 from mnemo.gateway.people.links import LinkRepository
-from mnemo.memory.journal import JournalRepository
+from mnemo.memory.journal import JournalRepository, ProposalRepository
 from mnemo.memory.policy import PolicyRepository
 from mnemo.memory.ports import CuratedRepository, SearchRepository, SessionStorage
 from mnemo.memory.scope import UserRef
@@ -87,3 +87,4 @@ class AdminDeps:
     links: LinkRepository  # linked identities (/link): who owns a shared USER.md
     journal: JournalRepository | None = None  # memory history with provenance, revert
     policies: PolicyRepository | None = None  # a person's memory policy, shown with their history
+    proposals: ProposalRepository | None = None  # memory changes waiting for a decision

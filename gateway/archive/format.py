@@ -188,6 +188,13 @@ STATE_TABLES: tuple[Table, ...] = (
         "payer text, daily_usd real, monthly_usd real, daily_tokens integer, updated_at real",
     ),
     _table(STATE, "budget_notices", "payer", "payer text, resets_at text"),
+    _table(
+        STATE,
+        "upkeep_requests",
+        "id",
+        """id integer, at real, day text, session_id text, kind text, payer text, input_tokens integer,
+        output_tokens integer, cache_read_tokens integer, cache_write_tokens integer, cost_usd real""",
+    ),
     _table(STATE, "identity_links", "member", "member text, canonical text, linked_at real, linked_by text"),
     _table(STATE, "link_codes", "code_hash", "code_hash text, user text, expires_at real"),
     _table(

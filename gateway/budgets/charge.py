@@ -34,11 +34,18 @@ class RequestKind(StrEnum):
     REVIEW = "review"  # memory review (the nudge)
     SUMMARY = "summary"  # compression summary
     SKILL_REVIEW = "skill_review"  # may keep a procedure as a skill
+    CONSOLIDATION = "consolidation"  # proposes tidying a memory file (memory.consolidation)
 
     @property
     def background(self) -> bool:
         """Work nobody waits for: at a cap it waits for the reset instead of answering."""
-        return self in (RequestKind.FLUSH, RequestKind.REVIEW, RequestKind.SUMMARY, RequestKind.SKILL_REVIEW)
+        return self in (
+            RequestKind.FLUSH,
+            RequestKind.REVIEW,
+            RequestKind.SUMMARY,
+            RequestKind.SKILL_REVIEW,
+            RequestKind.CONSOLIDATION,
+        )
 
 
 @dataclass(frozen=True, slots=True)

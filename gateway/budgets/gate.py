@@ -34,6 +34,7 @@ from decimal import Decimal
 
 from mnemo.gateway.budgets.charge import Charge
 from mnemo.gateway.budgets.ledger import EVERYONE, BudgetRepository, Override, Spend
+from mnemo.gateway.budgets.upkeep import Upkeep
 from mnemo.gateway.config import BudgetSettings
 from mnemo.gateway.errors import OverBudget
 from mnemo.gateway.logs import get_logger
@@ -136,9 +137,12 @@ class BudgetGate:
     """Implements the client's ``RequestGate`` (``admit``) and the pipeline's
     ``TurnBudget`` (``turn``); ``/usage`` reads ``report``."""
 
-    def __init__(self, settings: BudgetSettings, ledger: BudgetRepository) -> None:
+    def __init__(
+        self, settings: BudgetSettings, ledger: BudgetRepository, upkeep: Upkeep | None = None
+    ) -> None:
         self.settings = settings
         self.ledger = ledger
+        self.upkeep = upkeep  # memory.upkeep's caps on background work (``upkeep.py``)
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def payer(self, user: UserRef) -> str:
@@ -159,6 +163,17 @@ class BudgetGate:
 
     async def admit(self, charge: Charge) -> None:
         """The ``RequestGate`` of the LLM client: every model request comes here first."""
+        if self.upkeep is not None:
+            stop = await self.upkeep.check(charge)
+            if stop is not None:
+                log.info(
+                    "upkeep_over_cap",
+                    kind=charge.kind.value,
+                    payer=str(charge.payer) if charge.payer is not None else None,
+                    cap=stop.cap,
+                    resets_at=stop.resets_at.isoformat(),
+                )
+                raise stop
         admitted = _ADMITTED.get()
         if (
             admitted is not None
@@ -247,7 +262,33 @@ class BudgetGate:
             lines.append("No personal cap (admin).")
         elif not limits.capped:
             lines.append("No personal cap is set.")
+        if self.upkeep is not None:
+            lines.extend(await self._upkeep_lines(user))
         lines.append(
             f"Daily counters reset {next_day(now):%Y-%m-%d %H:%M}, monthly {next_month(now):%Y-%m-%d}."
         )
         return "\n".join(lines)
+
+    async def _upkeep_lines(self, user: UserRef) -> list[str]:
+        """Background memory work apart (it is part of the totals above)."""
+        assert self.upkeep is not None
+        u = await self.upkeep.spend(user)
+        cap = self.upkeep.settings.daily_tokens_per_person
+        conversation = (await self.ledger.spend(str(user))).day_usd - u.day_usd
+        lines = [
+            f"Conversation today: ${max(0.0, conversation):.4f}",
+            (
+                f"Upkeep today (background memory work): ${u.day_usd:.4f} · {u.day_tokens:,} tokens"
+                + (f" of {cap:,}" if cap is not None else "")
+                + f" · {u.requests_today} requests; this month ${u.month_usd:.4f}"
+            ),
+        ]
+        if u.kinds:
+            lines.append(
+                "  "
+                + ", ".join(
+                    f"{k.kind} {k.requests}× ${k.cost_usd:.4f} ({k.cache_read_share:.0%} from cache)"
+                    for k in u.kinds
+                )
+            )
+        return lines

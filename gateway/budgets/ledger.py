@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
-from typing import Protocol
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from mnemo.gateway.budgets.charge import Billing, billed_to, current_billing
@@ -52,6 +52,62 @@ class Spend:
     month_usd: float = 0.0
     month_tokens: int = 0
     requests_today: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UpkeepKind:
+    """Today's background requests of one kind (flush, review, summary, …)."""
+
+    kind: str
+    requests: int = 0
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        """Counted like the budgets' tokens: everything read, plus the output."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens + self.output_tokens
+
+    @property
+    def cache_read_share(self) -> float:
+        read = self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+        return self.cache_read_tokens / read if read else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class UpkeepSpend:
+    """A payer's (or the whole bot's) background memory work: today per kind, and this
+    month's cost. Part of ``Spend`` already — shown apart, never added twice."""
+
+    kinds: tuple[UpkeepKind, ...] = ()
+    month_usd: float = 0.0
+
+    @property
+    def day_tokens(self) -> int:
+        return sum(k.tokens for k in self.kinds)
+
+    @property
+    def day_usd(self) -> float:
+        return sum(k.cost_usd for k in self.kinds)
+
+    @property
+    def requests_today(self) -> int:
+        return sum(k.requests for k in self.kinds)
+
+
+def upkeep_spend_of(rows: Sequence[Sequence[Any]], month_usd: float) -> UpkeepSpend:
+    """From rows of (kind, requests, input, cache read, cache write, output, cost)."""
+    kinds = tuple(
+        UpkeepKind(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), float(r[6]))
+        for r in rows
+    )
+    return UpkeepSpend(kinds, month_usd)
+
+
+UPKEEP_KEEP_DAYS = 62  # a month's report and the one before; older rows are dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +157,24 @@ class BudgetRepository(Protocol):
     async def claim_notice(self, payer: str, resets_at: datetime) -> bool: ...
 
     async def erase(self, payer: str) -> int: ...
+
+    async def record_spend(self, payer: str | None, usage: Usage) -> None:
+        """Count a request that belongs to no session (a consolidation) on its own."""
+        ...
+
+    async def record_upkeep(self, session_id: str, kind: str, payer: str | None, usage: Usage) -> None:
+        """One background request of ``session_id`` (``payer`` None: nobody's). It is
+        in ``usage_days`` already (``SessionStorage.add_usage``); this row is upkeep's
+        own account, for its caps and to show it apart."""
+        ...
+
+    async def upkeep_spend(self, payer: str | None) -> UpkeepSpend:
+        """``payer``'s background work today and this month; None: the whole bot's."""
+        ...
+
+    async def upkeep_requests_since(self, session_id: str, since: float) -> list[float]:
+        """When ``session_id``'s background requests after ``since`` (epoch s) were made."""
+        ...
 
 
 class SqliteBudgets:
@@ -221,9 +295,74 @@ class SqliteBudgets:
         """Whose budget ``user``'s requests count against: their canonical account."""
         return await self._db.read(lambda conn: canonical_within(conn, user))
 
+    async def record_spend(self, payer: str | None, usage: Usage) -> None:
+        await self._db.write(lambda conn: self.record_within(conn, payer, usage))
+
+    async def record_upkeep(self, session_id: str, kind: str, payer: str | None, usage: Usage) -> None:
+        now = self.clock()
+        day = self.local_now().date()
+
+        def tx(conn: sqlite3.Connection) -> None:
+            who = canonical_within(conn, payer) if payer is not None else None
+            conn.execute(
+                "INSERT INTO upkeep_requests (at, day, session_id, kind, payer, input_tokens, output_tokens,"
+                " cache_read_tokens, cache_write_tokens, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    now.timestamp(),
+                    day.isoformat(),
+                    session_id,
+                    kind,
+                    who,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_tokens,
+                    usage.cache_write_tokens,
+                    usage.cost_usd,
+                ),
+            )
+            conn.execute(
+                "DELETE FROM upkeep_requests WHERE day < ?",
+                ((day - timedelta(days=UPKEEP_KEEP_DAYS)).isoformat(),),
+            )
+
+        await self._db.write(tx)
+
+    async def upkeep_spend(self, payer: str | None) -> UpkeepSpend:
+        today = self.local_now().date()
+
+        def q(conn: sqlite3.Connection) -> UpkeepSpend:
+            if payer is None:
+                who, args = "1 = 1", []
+            else:
+                payers = members_within(conn, payer)
+                who, args = f"payer IN ({','.join('?' * len(payers))})", payers
+            kinds = conn.execute(
+                "SELECT kind, COUNT(*), SUM(input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),"
+                f" SUM(output_tokens), SUM(cost_usd) FROM upkeep_requests WHERE day = ? AND {who}"
+                " GROUP BY kind ORDER BY kind",
+                (today.isoformat(), *args),
+            ).fetchall()
+            month = conn.execute(
+                f"SELECT COALESCE(SUM(cost_usd), 0) FROM upkeep_requests WHERE day >= ? AND day <= ? AND {who}",
+                (today.replace(day=1).isoformat(), today.isoformat(), *args),
+            ).fetchone()
+            return upkeep_spend_of(kinds, float(month[0]))
+
+        return await self._db.read(q)
+
+    async def upkeep_requests_since(self, session_id: str, since: float) -> list[float]:
+        def q(conn: sqlite3.Connection) -> list[float]:
+            rows = conn.execute(
+                "SELECT at FROM upkeep_requests WHERE session_id = ? AND at > ? ORDER BY at",
+                (session_id, since),
+            )
+            return [float(r[0]) for r in rows]
+
+        return await self._db.read(q)
+
     def erase_within(self, conn: sqlite3.Connection, payer: str) -> int:
         n = 0
-        for table in ("usage_days", "budget_overrides"):
+        for table in ("usage_days", "budget_overrides", "upkeep_requests"):
             n += conn.execute(f"DELETE FROM {table} WHERE payer = ?", (payer,)).rowcount
         # Notices are keyed "PAYER|cap".
         n += conn.execute(

@@ -36,3 +36,28 @@ CREATE TABLE budget_notices (
 ) WITHOUT ROWID;
 """,
 )
+
+# One row per background model request (flush, review, summary, skill review,
+# consolidation): upkeep's own daily caps per person and for the whole bot, the
+# per-session passes per hour, and the reports that show upkeep apart from the
+# conversation. ``payer`` is the canonical PLATFORM:ID, NULL for nobody's (a shared room).
+UPKEEP = Migration(
+    "0018_upkeep_requests",
+    """
+CREATE TABLE upkeep_requests (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,                  -- epoch seconds
+    day TEXT NOT NULL,                 -- YYYY-MM-DD in gateway.timezone
+    session_id TEXT NOT NULL,
+    kind TEXT NOT NULL,                -- RequestKind: flush, review, summary, ...
+    payer TEXT,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0
+);
+CREATE INDEX upkeep_requests_day ON upkeep_requests (day, payer);
+CREATE INDEX upkeep_requests_session ON upkeep_requests (session_id, at);
+""",
+)

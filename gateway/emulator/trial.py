@@ -40,6 +40,7 @@ from mnemo.gateway.emulator.trial_memory import (
     relevant,
     result_text,
 )
+from mnemo.memory.flush import BACKGROUND_TAG
 
 TRIAL_LABEL = "[scripted reply — no ANTHROPIC_API_KEY set]"
 
@@ -84,11 +85,18 @@ def trial_reply(request: RecordedRequest) -> Reply:
     if blocks(last, "tool_result"):
         return Reply(text=_after_tools(messages))
     text = _user_text(last)
-    instruction = f"{request.system_text}\n{text}"
+    # A background pass sent after the conversation itself (gateway/jobs/housekeeping.py)
+    # carries its instruction, tagged, in the last user turn.
+    background = BACKGROUND_TAG in text
+    instruction = text[text.index(BACKGROUND_TAG) :] if background else f"{request.system_text}\n{text}"
     tools = request.tool_names
     if re.search(r"summar", instruction, re.I) and re.search(r"^#{1,4}\s+Goal\b", instruction, re.M | re.I):
         return Reply(text=_summary(instruction, messages))
-    if tools == ("memory",) and re.search(r"\b(?:save|saving|review)\b", instruction, re.I):
+    if (
+        "memory" in tools
+        and (tools == ("memory",) or background)
+        and re.search(r"\b(?:save|saving|review)\b", instruction, re.I)
+    ):
         return _review(messages)
     query = _search_query(text)
     if query and "session_search" in tools:

@@ -4,6 +4,9 @@
     /memory history [N]              your last N memory changes, newest first
     /memory undo [ID]                undo your last change (or the one numbered ID)
     /memory confirm [ID] | reject [ID]   decide what I asked to remember (remember: ask)
+    /memory proposals                what waits for your decision (and, admins: for the
+                                     shared notes), from remember: ask and consolidation
+    /memory proposals accept|reject ID|all
     /memory policy                   what may be remembered about you, and in this chat
     /memory policy remember on|off|ask   for yourself
     /memory policy groups private|shared whether your profile may reach group prompts
@@ -46,7 +49,8 @@ DEFAULT_HISTORY = 10
 MAX_HISTORY = 50
 USAGE = (
     "Usage: /memory · /memory history [N] · /memory undo [ID] · /memory confirm [ID] · "
-    "/memory reject [ID] · /memory policy [remember on|off|ask] [groups private|shared] · "
+    "/memory reject [ID] · /memory proposals [accept|reject ID|all] · "
+    "/memory policy [remember on|off|ask] [groups private|shared] · "
     "/memory policy chat remember on|off · /memory policy chat history on|off"
 )
 PRIVATE = "Your profile is private, so I only show it in a direct message: send me /memory there."
@@ -73,7 +77,7 @@ class MemoryCommand:
         private = call.msg.is_dm or call.msg.private
         if verb == "policy":
             return await self.policy(call, words[1:])
-        if verb in ("", "history", "undo", "confirm", "reject") and not private:
+        if verb in ("", "history", "undo", "confirm", "reject", "proposals") and not private:
             return PRIVATE  # a group channel is public
         if verb == "":
             return await self.show(call)
@@ -83,6 +87,8 @@ class MemoryCommand:
             return await self.undo(call, words[1:])
         if verb in ("confirm", "reject"):
             return await self.decide(call, words[1:], accept=verb == "confirm")
+        if verb == "proposals":
+            return await self.proposals(call, words[1:])
         return USAGE
 
     # --- your profile ---------------------------------------------------------------
@@ -162,7 +168,13 @@ class MemoryCommand:
                 return e
         return None
 
-    # --- proposals (remember: ask) --------------------------------------------------
+    # --- proposals (remember: ask, consolidation) ----------------------------------
+    def _proposers(self, call: CommandCall) -> tuple[str, ...]:
+        """Whose open proposals this person decides: their own, and an admin the shared
+        notes' too (a consolidation of MEMORY.md proposes as ``shared``)."""
+        people = self._people(call.msg.speaker)
+        return (*people, SHARED) if call.admin else people
+
     async def decide(self, call: CommandCall, args: Sequence[str], *, accept: bool) -> str:
         proposals = self.stores.proposals
         if proposals is None:
@@ -177,10 +189,47 @@ class MemoryCommand:
                 if not args
                 else f"#{args[0]} waits for no confirmation."
             )
-        proposal = open_[0]
+        return await self._settle(call, proposals, open_[0], accept=accept)
+
+    async def proposals(self, call: CommandCall, args: Sequence[str]) -> str:
+        """``/memory proposals [accept|reject ID|all]``: a proposal changes nothing until
+        it is accepted; then it is written through the file's normal (scanned, bounded)
+        write path. A rejected one is remembered, and consolidation does not make it again."""
+        proposals = self.stores.proposals
+        if proposals is None:
+            return "Nothing waits for your decision."
+        open_ = await proposals.proposals(self._proposers(call))
+        if not args:
+            if not open_:
+                return "Nothing waits for your decision."
+            return "\n".join(
+                ["Waiting for your decision (/memory proposals accept|reject ID or all):"]
+                + [proposal_line(p) for p in open_]
+            )
+        verb = args[0].lower()
+        if verb not in ("accept", "reject") or len(args) != 2:
+            return "Usage: /memory proposals · /memory proposals accept|reject ID|all"
+        if args[1].lower() == "all":
+            chosen = open_
+        else:
+            wanted = _number(args[1:], 0)
+            chosen = [p for p in open_ if p.id == wanted]
+            if not chosen:
+                return f"#{args[1].lstrip('#')} waits for no decision of yours (see /memory proposals)."
+        if not chosen:
+            return "Nothing waits for your decision."
+        answers = [await self._settle(call, proposals, p, accept=verb == "accept") for p in chosen]
+        return "\n".join(answers)
+
+    async def _settle(
+        self, call: CommandCall, proposals: ProposalRepository, proposal: Entry, *, accept: bool
+    ) -> str:
+        asked = proposal.actor != Actor.job("consolidation")  # the memory tool's (remember: ask)
         if not accept:
             await proposals.decide(proposal.id, False)
-            return f"Dropped: I won't remember “{proposal.new or proposal.old}”."
+            if asked:
+                return f"Dropped: I won't remember “{proposal.new or proposal.old}”."
+            return f"#{proposal.id} dropped: {_what(proposal)} will not be done."
         by = Provenance(
             Actor.PERSON,
             Trust.STATED,
@@ -192,13 +241,17 @@ class MemoryCommand:
         )
         done = await asyncio.to_thread(apply_proposal, self.stores.files, proposal, by)
         if not done.ok:
-            return f"Not saved: {done.message}"
+            return f"Not saved: {done.message}" if asked else f"#{proposal.id} not done: {done.message}"
         await proposals.decide(proposal.id, True)
-        return (
-            f"Saved: “{proposal.new or proposal.old}”."
-            if proposal.op != "remove"
-            else "Forgotten, as you confirmed."
-        )
+        if proposal.op == "add":
+            return f"Saved: “{proposal.new}”."
+        if proposal.op == "remove":
+            return (
+                "Forgotten, as you confirmed."
+                if asked
+                else f"#{proposal.id} done: forgotten “{proposal.old}”."
+            )
+        return f"#{proposal.id} done: “{proposal.old}” → “{proposal.new}”."
 
     # --- policy ---------------------------------------------------------------------
     async def policy(self, call: CommandCall, args: Sequence[str]) -> str:
@@ -248,6 +301,21 @@ class MemoryCommand:
         chat = chat_ref(msg.platform, msg.chat_id)
         await policies.repo.set_chat(chat, remember=remember, history=history, by=str(msg.speaker))
         return f"Saved: this chat's {key} is {value}."
+
+
+def _what(p: Entry) -> str:
+    if p.op == "add":
+        return f"saving “{p.new}”"
+    if p.op == "remove":
+        return f"forgetting “{p.old}”"
+    return f"changing “{p.old}” to “{p.new}”"
+
+
+def proposal_line(p: Entry) -> str:
+    """``#12 [shared] forget “…” — duplicate of #3`` (``/memory proposals``, the CLI)."""
+    where = " [shared notes]" if p.target == SHARED else ""
+    why = f" — {p.note}" if p.note else ""
+    return f"#{p.id}{where} {_what(p)}{why}"
 
 
 def _number(args: Sequence[str], default: int) -> int | None:

@@ -1,6 +1,8 @@
 """The background skill review (``skill_review`` jobs): after a turn that used at least
-``skills.review_min_tool_calls`` tool calls, one request to the auxiliary model that may
-keep the procedure as a skill (prompt and turn selection: ``memory/skills/review.py``).
+``skills.review_min_tool_calls`` tool calls, one request that may keep the procedure as
+a skill (instruction and turn selection: ``memory/skills/review.py``). Like flush and
+memory review (``housekeeping.py``), it is the conversation's own request, on the
+conversation's model, with the instruction appended: it reads the conversation's cache.
 
 * **Enqueued** by :meth:`SkillReview.after_turn`, a turn listener of the gateway, after
   the reply is in the outbox: only for a finished primary turn (never a cron run, never
@@ -20,7 +22,7 @@ keep the procedure as a skill (prompt and turn selection: ``memory/skills/review
   asking again; ``reviewed_upto`` (the last turn's row id) in the done job is the marker
   every later review starts after.
 * **Cost** is added to the session's usage and billed to its user, like the memory
-  review's.
+  review's, and shown as upkeep; the repeat guard and ``memory.upkeep``'s limits apply.
 * **Policy**: no review after a turn whose memory policy does not let it store, and the
   job reads the policy again when it runs (an ephemeral chat keeps no skills).
 """
@@ -28,24 +30,28 @@ keep the procedure as a skill (prompt and turn selection: ``memory/skills/review
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from mnemo.gateway.budgets.charge import Charge, RequestKind
+from mnemo.gateway.budgets.upkeep import Upkeep
 from mnemo.gateway.config import Settings
-from mnemo.gateway.errors import LLMError, RateLimited
-from mnemo.gateway.jobs.housekeeping import TRANSIENT, AdminCheck, session_message
+from mnemo.gateway.errors import LLMError
+from mnemo.gateway.jobs.housekeeping import TRANSIENT, AdminCheck, conversation_input, session_message
+from mnemo.gateway.jobs.loop_guard import LoopGuard
 from mnemo.gateway.jobs.queue import DEFAULT_BACKOFF, Job, JobQueue, JobRun
 from mnemo.gateway.llm.client import LLMResponse
 from mnemo.gateway.logs import get_logger
 from mnemo.gateway.turns.agent import AgentDeps, TurnResult
+from mnemo.gateway.turns.model_input import ModelInput, with_instruction
 from mnemo.gateway.turns.policy import MemoryPolicies
 from mnemo.gateway.turns.tools import TurnContext, turn_context
+from mnemo.memory.flush import BACKGROUND_TAG
 from mnemo.memory.scope import AgentContext, UserRef
 from mnemo.memory.sessions import SessionRow
 from mnemo.memory.skills import Skill, SkillStore
-from mnemo.memory.skills.review import SKILL_REVIEW_SYSTEM, review_prompt, turn_ending, turns_to_review
+from mnemo.memory.skills.review import review_instruction, turn_ending, turns_to_review
 
 log = get_logger(__name__)
 
@@ -66,8 +72,10 @@ class SkillReview:
         skills: SkillStore,
         access: AdminCheck,
         policies: MemoryPolicies | None = None,
+        upkeep: Upkeep | None = None,
     ) -> None:
         self.policies = policies
+        self.upkeep = upkeep  # memory.upkeep: the hourly limit, and upkeep's account
         self.settings = settings
         self.min_tool_calls = settings.skills.review_min_tool_calls
         self.store = agent.store
@@ -75,10 +83,16 @@ class SkillReview:
         self.tools = agent.tools
         self.skills = skills
         self.access = access
+        self.media = agent.media
         self._queue: JobQueue | None = None
+        self.loop_guard: LoopGuard | None = None  # set by ``register``
 
     def register(self, queue: JobQueue) -> None:
         self._queue = queue
+        self.loop_guard = LoopGuard(
+            lambda sid, kind: queue.jobs(session_id=sid, kind=kind),
+            self.settings.memory.upkeep.max_runs_without_message,
+        )
         queue.register(SKILL_REVIEW, self.review, backoff=DEFAULT_BACKOFF)
 
     # --- enqueueing -------------------------------------------------------------------
@@ -119,6 +133,9 @@ class SkillReview:
             await run.save(reviewed=True, writes=0)
             return
         rows = await self.store.load_messages(session.id)
+        last_user = max((r.id for r in rows if r.role == "user"), default=0)
+        if self.loop_guard is not None and not await self.loop_guard.admit(job, run.save, last_user):
+            return  # the repeat guard: nothing new said since its last runs
         msg = session_message(session, rows)
         upto = run.checkpoint.get("reviewed_from")
         if not isinstance(upto, int):
@@ -172,20 +189,26 @@ class SkillReview:
         self, session: SessionRow, ctx: TurnContext, due: Sequence[Any]
     ) -> list[dict[str, Any]] | None:
         """The model's ``skill_manage`` inputs, or None when the request was rejected."""
-        schemas = self.tools.schemas(AgentContext.REVIEW, only=[TOOL])
-        if not schemas:
+        if not self.tools.schemas(AgentContext.REVIEW, only=[TOOL]):
+            log.warning("skill_review_without_skill_manage", session=session.id)
+            return None
+        rows = await self.store.load_messages(session.id)
+        conversation = conversation_input(
+            session, rows, self.tools, self.settings.llm, media=self.media, label_authors=False
+        )
+        if TOOL not in {t.get("name") for t in conversation.tools}:
             log.warning("skill_review_without_skill_manage", session=session.id)
             return None
         own, read_only = await asyncio.to_thread(self._skills_now, ctx.speaker)
-        prompt = review_prompt(due, own=own, read_only=read_only)
+        ask = review_instruction(due, own=own, read_only=read_only, tag=BACKGROUND_TAG)
         try:
-            response = await self._ask(session, ctx, prompt, schemas)
+            response = await self._ask(session, ctx, with_instruction(conversation, ask))
         except TRANSIENT:
             raise  # the queue retries after its backoff
         except LLMError as e:
             log.warning("skill_review_failed", session=session.id, error=f"{type(e).__name__}: {e}")
             return None
-        # Only the offered tool ever runs.
+        # Only skill_manage ever runs, whatever else the conversation's tool set offered.
         return [dict(c.get("input") or {}) for c in response.tool_uses if c.get("name") == TOOL]
 
     def _skills_now(self, user: UserRef | None) -> tuple[list[tuple[Skill, str]], list[Skill]]:
@@ -195,35 +218,23 @@ class SkillReview:
         locked = [s for s in mine if not self.skills.written_in_conversation(s)]
         return own, locked + self.skills.shared()
 
-    async def _ask(
-        self, session: SessionRow, ctx: TurnContext, prompt: str, tools: Sequence[Mapping[str, Any]]
-    ) -> LLMResponse:
-        """The auxiliary model, the main one if the auxiliary fails for a reason other
-        than load; usage is billed to the session's user."""
-        llm = self.settings.llm
-        models = [llm.aux_model] + ([llm.model] if llm.model != llm.aux_model else [])
+    async def _ask(self, session: SessionRow, ctx: TurnContext, request: ModelInput) -> LLMResponse:
+        """After the conversation's cached prefix, on its model (a cache is one model's);
+        usage is billed to the session's user and shown as upkeep."""
         charge = Charge(RequestKind.SKILL_REVIEW, ctx.speaker, ctx.is_admin)  # OverBudget: the job waits
-        for i, model in enumerate(models):
-            try:
-                response = await self.llm.create(
-                    system=SKILL_REVIEW_SYSTEM,
-                    messages=[{"role": "user", "content": prompt}],
-                    charge=charge,
-                    tools=tools,
-                    model=model,
-                    max_tokens=MAX_TOKENS,
-                    cache=False,
-                )
-            except RateLimited:
-                raise
-            except LLMError as e:
-                if i == len(models) - 1:
-                    raise
-                log.warning(
-                    "aux_model_failed", model=model, fallback=models[-1], error=f"{type(e).__name__}: {e}"
-                )
-                continue
-            payer = str(ctx.speaker) if ctx.speaker is not None else None
-            await self.store.add_usage(session.id, response.usage, payer=payer)
-            return response
-        raise AssertionError("unreachable")  # pragma: no cover
+        if self.upkeep is not None:
+            await self.upkeep.before_request(session.id, RequestKind.SKILL_REVIEW)
+        response = await self.llm.create(
+            system=request.system,
+            messages=request.messages,
+            charge=charge,
+            tools=request.tools,
+            model=self.settings.llm.model,
+            max_tokens=MAX_TOKENS,
+            cache_last=False,  # the instruction is never repeated
+        )
+        payer = str(ctx.speaker) if ctx.speaker is not None else None
+        await self.store.add_usage(session.id, response.usage, payer=payer)
+        if self.upkeep is not None:
+            await self.upkeep.record(session.id, RequestKind.SKILL_REVIEW, ctx.speaker, response.usage)
+        return response

@@ -294,6 +294,7 @@ class LLMClient:
         model: str | None = None,
         max_tokens: int | None = None,
         cache: bool = True,
+        cache_last: bool = True,
         on_text: Callable[[str], None] | None = None,
         on_reset: Callable[[], None] | None = None,
     ) -> LLMResponse:
@@ -302,13 +303,16 @@ class LLMClient:
 
         With ``on_text`` the response is streamed and each text delta reported to it
         (see the module docstring); ``on_reset`` is called before a retry that follows
-        reported deltas."""
+        reported deltas. ``cache_last=False``: no breakpoint on the last message (a
+        background pass's instruction, which no later request repeats, so caching it
+        would only cost the write)."""
         await self._gate.admit(charge)
         model = model or self.settings.model
         if cache:
-            system_blocks, msgs = apply_cache_breakpoints(
-                system, messages, system_ttl=self.settings.cache_ttl
-            )
+            marked = messages if cache_last or not messages else messages[:-1]
+            system_blocks, msgs = apply_cache_breakpoints(system, marked, system_ttl=self.settings.cache_ttl)
+            if not cache_last and messages:
+                msgs += _strip_markers(messages[-1:])
             system_param: Any = system_blocks
         else:
             msgs = _strip_markers(messages)

@@ -17,10 +17,20 @@ counters (``gateway/storage_pg/links.py``).
 from __future__ import annotations
 
 import time
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from mnemo.gateway.budgets.ledger import EVERYONE, Clock, Override, PayerSpend, Spend, utc_now
+from mnemo.gateway.budgets.ledger import (
+    EVERYONE,
+    UPKEEP_KEEP_DAYS,
+    Clock,
+    Override,
+    PayerSpend,
+    Spend,
+    UpkeepSpend,
+    upkeep_spend_of,
+    utc_now,
+)
 from mnemo.gateway.storage_pg.links import canonical_of, members_of
 from mnemo.memory.pg.db import Connection, PgDatabase, PgMigration
 from mnemo.memory.usage import Usage
@@ -48,6 +58,28 @@ CREATE TABLE budget_notices (
     resets_at text NOT NULL,
     PRIMARY KEY (payer, resets_at)
 );
+""",
+)
+
+
+UPKEEP = PgMigration(
+    "0018_upkeep_requests",
+    """
+CREATE TABLE upkeep_requests (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at double precision NOT NULL,
+    day text NOT NULL,
+    session_id text NOT NULL,
+    kind text NOT NULL,
+    payer text,
+    input_tokens bigint NOT NULL DEFAULT 0,
+    output_tokens bigint NOT NULL DEFAULT 0,
+    cache_read_tokens bigint NOT NULL DEFAULT 0,
+    cache_write_tokens bigint NOT NULL DEFAULT 0,
+    cost_usd double precision NOT NULL DEFAULT 0
+);
+CREATE INDEX upkeep_requests_day ON upkeep_requests (day, payer);
+CREATE INDEX upkeep_requests_session ON upkeep_requests (session_id, at);
 """,
 )
 
@@ -182,9 +214,82 @@ class PgBudgets:
         """Whose budget ``user``'s requests count against: their canonical account."""
         return await self._db.read(lambda conn: canonical_of(conn, user))
 
+    async def record_spend(self, payer: str | None, usage: Usage) -> None:
+        await self._db.write(lambda conn: self.record_within(conn, payer, usage))
+
+    async def record_upkeep(self, session_id: str, kind: str, payer: str | None, usage: Usage) -> None:
+        now = self.clock()
+        day = self.local_now().date()
+
+        async def tx(conn: Connection) -> None:
+            who = await canonical_of(conn, payer) if payer is not None else None
+            await conn.execute(
+                "INSERT INTO upkeep_requests (at, day, session_id, kind, payer, input_tokens, output_tokens,"
+                " cache_read_tokens, cache_write_tokens, cost_usd)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    now.timestamp(),
+                    day.isoformat(),
+                    session_id,
+                    kind,
+                    who,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_tokens,
+                    usage.cache_write_tokens,
+                    usage.cost_usd,
+                ),
+            )
+            await conn.execute(
+                "DELETE FROM upkeep_requests WHERE day < %s",
+                ((day - timedelta(days=UPKEEP_KEEP_DAYS)).isoformat(),),
+            )
+
+        await self._db.write(tx)
+
+    async def upkeep_spend(self, payer: str | None) -> UpkeepSpend:
+        today = self.local_now().date()
+
+        async def q(conn: Connection) -> UpkeepSpend:
+            payers = None if payer is None else await members_of(conn, payer)
+            who = "TRUE" if payers is None else "payer = ANY(%s)"
+            args: list[object] = [] if payers is None else [payers]
+            kinds = await (
+                await conn.execute(
+                    "SELECT kind, COUNT(*) AS n, SUM(input_tokens) AS i, SUM(cache_read_tokens) AS r,"
+                    " SUM(cache_write_tokens) AS w, SUM(output_tokens) AS o, SUM(cost_usd) AS c"
+                    f" FROM upkeep_requests WHERE day = %s AND {who} GROUP BY kind ORDER BY kind",
+                    (today.isoformat(), *args),
+                )
+            ).fetchall()
+            month = await (
+                await conn.execute(
+                    "SELECT COALESCE(SUM(cost_usd), 0) AS c FROM upkeep_requests"
+                    f" WHERE day >= %s AND day <= %s AND {who}",
+                    (today.replace(day=1).isoformat(), today.isoformat(), *args),
+                )
+            ).fetchone()
+            assert month is not None
+            rows = [(r["kind"], r["n"], r["i"], r["r"], r["w"], r["o"], float(r["c"])) for r in kinds]
+            return upkeep_spend_of(rows, float(month["c"]))
+
+        return await self._db.read(q)
+
+    async def upkeep_requests_since(self, session_id: str, since: float) -> list[float]:
+        async def q(conn: Connection) -> list[float]:
+            rows = await (
+                await conn.execute(
+                    "SELECT at FROM upkeep_requests WHERE session_id = %s AND at > %s ORDER BY at",
+                    (session_id, since),
+                )
+            ).fetchall()
+            return [float(r["at"]) for r in rows]
+
+        return await self._db.read(q)
+
     async def erase_within(self, conn: Connection, payer: str) -> int:
         n = 0
-        for table in ("usage_days", "budget_overrides"):
+        for table in ("usage_days", "budget_overrides", "upkeep_requests"):
             n += (await conn.execute(f"DELETE FROM {table} WHERE payer = %s", (payer,))).rowcount
         n += (
             await conn.execute(  # notices are keyed "PAYER|cap"

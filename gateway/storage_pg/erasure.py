@@ -54,6 +54,7 @@ TOUCHED = (
     "usage_days",
     "budget_overrides",
     "budget_notices",
+    "upkeep_requests",
     "identity_links",
     "link_codes",
     "mcp_tokens",

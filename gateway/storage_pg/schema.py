@@ -10,7 +10,7 @@ replicas (a partial unique index, where SQLite relies on its single writer).
 
 from __future__ import annotations
 
-from mnemo.gateway.storage_pg.budgets import BUDGETS
+from mnemo.gateway.storage_pg.budgets import BUDGETS, UPKEEP
 from mnemo.gateway.storage_pg.heartbeats import REPLICAS
 from mnemo.gateway.storage_pg.mcp import MCP
 from mnemo.gateway.storage_pg.media_usage import MEDIA_USAGE
@@ -245,4 +245,5 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PG_MEMORY_JOURNAL,  # memory/pg/journal.py: every memory write with its provenance
     PG_MEMORY_POLICIES,  # memory/pg/policy.py: what may be remembered, per person and chat
     MCP,  # storage_pg/mcp.py: MCP client tokens, tool catalogs, reload requests
+    UPKEEP,  # storage_pg/budgets.py: background memory work, for its caps and reports
 )

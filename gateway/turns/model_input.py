@@ -16,6 +16,14 @@ A request is, in cache-prefix order:
 
 The LLM client adds the ``cache_control`` breakpoints ("system_and_3",
 ``llm.client.apply_cache_breakpoints``) as the last step before sending.
+
+**Background requests share the prefix.** A flush, review or compression summary of a
+session (``gateway/jobs/housekeeping.py``) sends the very same tools, system prompt and
+messages as the conversation's requests — built here by ``model_input`` from the same
+rows — and only appends its instruction after them (``with_instruction``). The bytes up
+to the conversation's cached breakpoint are therefore identical and are read from the
+cache instead of being paid for again; the instruction, and anything the background
+pass needs to know (the memory files as they are now), comes after the prefix.
 """
 
 from __future__ import annotations
@@ -61,6 +69,21 @@ def with_notes(messages: list[dict[str, Any]], notes: str) -> list[dict[str, Any
     else:
         last["content"] = [*last["content"], {"type": "text", "text": notes}]
     return messages
+
+
+def with_instruction(request: ModelInput, instruction: str) -> ModelInput:
+    """``request`` with ``instruction`` after its last message: as a new user message
+    after an assistant reply, or as a last text block of a trailing user turn (the
+    roles must alternate). Nothing before it changes, so the cached prefix still hits."""
+    messages = [dict(m) for m in request.messages]
+    if messages and messages[-1]["role"] == "user":
+        last = messages[-1]
+        content = last["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+        last["content"] = [*blocks, {"type": "text", "text": instruction}]
+    else:
+        messages.append({"role": "user", "content": instruction})
+    return ModelInput(request.system, messages, request.tools)
 
 
 def model_input(

@@ -282,6 +282,13 @@ class PgJournal:
             (list(people),),
         )
 
+    async def rejected(self, people: Sequence[str]) -> list[Entry]:
+        return await self._select(
+            f"SELECT {_COLUMNS} FROM memory_journal WHERE state = 'rejected' AND speaker = ANY(%s)"
+            " ORDER BY id DESC LIMIT 200",
+            (list(people),),
+        )
+
     async def decide(self, entry_id: int, accepted: bool) -> bool:
         state = "accepted" if accepted else "rejected"
 

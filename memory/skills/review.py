@@ -4,8 +4,10 @@ After a turn that used at least ``skills.review_min_tool_calls`` tool calls, a j
 (``gateway/jobs/skill_review.py``) gives the model one chance to keep what it learned
 as a skill, with ``skill_manage`` only and background rights (create or patch that
 user's own skills; see ``gateway/turns/skill_tools.write_owner``). Like the memory
-review, the request is built from a transcript of the stored rows and the skills *as
-they are when the job runs*; nothing of it reaches the conversation.
+review, the request repeats the conversation (its cached prefix) and appends
+``review_instruction`` with the skills *as they are when the job runs*; nothing of it
+reaches the conversation. ``review_prompt`` (a stand-alone transcript) remains for
+callers without a conversation.
 
 A turn is the user's message and every row up to the next user message. Turns are
 identified by the id of their last row, which only grows: a job records the last turn
@@ -98,6 +100,32 @@ def _own_block(own: Sequence[tuple[Skill, str]]) -> str:
         parts.append(block)
         used += len(block)
     return "\n\n".join(parts)
+
+
+def review_instruction(
+    due: Sequence[Turn],
+    *,
+    own: Sequence[tuple[Skill, str]],
+    read_only: Sequence[Skill],
+    tag: str,
+) -> str:
+    """The skill review asked *after* the conversation itself (its cached prefix, see
+    ``gateway/jobs/skill_review.py``): the turns are named, not copied; the skills are
+    shown as they are now."""
+    first = due[0].rows[0]
+    text = " ".join(first.content.split())[:80]
+    locked = "\n".join(f"- {s.name}: {s.meta.description}" for s in read_only) or "(none)"
+    return "\n\n".join(
+        [
+            tag,
+            f"[System: Review the work of the last {len(due)} user turn(s) of the conversation above "
+            f"(from the user message beginning «{text}») and keep its procedure as a skill if it is "
+            "worth it. Use no tool other than skill_manage.]",
+            _RULES,
+            "THIS USER'S OWN SKILLS (current text):\n" + _own_block(own),
+            "READ-ONLY SKILLS (shared, or installed by an admin; their names are taken):\n" + locked,
+        ]
+    )
 
 
 def review_prompt(

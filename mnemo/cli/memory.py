@@ -25,6 +25,16 @@ entries about that person or made in their turns, ``--since`` takes a date, a ti
 (ISO 8601, UTC unless it says otherwise) or an age (``30m``, ``12h``, ``7d``).
 ``revert`` undoes one entry through the same write path, journaled as the CLI's.
 Edits made here are journaled with actor ``cli`` and trust ``admin``.
+
+Proposals (``remember: ask`` and ``memory.consolidation``)::
+
+    mnemo memory proposals [--user P | --shared] [--json]
+    mnemo memory proposals accept|reject ID|all [--user P | --shared] [--json]
+
+list what waits for a decision (``--json``: one object per proposal, the history's
+keys), or accept (written through the file's scanned, bounded write path, journaled as
+the CLI's) or reject (remembered: consolidation does not propose it again). Without
+``--user`` or ``--shared``: everyone's.
 """
 
 from __future__ import annotations
@@ -94,6 +104,19 @@ def register(subparsers: Any) -> None:
     revert.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     revert.add_argument("--json", action="store_true", help="print JSON")
     revert.set_defaults(handler=_revert)
+
+    proposals = sub.add_parser(
+        "proposals", help="memory changes waiting for a decision; accept or reject them"
+    )
+    proposals.add_argument(
+        "decision", nargs="?", choices=("accept", "reject"), help="decide instead of listing"
+    )
+    proposals.add_argument("which", nargs="?", metavar="ID|all", help="the proposal to decide, or all")
+    whose = proposals.add_mutually_exclusive_group()
+    whose.add_argument("--user", metavar="PLATFORM:ID", help="this person's proposals only")
+    whose.add_argument("--shared", action="store_true", help="the shared notes' (MEMORY.md) only")
+    proposals.add_argument("--json", action="store_true", help="print JSON")
+    proposals.set_defaults(handler=_proposals)
 
 
 def _target_arguments(parser: argparse.ArgumentParser) -> None:
@@ -307,5 +330,74 @@ def _revert(args: argparse.Namespace, settings: Settings) -> int:
         else:
             print(printable(done.message))
         return EXIT_OK if done.ok else EXIT_REFUSED
+
+    return _with_backend(settings, body)
+
+
+def _proposals(args: argparse.Namespace, settings: Settings) -> int:
+    from mnemo.adapters.terminal import printable, printable_json
+    from mnemo.gateway.inbound.memory_command import proposal_line
+    from mnemo.memory.journal import SHARED
+    from mnemo.memory.journal_undo import apply_proposal
+
+    ref = _user_ref(args.user)
+    if (args.decision is None) != (args.which is None):
+        raise CommandError("give both a decision and ID|all: mnemo memory proposals accept 12", EXIT_USAGE)
+    wanted: int | None = None
+    if args.which is not None and args.which.lower() != "all":
+        if not args.which.lstrip("#").isdigit():
+            raise CommandError(f"not a proposal id: {args.which!r} (a number, or all)", EXIT_USAGE)
+        wanted = int(args.which.lstrip("#"))
+
+    async def body(backend: StorageBackend) -> int:
+        if ref is not None:
+            people: tuple[str, ...] = tuple(dict.fromkeys((str(ref), str(backend.identities.canonical(ref)))))
+        elif args.shared:
+            people = (SHARED,)
+        else:
+            people = tuple(await backend.directory.everyone()) + (SHARED,)
+        found = await backend.proposals.proposals(people)
+        if args.decision is None:
+            if args.json:
+                print(printable_json(json.dumps([e.to_json() for e in found], ensure_ascii=False, indent=2)))
+            elif not found:
+                print("nothing waits for a decision")
+            else:
+                for e in found:
+                    print(printable(f"{proposal_line(e)} (for {e.speaker})"))
+            return EXIT_OK
+        chosen = [e for e in found if wanted is None or e.id == wanted]
+        if not chosen:
+            raise CommandError(
+                f"no open proposal #{wanted}" if wanted is not None else "nothing waits for a decision",
+                EXIT_REFUSED,
+            )
+        results = []
+        for e in chosen:
+            if args.decision == "reject":
+                await backend.proposals.decide(e.id, False)
+                results.append(
+                    {
+                        "id": e.id,
+                        "decision": "rejected",
+                        "success": True,
+                        "message": "will not be proposed again",
+                    }
+                )
+                continue
+            done = await asyncio.to_thread(
+                apply_proposal, backend.files, e, Provenance(Actor.CLI, Trust.ADMIN)
+            )
+            if done.ok:
+                await backend.proposals.decide(e.id, True)
+            results.append({"id": e.id, "decision": "accepted", "success": done.ok, "message": done.message})
+        if args.json:
+            print(printable_json(json.dumps(results, ensure_ascii=False, indent=2)))
+        else:
+            for r in results:
+                print(
+                    printable(f"#{r['id']} {r['decision'] if r['success'] else 'not done'}: {r['message']}")
+                )
+        return EXIT_OK if all(r["success"] for r in results) else EXIT_REFUSED
 
     return _with_backend(settings, body)

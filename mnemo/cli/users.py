@@ -114,12 +114,26 @@ async def _act(args: argparse.Namespace, settings: Settings, backend: StorageBac
     access = AccessControl(settings, backend.pairings)
     action = args.users_action
     if action == "usage":
-        rows = [{"user": p.payer, **asdict(p.spend)} for p in await ledger.everyone()]
+        rows = []
+        for p in await ledger.everyone():
+            # Upkeep (background memory work) is part of the spend, shown apart.
+            upkeep = await ledger.upkeep_spend(p.payer)
+            rows.append(
+                {
+                    "user": p.payer,
+                    **asdict(p.spend),
+                    "upkeep_day_usd": upkeep.day_usd,
+                    "upkeep_day_tokens": upkeep.day_tokens,
+                    "upkeep_month_usd": upkeep.month_usd,
+                }
+            )
         _out(
             args,
             rows,
             [
-                f"{r['user']}  today ${r['day_usd']:.4f} ({r['day_tokens']:,} tokens)  month ${r['month_usd']:.4f}"
+                f"{r['user']}  today ${r['day_usd']:.4f} ({r['day_tokens']:,} tokens; upkeep "
+                f"${r['upkeep_day_usd']:.4f}, {r['upkeep_day_tokens']:,} tokens)  month ${r['month_usd']:.4f}"
+                f" (upkeep ${r['upkeep_month_usd']:.4f})"
                 for r in rows
             ]
             or ["no spend this month"],

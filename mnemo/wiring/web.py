@@ -57,6 +57,7 @@ async def start_web(
         links=backend.links,
         journal=backend.journal,
         policies=backend.policies,
+        proposals=backend.proposals,
     )
     await web.start()
     stack.push_async_callback(web.stop)

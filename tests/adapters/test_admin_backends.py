@@ -43,7 +43,7 @@ def table_rows(page: str) -> list[list[str]]:
 
 
 def people_rows(page: str) -> dict[str, list[str]]:
-    """The Users page: person → (USER.md, spend today, spend this month)."""
+    """The Users page: person → (USER.md, spend today, of it upkeep, spend this month)."""
     return {row[0].removesuffix(" admin"): row[1:] for row in table_rows(page)}
 
 
@@ -131,8 +131,9 @@ async def test_users_and_overview_show_what_the_cli_shows(
     assert people == sorted(map(str, (ALICE, BOB, CAROL, DAVE)))
     assert list(users) == people
     spend = {r["user"]: r for r in json.loads(await cli(home, capsys, "users", "usage", "--json"))}
-    for person, (profile, today, month) in users.items():
+    for person, (profile, today, upkeep, month) in users.items():
         assert today == usd(spend[person]["day_usd"] if person in spend else 0.0), person
+        assert upkeep == usd(spend[person]["upkeep_day_usd"] if person in spend else 0.0), person
         assert month == usd(spend[person]["month_usd"] if person in spend else 0.0), person
         assert profile.startswith("yes") == (person in (str(ALICE), str(CAROL))), person
     assert tile(overview, "Today's cost") == usd(sum(r["day_usd"] for r in spend.values())) == "$0.7700"
@@ -166,3 +167,44 @@ async def test_a_linked_accounts_page_edits_the_shared_profile_and_names_its_kee
         for row in table_rows(await page(client, f"{base}/admin/users"))
     }
     assert users[str(ALICE)] == "yes"
+
+
+async def test_admins_accept_and_reject_memory_proposals_in_the_dashboard(
+    dash: Any, client: aiohttp.ClientSession
+) -> None:
+    from mnemo.memory.journal import Actor, Layer, NewEntry, Provenance, Trust
+
+    base = dash.web.url
+    csrf = await sign_in(client, base)
+    owner = dash.files.user(ALICE).owner
+    by = Provenance(Actor.job("consolidation"), Trust.PROPOSED, speaker=owner)
+    proposals = dash.consolidation.proposals  # the backend's ProposalRepository
+    fix = await proposals.propose(
+        NewEntry(
+            Layer.CURATED, owner, "replace", "Alice lives in Lyon.", "Alice lives in Lyon (Croix-Rousse).", by
+        )
+    )
+    drop = await proposals.propose(
+        NewEntry(Layer.CURATED, owner, "remove", "Alice lives in Lyon.", None, by, note="duplicate")
+    )
+    shown = await page(client, f"{base}/admin/memory/proposals")
+    assert f"#{fix}" in shown and f"#{drop}" in shown and "duplicate" in shown
+    assert (await asyncio.to_thread(dash.files.user(ALICE).load)).entries == ("Alice lives in Lyon.",)
+
+    async with client.post(
+        f"{base}/admin/memory/proposals", data={"entry": str(fix), "decision": "accept", "csrf": csrf}
+    ) as r:
+        assert r.status == 200 and f"#{fix} accepted" in await r.text()
+    async with client.post(
+        f"{base}/admin/memory/proposals", data={"entry": str(drop), "decision": "reject", "csrf": csrf}
+    ) as r:
+        assert r.status == 200 and f"#{drop} rejected" in await r.text()
+    async with client.post(
+        f"{base}/admin/memory/proposals", data={"entry": str(drop), "decision": "accept"}
+    ) as r:
+        assert r.status == 403, "the CSRF token is required"
+    assert (await asyncio.to_thread(dash.files.user(ALICE).load)).entries == (
+        "Alice lives in Lyon (Croix-Rousse).",
+    )
+    assert [e.id for e in await proposals.rejected([owner])] == [drop]
+    assert "Nothing waits for a decision." in await page(client, f"{base}/admin/memory/proposals")

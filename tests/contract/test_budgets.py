@@ -138,3 +138,76 @@ async def test_a_notice_is_claimed_once_per_reset_and_erase_forgets_the_person(l
     assert (await b.spend("t:1")).requests_today == 0 and await b.override("t:1") is None
     assert await b.claim_notice("t:1|daily_usd", reset), "its notices are gone too"
     assert (await b.spend("*")).day_usd == 1.0, "the bot's total keeps what was spent"
+
+
+# --- upkeep's own account (gateway/budgets/upkeep.py) ----------------------------------
+
+
+async def test_upkeep_rows_count_per_kind_and_day_and_erase_with_the_person(ledger: Ledger) -> None:
+    b = ledger.budgets
+    u = Usage(input_tokens=10, cache_read_tokens=900, cache_write_tokens=90, cost_usd=0.01)
+    await b.record_upkeep("s1", "review", "t:1", u)
+    await b.record_upkeep("s1", "flush", "t:1", u)
+    await b.record_upkeep("s1", "flush", "t:1", u)
+    await b.record_upkeep("s2", "summary", None, u)  # a shared room's: nobody's
+    mine = await b.upkeep_spend("t:1")
+    assert [(k.kind, k.requests) for k in mine.kinds] == [("flush", 2), ("review", 1)]
+    assert mine.day_tokens == 3 * 1000 and mine.requests_today == 3
+    assert mine.kinds[0].cache_read_share == 0.9
+    assert mine.day_usd == pytest.approx(0.03) and mine.month_usd == pytest.approx(0.03)
+    everyone = await b.upkeep_spend(None)
+    assert everyone.requests_today == 4 and everyone.day_tokens == 4000
+    assert await b.upkeep_requests_since("s1", 0) == [ledger.clock.now.timestamp()] * 3
+    assert await b.upkeep_requests_since("s1", ledger.clock.now.timestamp()) == [], "after, not at"
+
+    ledger.clock.now += timedelta(hours=1)  # 00:30 in Paris: a new day and month
+    today = await b.upkeep_spend("t:1")
+    assert today.kinds == () and today.day_tokens == 0 and today.month_usd == 0
+    assert await b.upkeep_requests_since("s1", ledger.clock.now.timestamp() - 1800) == []
+
+    assert await b.erase("t:1") >= 3
+    assert (await b.upkeep_spend(None)).month_usd == 0
+    ledger.clock.now -= timedelta(hours=1)
+    assert (await b.upkeep_spend(None)).requests_today == 1, "nobody's row stays"
+
+
+async def test_the_upkeep_caps_and_the_hourly_limit_on_a_controlled_clock(ledger: Ledger) -> None:
+    from mnemo.gateway.budgets.charge import Charge, RequestKind
+    from mnemo.gateway.budgets.upkeep import Upkeep
+    from mnemo.gateway.config import UpkeepSettings
+    from mnemo.gateway.errors import OverBudget
+    from mnemo.memory.scope import UserRef
+
+    b = ledger.budgets
+    settings = UpkeepSettings(
+        daily_tokens_per_person=1500, global_daily_tokens=2500, session_passes_per_hour=2
+    )
+    upkeep = Upkeep(settings, b)
+    ada, bob = UserRef("t", "1"), UserRef("t", "2")
+    review = Charge(RequestKind.REVIEW, ada, admin=True)  # admins are not exempt
+    u = Usage(input_tokens=1000)
+    assert await upkeep.check(review) is None
+    await upkeep.record("s1", RequestKind.REVIEW, ada, u)
+    assert await upkeep.check(review) is None
+    await upkeep.record("s1", RequestKind.FLUSH, ada, u)
+    stop = await upkeep.check(review)
+    assert isinstance(stop, OverBudget) and stop.cap == "upkeep_daily_tokens"
+    assert stop.retry_after_s == 30 * 60, "until midnight in Paris"
+    assert await upkeep.check(Charge(RequestKind.TURN, ada)) is None, "conversation is not upkeep"
+    assert await upkeep.check(Charge(RequestKind.SUMMARY, bob)) is None
+    await upkeep.record("s2", RequestKind.SUMMARY, bob, u)
+    stop = await upkeep.check(Charge(RequestKind.SUMMARY, bob))
+    assert isinstance(stop, OverBudget) and stop.cap == "upkeep_global_daily_tokens"
+
+    # Two background requests of s1 in the last hour: the third waits for the first to age.
+    with pytest.raises(OverBudget) as held:
+        await upkeep.before_request("s1", RequestKind.REVIEW)
+    assert held.value.retry_after_s == 3600
+    await upkeep.before_request("s2", RequestKind.REVIEW)  # another session
+    ledger.clock.now += timedelta(minutes=40)
+    with pytest.raises(OverBudget) as held:
+        await upkeep.before_request("s1", RequestKind.REVIEW)
+    assert held.value.retry_after_s == 20 * 60
+    ledger.clock.now += timedelta(minutes=20)  # 00:30 in Paris: a new day, the hour passed
+    await upkeep.before_request("s1", RequestKind.REVIEW)
+    assert await upkeep.check(review) is None and await upkeep.check(Charge(RequestKind.SUMMARY, bob)) is None

@@ -229,6 +229,9 @@ async def test_a_proposal_waits_until_decided_once(store: Store) -> None:
     assert await p.decide(first, True) and not await p.decide(first, False)
     assert await p.decide(second, False)
     assert await p.proposals([str(ANA)]) == []
+    # A rejected one is remembered (consolidation does not propose it again).
+    assert [x.id for x in await p.rejected([str(ANA)])] == [second]
+    assert await p.rejected([str(BO)]) == []
 
 
 async def test_policies_change_only_what_is_given(store: Store) -> None:

@@ -149,3 +149,26 @@ async def test_status_and_doctor_speak_for_the_configured_backend(
     )
     memories = checks["memories"]
     assert memories.status is (Status.PASS if backend.name == "sqlite" else Status.SKIP), memories
+
+
+async def test_users_usage_shows_upkeep_apart_on_both_backends(
+    home: Path, backend: BackendUnderTest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await seed(home)
+    opened = await open_backend(load_settings(home, environ={}))
+    try:  # one background review of telegram:7's, already counted in their spend
+        usage = Usage(input_tokens=5, cache_read_tokens=95, cost_usd=0.05)
+        await opened.sessions.add_usage(
+            (await opened.sessions.list_sessions("telegram:dm:7"))[0].id, usage, payer=str(ANN)
+        )
+        await opened.budgets.record_upkeep("s", "review", str(ANN), usage)
+    finally:
+        await opened.close()
+    code, out, _ = await mnemo(home, capsys, "users", "usage", "--json")
+    rows = {r["user"]: r for r in json.loads(out)}
+    assert code == 0 and rows["telegram:7"]["month_usd"] == pytest.approx(0.8)
+    assert rows["telegram:7"]["upkeep_month_usd"] == pytest.approx(0.05)
+    assert rows["telegram:7"]["upkeep_day_tokens"] == 100
+    assert rows["telegram:8"]["upkeep_day_usd"] == 0
+    code, out, _ = await mnemo(home, capsys, "users", "usage")
+    assert "upkeep $0.0500, 100 tokens" in out and "(upkeep $0.0500)" in out

@@ -10,7 +10,7 @@ from typing import Any
 
 from mnemo.gateway.emulator import Fault, RecordedRequest, Reply, ToolUse, trial_reply
 from mnemo.memory.compressor import SUMMARY_END, SUMMARY_KEY, is_summary
-from mnemo.memory.flush import MemoryPass, instruction
+from mnemo.memory.flush import BACKGROUND_TAG, MemoryPass, instruction
 from tests.support.loopback import LoopbackAdapter
 
 # With an 8k window the threshold is 4,096 tokens; the system prompt and tool schemas
@@ -21,7 +21,7 @@ SMALL = {
     "memory.nudge_interval": 0,
     "access.rate_limit_per_minute": 0,
 }
-AUX = "claude-haiku-4-5"
+MAIN = "claude-sonnet-4-6"  # the conversation's model: background passes read its cache
 
 
 def last_text(request: RecordedRequest) -> str:
@@ -32,11 +32,12 @@ def last_text(request: RecordedRequest) -> str:
 
 
 def kind_of(request: RecordedRequest) -> str:
-    if request.tool_names == ("memory",):
-        return "memory"
-    if not request.tool_names and re.search(r"^## Goal", last_text(request), re.M):
-        return "summary"
-    return "chat"
+    """Background passes are sent after the conversation itself, their instruction
+    tagged in the last user turn."""
+    text = last_text(request)
+    if BACKGROUND_TAG not in text:
+        return "chat"
+    return "summary" if re.search(r"^## Goal", text, re.M) else "memory"
 
 
 Hook = Callable[[RecordedRequest], "Reply | Fault | Awaitable[Reply | Fault] | None"]
@@ -115,11 +116,15 @@ async def test_compression_flushes_summarises_and_rolls_over(app_factory, emulat
         assert new.parent_session_id == old.id and new.source == "chat" and new.ended_at is None
         assert (await app.store.active_session("loop:dm:u1")).id == new.id
 
-        # Flush first: the auxiliary model, the memory tool only, the current memory shown.
+        # Flush first: after the conversation (its model, tools and system prompt), the
+        # current memory shown.
         flush, summary = world.seen["memory"][0], world.seen["summary"][0]
+        chat = world.seen["chat"][-1]
         assert emulator.requests.index(flush) < emulator.requests.index(summary)
-        assert flush.model == AUX and summary.model == AUX and summary.tool_names == ()
-        assert last_text(flush).startswith(instruction(MemoryPass.COMPRESSION))
+        assert flush.model == MAIN and summary.model == MAIN
+        assert flush.tool_names == summary.tool_names == chat.tool_names
+        assert flush.system_text == summary.system_text == old.system_prompt
+        assert instruction(MemoryPass.COMPRESSION) in last_text(flush)
         assert "(this user's profile is empty)" in last_text(flush)
         profile = (app.settings.memories_dir / "users" / "loop" / "u1" / "USER.md").read_text()
         assert "User prefers green tea over coffee." in profile
@@ -215,25 +220,7 @@ async def test_non_transient_summary_failure_uses_the_deterministic_fallback(app
         assert summary.meta["fallback"] is True
         assert "## Goal" in summary.content and "message 3:" in summary.content
         models = [r.model for r in world.seen["summary"]]
-        assert models == [AUX, app.settings.llm.model], "the main model is tried after the auxiliary one"
-
-
-async def test_a_broken_auxiliary_model_falls_back_to_the_main_model(app_factory, emulator):
-    world = World()
-
-    def aux_missing(req: RecordedRequest) -> Fault | None:
-        return Fault(404, body=f"model: {req.model}") if req.model == AUX else None
-
-    world.hooks["summary"] = aux_missing
-    world.hooks["memory"] = aux_missing
-    emulator.default = world
-    adapter = LoopbackAdapter()
-    async with app_factory(adapter, **SMALL) as app:
-        await converse_until_rollover(app, adapter, filler(20))
-        old, new = await chain(app)
-        summary = next(r for r in await app.store.load_messages(new.id) if is_summary(r))
-        assert summary.meta["fallback"] is False
-        assert [r.model for r in world.seen["summary"]] == [AUX, app.settings.llm.model]
+        assert models == [MAIN], "one request on the conversation's model, then the fallback"
 
 
 async def test_reset_while_compressing_abandons_the_rollover(app_factory, emulator):
@@ -258,7 +245,7 @@ async def test_reset_while_compressing_abandons_the_rollover(app_factory, emulat
         assert (await app.jobs.jobs(kind="compress"))[0].state == "done"
 
 
-async def test_review_saves_with_the_aux_model_add_only_and_the_user_sees_nothing(app_factory, emulator):
+async def test_review_saves_after_the_conversation_add_only_and_the_user_sees_nothing(app_factory, emulator):
     world = World()
     world.hooks["memory"] = lambda req: Reply(
         text="reviewing",
@@ -276,10 +263,16 @@ async def test_review_saves_with_the_aux_model_add_only_and_the_user_sees_nothin
         await converse(adapter, ["hello there", "I write haiku at night"])
         await settle(app)
         (job,) = await app.jobs.jobs(kind="review")
-        assert job.state == "done" and job.checkpoint == {"reviewed": True, "writes": 1}
+        assert job.state == "done" and job.checkpoint == {
+            "reviewed": True,
+            "writes": 1,
+            "after_user": 3,
+            "covered": [1, 3],
+        }
         (review,) = world.seen["memory"]
-        assert review.model == AUX and review.tool_names == ("memory",)
-        assert "[user u1] I write haiku at night" in last_text(review)
+        assert review.model == MAIN and "memory" in review.tool_names
+        assert "I write haiku at night" in str(review.messages[-2]["content"]), "the conversation itself"
+        assert "last 2 user turns" in last_text(review)
         assert "User's name is Ada." in last_text(review), "the current memory is shown"
         profile = (home_memories / "USER.md").read_text()
         assert "User's name is Ada." in profile and "Bob" not in profile, "replace is refused in a review"
@@ -317,7 +310,7 @@ async def test_session_end_flushes_long_sessions_once_and_calls_the_hook(app_fac
         n = await converse(adapter, ["/reset"], already=n)
         await settle(app)
         assert len(world.seen["memory"]) == 1, "six user turns: flushed"
-        assert last_text(world.seen["memory"][0]).startswith(instruction(MemoryPass.SESSION_END))
+        assert instruction(MemoryPass.SESSION_END) in last_text(world.seen["memory"][0])
         n = await converse(adapter, ["short one", "/reset"], already=n)
         await settle(app)
         assert len(world.seen["memory"]) == 1, "one user turn: no flush"

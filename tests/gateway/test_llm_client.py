@@ -126,3 +126,20 @@ async def test_every_request_asks_the_gate_first_and_a_refusal_sends_nothing(emu
     with pytest.raises(OverBudget):
         await llm.create(charge=charge, system="s", messages=MSG, on_text=lambda t: None)
     assert gate.asked == [charge, charge] and emu.requests == []
+
+
+async def test_cache_last_false_leaves_the_last_message_unmarked(emu):
+    """A background pass's instruction is never repeated: it is sent without a breakpoint,
+    the ones before it stay."""
+    emu.script(Reply(text="ok"))
+    messages = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "answer"},
+        {"role": "user", "content": "instruction"},
+    ]
+    async with client(emu) as llm:
+        await llm.create(system="sys", messages=messages, charge=TURN, cache_last=False)
+    sent = emu.requests[-1].messages
+    assert sent[-1]["content"] == "instruction", "no marker, string content as given"
+    assert [b.get("cache_control") for m in sent[:2] for b in m["content"]] == [{"type": "ephemeral"}] * 2
+    assert messages[-1] == {"role": "user", "content": "instruction"}, "the caller's list is not changed"

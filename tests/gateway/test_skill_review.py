@@ -23,13 +23,13 @@ from mnemo.gateway.emulator import RecordedRequest, Reply, ToolUse
 from mnemo.gateway.events import ChatType
 from mnemo.gateway.jobs.skill_review import SKILL_REVIEW
 from mnemo.gateway.turns.prompt import CRON_HINT
+from mnemo.memory.flush import BACKGROUND_TAG
 from mnemo.memory.scope import UserRef
 from mnemo.memory.skills import SkillStore
-from mnemo.memory.skills.review import SKILL_REVIEW_SYSTEM
 from tests.support.loopback import LoopbackAdapter
 
 U1 = UserRef("loop", "u1")
-AUX = "claude-haiku-4-5"
+MAIN = "claude-sonnet-4-6"  # the conversation's model: the review reads its cache
 NO_LIMIT = {"access.rate_limit_per_minute": 0, "memory.nudge_interval": 0}
 
 
@@ -56,7 +56,9 @@ def last_text(request: RecordedRequest) -> str:
 
 
 def is_review(request: RecordedRequest) -> bool:
-    return request.system_text.startswith(SKILL_REVIEW_SYSTEM)
+    """Sent after the conversation itself, its instruction tagged in the last user turn."""
+    text = last_text(request)
+    return BACKGROUND_TAG in text and "keep its procedure as a skill" in text
 
 
 ReviewHook = Callable[[RecordedRequest], Reply]
@@ -119,10 +121,15 @@ async def test_a_turn_with_five_tool_calls_enqueues_one_review_that_saves_a_user
         assert [s.name for s in store.own(U1)] == ["list-things"] and store.shared() == []
         assert store.written_in_conversation(store.own(U1)[0]), "a later review may patch it"
         (review,) = world.reviews
-        assert review.model == AUX and review.tool_names == ("skill_manage",)
-        prompt = last_text(review)
-        assert "[user u1] do 5 things" in prompt and prompt.count("[assistant calls skills_list]") == 5
-        assert "[assistant] done 5" in prompt
+        assert review.model == MAIN and "skill_manage" in review.tool_names
+        chat = world.chats[-1]  # the turn's last request: the review repeats it, then asks
+        assert (
+            review.messages[: len(chat.messages)] == chat.messages or review.usage["cache_read_input_tokens"]
+        )
+        conversation = json.dumps(review.messages[:-1])
+        assert "do 5 things" in conversation and conversation.count('"name": "skills_list"') == 5
+        assert "done 5" in conversation
+        assert "last 1 user turn(s)" in last_text(review) and "«do 5 things»" in last_text(review)
         # Nothing of the review reaches the user or the conversation.
         assert adapter.texts() == ["done 5"]
         session = await app.store.active_session("loop:dm:u1")
@@ -131,6 +138,8 @@ async def test_a_turn_with_five_tool_calls_enqueues_one_review_that_saves_a_user
         # Its cost is the user's, like the rest of their background work.
         spend = await app.budgets.ledger.spend(str(U1))
         assert spend.requests_today == len(emulator.requests) == 3, "two chat requests and the review"
+        upkeep = await app.budgets.upkeep.spend(U1)  # and shown apart as upkeep
+        assert [(k.kind, k.requests) for k in upkeep.kinds] == [("skill_review", 1)]
 
 
 async def test_a_turn_with_fewer_tool_calls_or_none_enqueues_no_review(app_factory, emulator) -> None:
@@ -237,6 +246,7 @@ async def test_a_review_runs_once_across_a_second_job_a_restart_and_a_replayed_t
             "reviewed_from": first.payload["turn"],
             "reviewed_upto": first.payload["turn"],
             "writes": 0,
+            "after_user": jobs[0].checkpoint["after_user"],  # the repeat guard's mark
         }
     assert len(world.reviews) == 1
     inbox_unfinished(home)
