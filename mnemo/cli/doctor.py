@@ -249,8 +249,11 @@ async def _port_in_use(http: aiohttp.ClientSession, host: str, port: int) -> Che
     import aiohttp
 
     shown = f"[{host}]" if ":" in host else host
+    # Within the check's own deadline (_guarded), so a program that accepts and never
+    # answers is named as such rather than reported as the deadline.
+    probe = aiohttp.ClientTimeout(total=0.6 * (http.timeout.total or 5.0))
     try:
-        _, body = await _request(http, "GET", f"http://{shown}:{port}/healthz")
+        _, body = await _request(http, "GET", f"http://{shown}:{port}/healthz", timeout=probe)
     except (aiohttp.ClientError, TimeoutError):
         body = None
     if isinstance(body, dict) and "adapters" in body:

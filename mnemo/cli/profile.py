@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
         description="Without --from: restore FILE, an archive written by `mnemo export` or a backup, into the "
         "configured backend (refused when the profile holds data, unless --force). With --from: read a Hermes "
         "Agent profile (~/.hermes, or its backup .zip/.tar.gz) or an OpenClaw folder (~/.openclaw, or a workspace) "
-        "and add its memory, persona, skills and conversations to this profile (see the README).",
+        "and add its memory, persona, skills and conversations to this profile (see docs/backups.md).",
     )
     imp.add_argument("file", metavar="FILE")
     imp.add_argument(

@@ -173,6 +173,13 @@ async def test_a_token_reads_writes_and_searches_only_its_persons_memory(
     assert mine == ("A drinks green tea", "A plays chess", "A sails")
     assert theirs == ("B's locker code is 4711",)
     assert shared == ("The bot runs on Debian",)
+    # Journaled as the MCP client's, in A's history.
+    code, out, err = await mnemo(
+        home, "memory", "history", "--user", f"telegram:{A}", "--json", env=env_for(database)
+    )
+    assert code == 0, err
+    added = [e for e in json.loads(out) if e["new"] == "A plays chess" and e["layer"] == "curated"]
+    assert [(e["actor"], e["op"]) for e in added] == [("mcp", "add")], added
 
     # The bot's next session for A starts with the profile the client wrote.
     emulator.script(Reply(text="Hi A."))

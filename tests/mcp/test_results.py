@@ -27,7 +27,8 @@ def test_a_result_can_never_close_its_fence_or_pose_as_memory(text: str) -> None
     body = out.split("\n", 3)[-1]
     assert out.startswith(f"<{FENCE_TAG}>\n") and out.endswith(f"\n</{FENCE_TAG}>")
     inner = body[: -len(f"\n</{FENCE_TAG}>")]
-    assert not re.search(r"mcp[\s_\-]*result", inner, re.I), inner
+    # No tag of the fence survives (a bare word "mcpresult" closes nothing).
+    assert not re.search(r"(?:<|＜|&lt;)\s*/?\s*mcp[\s_\-]*result\b", inner, re.I), inner
     assert not re.search(r"memory[\s_\-]*context\s*[>＞]", inner, re.I)
     assert "\u200b" not in inner
 
