@@ -77,6 +77,10 @@ async def seed(settings: Settings, messages: int) -> None:
             left -= n
     finally:
         await storage.close()
+
+
+def seed_facts(settings: Settings) -> None:
+    """A few holographic facts, through the CLI (which runs its own event loop)."""
     from mnemo.cli.main import main
 
     for i in range(min(SESSIONS, 10)):
@@ -105,6 +109,7 @@ def run(backend: str, messages: int, cluster: Any) -> None:
         url = cluster.fresh_database() if cluster is not None else None
         settings = home_on(root, "source", url)
         asyncio.run(seed(settings, messages))
+        seed_facts(settings)
         # Twice: the first pays for imports (providers, numpy) once per process.
         timed(lambda: backup_now(settings, datetime(2026, 1, 1, tzinfo=UTC)))
         exported, took = timed(lambda: backup_now(settings, datetime(2026, 1, 2, tzinfo=UTC)))
