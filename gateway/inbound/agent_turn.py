@@ -2,7 +2,10 @@
 
 ``run`` holds, in this order:
 
-1. the adapter's **typing** indicator, for as long as the model works;
+1. the adapter's **typing** indicator, for as long as the model works — but only once
+   the turn has run for ``TYPING_DELAY_S``: a reply ready sooner arrives before typing
+   would have been noticed, and every typing request costs a platform call (a queued
+   turn shows none either: it is not running yet);
 2. the session's **lock**, taken only when no older message of the chat waits
    (``_ordered_lock``);
 3. the chat's **session** (``SessionResolver.resolve``) and a fresh ``Agent`` built from
@@ -37,6 +40,7 @@ from mnemo.gateway.turns.tools import TurnContext
 from mnemo.memory.sessions import SessionRow
 
 ORDER_RETRY_S = 0.05  # a turn waiting for an older message of its chat on another replica
+TYPING_DELAY_S = 1.0  # a reply ready within this shows no typing at all
 
 
 class GiveWay(Exception):
@@ -62,6 +66,31 @@ class TurnSessions(Protocol):
     def shared_room(self, msg: InboundMessage) -> bool: ...
 
 
+class _DelayedTyping:
+    """The adapter's typing indicator from ``delay_s`` after now until ``stop``: a timer,
+    not a task, until then (most turns of a fast model end before it fires)."""
+
+    def __init__(self, adapter: Adapter, chat: ChatRef, delay_s: float) -> None:
+        self._adapter = adapter
+        self._chat = chat
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.create_task(self._show(), name=f"typing:{self._chat.chat_id}")
+
+    async def _show(self) -> None:
+        async with self._adapter.typing(self._chat):
+            await asyncio.Event().wait()  # until stop() cancels it
+
+    async def stop(self) -> None:
+        self._timer.cancel()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
 @dataclass(frozen=True, slots=True)
 class AgentRun:
     session: SessionRow
@@ -79,7 +108,10 @@ class AgentTurn:
         adapters: Mapping[str, Adapter],
         live: LiveReplies,
         memory: TurnMemory,
+        *,
+        typing_delay_s: float = TYPING_DELAY_S,
     ) -> None:
+        self.typing_delay_s = typing_delay_s
         self.chats = chats
         self.sessions = sessions
         self.agent = agent
@@ -120,11 +152,17 @@ class AgentTurn:
                     await live.close()  # before the reply is queued: no edit after the final one
         return AgentRun(session, ctx, result)
 
-    def _typing(self, chat: ChatRef) -> contextlib.AbstractAsyncContextManager[None]:
+    @contextlib.asynccontextmanager
+    async def _typing(self, chat: ChatRef) -> AsyncIterator[None]:
         adapter = self.adapters.get(chat.platform)
         if adapter is None or not adapter.supports_typing or not adapter.connected:
-            return contextlib.nullcontext()
-        return adapter.typing(chat)
+            yield
+            return
+        typing = _DelayedTyping(adapter, chat, self.typing_delay_s)
+        try:
+            yield
+        finally:
+            await typing.stop()
 
     @contextlib.asynccontextmanager
     async def _ordered_lock(self, key: str, batch: Sequence[Queued]) -> AsyncIterator[None]:
