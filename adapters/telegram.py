@@ -86,6 +86,7 @@ from telegram.warnings import PTBDeprecationWarning
 from mnemo.adapters.chat_typing import TypingLoops
 from mnemo.adapters.telegram_format import TelegramChunk, render_chunks
 from mnemo.adapters.telegram_polling import UpdatePoller
+from mnemo.adapters.telegram_request import AiohttpRequest
 from mnemo.adapters.telegram_updates import UNSUPPORTED_NOTE, Accept, BotIdentity, Unsupported, classify
 from mnemo.gateway.config import TelegramSettings
 from mnemo.gateway.errors import (
@@ -306,6 +307,8 @@ class TelegramAdapter:
             .token(self.settings.bot_token.get_secret_value())
             .base_url(root + "/bot")
             .base_file_url(root + "/file/bot")
+            .request(AiohttpRequest())
+            .get_updates_request(AiohttpRequest(pool_size=1))
             .updater(None)
             .build()
         )
