@@ -367,16 +367,16 @@ async def db_round_trips(messages: int, postgres_url: str | None) -> float:
             Emulator(responder=answer) as emulator,
             open_app(settings, adapters=[adapter], llm_base_url=emulator.base_url, api_key="bench") as app,
         ):
-            await adapter.say("1", "c1 m0 warm up")  # the session starts: not a plain message
-            await adapter.wait_for_sent(1)
+            await adapter.say("c1 m0 warm up", user="1")  # the session starts: not a plain message
+            await adapter.wait_sent(1)
             await app.gateway.lanes.drain(5)
-            trips = app.round_trips()
+            trips = app.db.round_trips
             for n in range(1, messages + 1):
-                await adapter.say("1", f"c1 m{n} hello")
-                await adapter.wait_for_sent(n + 1)
+                await adapter.say(f"c1 m{n} hello", user="1")
+                await adapter.wait_sent(n + 1)
                 await app.gateway.lanes.drain(5)
             await asyncio.sleep(0.2)  # delivery's own bookkeeping
-            return (app.round_trips() - trips) / messages
+            return (app.db.round_trips - trips) / messages
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -507,10 +507,10 @@ async def main() -> int:
         print("\ndatabase round trips per plain message")
         print(f"  SQLite      {await db_round_trips(20, None):.1f}")
         if args.pg:
-            from tests.support.pgcluster import PgCluster
+            from tests.support.pgcluster import running_cluster
 
-            with PgCluster(workdir / "pg") as cluster:
-                print(f"  PostgreSQL  {await db_round_trips(20, cluster.url('bench')):.1f}")
+            with running_cluster() as cluster:
+                print(f"  PostgreSQL  {await db_round_trips(20, cluster.fresh_database()):.1f}")
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0 if ok else 1

@@ -203,6 +203,31 @@ def message_from_row(
     )
 
 
+def stored_row(session_id: str, row_id: int, m: NewMessage, now: datetime) -> MessageRow:
+    """The row ``append_messages`` stored for ``m`` under ``row_id``, as ``load_messages``
+    reads it back (same token count, JSON-normalised calls and meta), without the read: a
+    turn appends to the history it loaded. ``created_at`` is ``m``'s or ``now`` — the
+    caller's clock, within moments of the store's."""
+    calls = json.loads(json.dumps([c.to_json() for c in m.tool_calls], ensure_ascii=False))
+    return MessageRow(
+        id=row_id,
+        session_id=session_id,
+        role=m.role,
+        content=m.content,
+        tool_calls=tuple(ToolCall(c["id"], c["name"], c["input"]) for c in calls),
+        tool_call_id=m.tool_call_id,
+        tool_name=m.tool_name,
+        is_error=m.is_error,
+        author_id=m.author_id,
+        author_name=m.author_name,
+        platform_message_id=m.platform_message_id,
+        created_at=m.created_at or now,
+        token_count=SessionStore._message_values(m, now)[10],
+        finish_reason=m.finish_reason,
+        meta=json.loads(json.dumps(dict(m.meta), ensure_ascii=False)),
+    )
+
+
 def new_session_id(started: datetime) -> str:
     # Time-ordered and readable in logs; 32 random bits make same-second ids unique.
     return f"{started.astimezone(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
