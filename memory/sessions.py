@@ -203,12 +203,22 @@ def message_from_row(
     )
 
 
+def message_tokens(m: NewMessage, calls: list[dict[str, Any]]) -> int:
+    """The ``token_count`` stored for ``m`` (``calls``: its tool calls as JSON)."""
+    if m.token_count is not None:
+        return m.token_count
+    # Same figure as estimate_tokens; the ASCII shortcut avoids a per-char loop.
+    text_tokens = (len(m.content) + 3) // 4 if m.content.isascii() else estimate_tokens(m.content)
+    return text_tokens + (estimate_json_tokens(calls) if calls else 0)
+
+
 def stored_row(session_id: str, row_id: int, m: NewMessage, now: datetime) -> MessageRow:
     """The row ``append_messages`` stored for ``m`` under ``row_id``, as ``load_messages``
     reads it back (same token count, JSON-normalised calls and meta), without the read: a
     turn appends to the history it loaded. ``created_at`` is ``m``'s or ``now`` — the
     caller's clock, within moments of the store's."""
-    calls = json.loads(json.dumps([c.to_json() for c in m.tool_calls], ensure_ascii=False))
+    as_json = [c.to_json() for c in m.tool_calls]
+    calls = json.loads(json.dumps(as_json, ensure_ascii=False)) if as_json else []
     return MessageRow(
         id=row_id,
         session_id=session_id,
@@ -222,9 +232,9 @@ def stored_row(session_id: str, row_id: int, m: NewMessage, now: datetime) -> Me
         author_name=m.author_name,
         platform_message_id=m.platform_message_id,
         created_at=m.created_at or now,
-        token_count=SessionStore._message_values(m, now)[10],
+        token_count=message_tokens(m, as_json),
         finish_reason=m.finish_reason,
-        meta=json.loads(json.dumps(dict(m.meta), ensure_ascii=False)),
+        meta=json.loads(json.dumps(dict(m.meta), ensure_ascii=False)) if m.meta else {},
     )
 
 
@@ -440,11 +450,7 @@ class SessionStore:
     @staticmethod
     def _message_values(m: NewMessage, now: datetime) -> tuple[Any, ...]:
         calls = [c.to_json() for c in m.tool_calls]
-        tokens = m.token_count
-        if tokens is None:
-            # Same figure as estimate_tokens; the ASCII shortcut avoids a per-char loop.
-            text_tokens = (len(m.content) + 3) // 4 if m.content.isascii() else estimate_tokens(m.content)
-            tokens = text_tokens + (estimate_json_tokens(calls) if calls else 0)
+        tokens = message_tokens(m, calls)
         return (
             m.role,
             m.content,
