@@ -417,35 +417,48 @@ class SessionStore:
     async def add_usage(self, session_id: str, usage: Usage, *, payer: str | None = None) -> None:
         """Add one request's usage to its session and, in the same transaction, to the
         ledger bound with ``record_usage_in`` (billed to ``payer``)."""
-        recorder = self._usage_recorder
+        await self._db.write(lambda conn: self._add_usage(conn, session_id, usage, payer))
 
-        def tx(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-                " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
-                " estimated_cost_usd = estimated_cost_usd + ? WHERE id = ?",
-                (
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    usage.cache_read_tokens,
-                    usage.cache_write_tokens,
-                    usage.cost_usd,
-                    session_id,
-                ),
-            )
-            if recorder is not None:
-                recorder(conn, payer, usage)
-
-        await self._db.write(tx)
+    def _add_usage(self, conn: sqlite3.Connection, session_id: str, usage: Usage, payer: str | None) -> None:
+        conn.execute(
+            "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+            " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
+            " estimated_cost_usd = estimated_cost_usd + ? WHERE id = ?",
+            (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+                usage.cost_usd,
+                session_id,
+            ),
+        )
+        if self._usage_recorder is not None:
+            self._usage_recorder(conn, payer, usage)
 
     # --- messages -----------------------------------------------------------------
-    async def append_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int]:
-        """Append ``messages`` in one transaction; return their ids in order."""
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[NewMessage],
+        *,
+        usage: Usage | None = None,
+        payer: str | None = None,
+    ) -> list[int]:
+        """Append ``messages`` in one transaction; return their ids in order. With
+        ``usage``, the request that produced them is counted in the same transaction
+        (``add_usage``): one round trip for a model's answer and its cost."""
         if not messages:
             return []
         now = self._clock()
         rows = [self._message_values(m, now) for m in messages]
-        return await self._db.write(lambda conn: insert_messages(conn, session_id, rows))
+
+        def tx(conn: sqlite3.Connection) -> list[int]:
+            if usage is not None:
+                self._add_usage(conn, session_id, usage, payer)
+            return insert_messages(conn, session_id, rows)
+
+        return await self._db.write(tx)
 
     @staticmethod
     def _message_values(m: NewMessage, now: datetime) -> tuple[Any, ...]:

@@ -156,11 +156,11 @@ class Agent:
                 final = row
         return final
 
-    async def _persist(self, messages: Sequence[NewMessage]) -> list[int]:
+    async def _persist(self, messages: Sequence[NewMessage], usage: Usage | None = None) -> list[int]:
         """Store ``messages`` and append them to the history this turn loaded: the turn
         holds its session's lock, so nobody else appends meanwhile and the history is
         never read again until the next turn."""
-        ids = await self.deps.store.append_messages(self.session.id, messages)
+        ids = await self.deps.store.append_messages(self.session.id, messages, usage=usage, payer=self._payer)
         now = datetime.now(UTC)
         self.history.extend(
             stored_row(self.session.id, i, m, now) for i, m in zip(ids, messages, strict=True)
@@ -262,9 +262,8 @@ class Agent:
             usage = usage + response.usage
             cost += response.cost_usd
             last_prompt = response.usage.prompt_tokens + response.usage.output_tokens
-            await self.deps.store.add_usage(self.session.id, response.usage, payer=self._payer)
             assistant = _assistant_row(response)
-            ids = await self._persist([assistant])
+            ids = await self._persist([assistant], response.usage)  # the answer and its cost, one write
             if not response.tool_uses:
                 return self._result(
                     assistant.content,

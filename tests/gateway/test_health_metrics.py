@@ -194,5 +194,13 @@ async def test_turns_waiting_for_a_slot_show_in_healthz_and_metrics(
         m = await scrape(http, base)
         assert m[("mnemo_turn_wait_seconds_count", ())] == 2
         assert m[("mnemo_turn_wait_seconds_bucket", (("le", "0.01"),))] == 1, "the first turn did not wait"
-        _, body = await healthz(http, base)
+
+        async def idle() -> dict:
+            while True:  # a turn ends just after its reply was delivered
+                _, b = await healthz(http, base)
+                if b["turns"]["running"] == 0:
+                    return b
+                await asyncio.sleep(0.02)
+
+        body = await asyncio.wait_for(idle(), 10)
         assert body["turns"] == {"running": 0, "waiting": 0, "slots": 1, "oldest_wait_s": 0.0}

@@ -102,8 +102,8 @@ async def test_a_turn_keeps_the_history_it_loaded(store: tuple[Any, Any], emulat
 
         plain, plain_trips = await turn("hi", "m1")
         assert _comparable(plain.history) == _comparable(await sessions.load_messages(session.id))
-        # The user's message, the usage, the reply: three writes, no read.
-        assert plain_trips == 3
+        # The user's message; the reply with its usage: two writes, no read.
+        assert plain_trips == 2
 
         tools, tool_trips = await turn("look things up", "m2")
         stored = await sessions.load_messages(session.id)
@@ -117,5 +117,5 @@ async def test_a_turn_keeps_the_history_it_loaded(store: tuple[Any, Any], emulat
             "assistant",
         ]
         assert _comparable(tools.history) == _comparable(stored)
-        # Two tool rounds: per round its usage, its assistant row and its results; no read.
-        assert tool_trips == plain_trips + 2 * 3
+        # Two tool rounds: per round its assistant row with its usage, then its results; no read.
+        assert tool_trips == plain_trips + 2 * 2
