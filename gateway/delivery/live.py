@@ -91,6 +91,7 @@ class LiveReply:
         message_id: str | None = None,
         show_deltas: bool = True,
         close_wait_s: float = CLOSE_WAIT_S,
+        on_shown: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.adapter = adapter
@@ -104,6 +105,7 @@ class LiveReply:
         self.message_id = message_id
         self.show_deltas = show_deltas
         self.close_wait_s = close_wait_s
+        self._on_shown = on_shown  # called once, when the message is first on screen
         self._clock = clock
         self._text = ""
         self._status: str | None = None
@@ -243,6 +245,9 @@ class LiveReply:
             return False
         self.edits += 1
         self._shown = text
+        if self._on_shown is not None:
+            on_shown, self._on_shown = self._on_shown, None
+            on_shown()
         if text == INTERRUPTED:
             self._note = False
             self._changed.set()  # the new text, if any, follows at the next slot
@@ -272,6 +277,7 @@ async def live_reply(
     *,
     reply_to: str | None,
     dm: bool,
+    on_shown: Callable[[], None] | None = None,
 ) -> LiveReply | None:
     """The turn's live reply, started; None when nothing is to be shown.
 
@@ -294,6 +300,7 @@ async def live_reply(
         max_len=int(getattr(adapter, "max_message_len", 4096)),
         message_id=previous.message_id if previous is not None and previous.chat == chat else None,
         show_deltas=enabled,
+        on_shown=on_shown,
     )
     live.start()
     return live
@@ -309,8 +316,16 @@ class LiveReplies:
         self.adapters = adapters
         self.streams = streams
 
-    async def open(self, chat: ChatRef, inbox_id: int, *, reply_to: str | None, dm: bool) -> LiveReply | None:
+    async def open(
+        self,
+        chat: ChatRef,
+        inbox_id: int,
+        *,
+        reply_to: str | None,
+        dm: bool,
+        on_shown: Callable[[], None] | None = None,
+    ) -> LiveReply | None:
         adapter = self.adapters.get(chat.platform)
         return await live_reply(
-            self.settings, adapter, self.streams, chat, inbox_id, reply_to=reply_to, dm=dm
+            self.settings, adapter, self.streams, chat, inbox_id, reply_to=reply_to, dm=dm, on_shown=on_shown
         )

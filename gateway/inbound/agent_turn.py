@@ -5,7 +5,8 @@
 1. the adapter's **typing** indicator, for as long as the model works — but only once
    the turn has run for ``TYPING_DELAY_S``: a reply ready sooner arrives before typing
    would have been noticed, and every typing request costs a platform call (a queued
-   turn shows none either: it is not running yet);
+   turn shows none either: it is not running yet); and no longer once the live reply is
+   on screen (``LiveReply``'s ``on_shown``);
 2. the session's **lock**, taken only when no older message of the chat waits
    (``_ordered_lock``);
 3. the chat's **session** (``SessionResolver.resolve``) and a fresh ``Agent`` built from
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -74,6 +75,7 @@ class _DelayedTyping:
         self._adapter = adapter
         self._chat = chat
         self._task: asyncio.Task[None] | None = None
+        self._ended = asyncio.Event()
         self._timer = asyncio.get_running_loop().call_later(delay_s, self._start)
 
     def _start(self) -> None:
@@ -81,7 +83,12 @@ class _DelayedTyping:
 
     async def _show(self) -> None:
         async with self._adapter.typing(self._chat):
-            await asyncio.Event().wait()  # until stop() cancels it
+            await self._ended.wait()  # until end() or stop()
+
+    def end(self) -> None:
+        """No more typing from now (the reply itself is on screen); ``stop`` still awaits."""
+        self._timer.cancel()
+        self._ended.set()
 
     async def stop(self) -> None:
         self._timer.cancel()
@@ -124,7 +131,7 @@ class AgentTurn:
         self, key: str, batch: Sequence[Queued], text: str, media: list[dict[str, Any]]
     ) -> AgentRun:
         last = batch[-1].msg
-        async with self._typing(chat_of(last)), self._ordered_lock(key, batch):
+        async with self._typing(chat_of(last)) as end_typing, self._ordered_lock(key, batch):
             session = await self.sessions.resolve(last, key)
             ctx = self.chats.turn_context(last, session, key)
             agent = await Agent.load(self.agent, session, ctx)
@@ -134,6 +141,7 @@ class AgentTurn:
                 batch[-1].inbox_id,
                 reply_to=last.message_id,
                 dm=last.is_dm and not last.private,
+                on_shown=end_typing,  # the reply itself shows the bot is at work
             )
             try:
                 result = await agent.run(
@@ -153,14 +161,15 @@ class AgentTurn:
         return AgentRun(session, ctx, result)
 
     @contextlib.asynccontextmanager
-    async def _typing(self, chat: ChatRef) -> AsyncIterator[None]:
+    async def _typing(self, chat: ChatRef) -> AsyncIterator[Callable[[], None] | None]:
+        """Yields what ends the typing early (None: no typing here)."""
         adapter = self.adapters.get(chat.platform)
         if adapter is None or not adapter.supports_typing or not adapter.connected:
-            yield
+            yield None
             return
         typing = _DelayedTyping(adapter, chat, self.typing_delay_s)
         try:
-            yield
+            yield typing.end
         finally:
             await typing.stop()
 

@@ -118,3 +118,29 @@ async def test_typing_is_requested_only_for_running_turns_that_take_their_time(r
     assert all(c.params["action"] == "typing" for c in typing)
     reply_at = next(m.at for m in rig.fake.sent if m.chat_id == slow)
     assert all(c.at <= reply_at for c in typing), "typing stops with the turn"
+
+
+async def test_typing_ends_once_the_streamed_reply_is_on_screen(rig: TelegramRig) -> None:
+    chat = 8101
+    thinking = asyncio.Event()
+
+    async def slow_then_streamed(_: RecordedRequest) -> Reply:
+        await thinking.wait()  # long enough for typing to show first
+        return Reply(text="A long answer, written slowly. " * 100, chunk_delay=0.02)
+
+    rig.emulator.script(slow_then_streamed)
+    options = {"typing_interval_s": 0.2, "stream_interval_s": 0.3}
+    async with rig.app(
+        adapter_options=options, **{"streaming.enabled": True, "streaming.min_interval_s": 0.3}
+    ):
+        rig.fake.push_text(chat, chat, "explain at length")
+        await rig.fake.wait_for_call("sendChatAction", 2)
+        thinking.set()
+        await wait_until(lambda: any(e.parse_mode == "HTML" for e in rig.fake.edits), 30, "the final edit")
+    first_post = next(c for c in rig.fake.calls if c.method == "sendMessage" and c.status == 200)
+    live_edits = [
+        c for c in rig.fake.calls if c.method == "editMessageText" and not c.params.get("parse_mode")
+    ]
+    assert len(live_edits) >= 2, "the reply was streamed for a while"
+    late = [c for c in rig.fake.calls_to("sendChatAction") if c.at > first_post.at]
+    assert len(late) <= 1, f"typing went on under the live reply: {len(late)} requests"
