@@ -77,7 +77,7 @@ async def test_dm_is_answered_in_the_dm_without_a_quote_and_with_typing(bot: Bot
     assert reply.channel_id == bot.alice_dm.id
     assert reply.content == "Hello back, in private."
     assert reply.message_reference is None
-    assert bot.alice_dm.id in bot.fake.typing
+    assert bot.fake.typing == [bot.alice_dm.id], "one typing request for a turn shorter than the refresh"
     assert last_user_text(bot.emulator.requests[0]) == "hello in private"
     assert await bot.app.store.active_session(f"discord:dm:{bot.alice_dm.id}") is not None
 
