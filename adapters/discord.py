@@ -46,7 +46,7 @@ import contextlib
 import hashlib
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,7 @@ import aiohttp
 import discord
 from discord import app_commands
 
+from mnemo.adapters.chat_typing import TypingLoops
 from mnemo.adapters.discord_routing import route_discord
 from mnemo.adapters.splitting import split_message
 from mnemo.gateway.config import DiscordSettings
@@ -226,9 +227,12 @@ class DiscordAdapter:
         guild_ready_timeout_s: float = 2.0,
         max_ratelimit_timeout_s: float = 30.0,
         stream_interval_s: float = 1.0,
+        typing_interval_s: float = 8.0,
     ) -> None:
         self.settings = settings
         self.stream_interval_s = stream_interval_s
+        # Discord shows typing for about 10 s after one request.
+        self._typing = TypingLoops(self._send_typing, interval_s=typing_interval_s, platform="discord")
         self._stream_edited: dict[str, float] = {}  # message id → monotonic time before which no edit
         self.menu: list[CommandInfo] = []  # the gateway's commands, given to start()
         self.ready_timeout_s = ready_timeout_s
@@ -343,6 +347,7 @@ class DiscordAdapter:
         client, task = self._client, self._task
         self._client, self._task = None, None
         self._interactions.clear()
+        await self._typing.close()
         if client is not None:
             await client.close()
         if task is not None:
@@ -695,18 +700,20 @@ class DiscordAdapter:
         # holds no messages (a forum, a category): send by id, and Discord answers.
         return _Target(client.get_partial_messageable(target), target, in_guild=False)
 
-    @contextlib.asynccontextmanager
-    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
-        """discord.py's typing context (re-sent every few seconds); best effort — a
-        failure to show typing never fails the turn."""
+    def typing(self, chat: ChatRef) -> contextlib.AbstractAsyncContextManager[None]:
+        """``typing…`` while the turn runs (``adapters.chat_typing``): one loop per
+        channel, re-sent every ``typing_interval_s``; best effort — a failure to show
+        typing never fails the turn."""
+        return self._typing.hold(chat)
+
+    async def _send_typing(self, chat: ChatRef) -> None:
         client = self._client
-        async with contextlib.AsyncExitStack() as stack:
-            if client is not None:
-                try:
-                    await stack.enter_async_context(self._target(client, chat).channel.typing())
-                except (discord.HTTPException, aiohttp.ClientError, OSError) as e:
-                    log.debug("discord_typing_failed", chat=chat.chat_id, error=f"{type(e).__name__}: {e}")
-            yield
+        if client is None:
+            return
+        try:
+            await self._target(client, chat).channel.typing()  # awaited: one request
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as e:
+            log.debug("discord_typing_failed", chat=chat.chat_id, error=f"{type(e).__name__}: {e}")
 
 
 def _option(option: app_commands.Argument | app_commands.AppCommandGroup) -> tuple[str, bool | None]:

@@ -62,7 +62,7 @@ import re
 import time
 import warnings
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit
@@ -83,8 +83,10 @@ from telegram.error import Forbidden as TgForbidden
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, ExtBot, JobQueue
 from telegram.warnings import PTBDeprecationWarning
 
+from mnemo.adapters.chat_typing import TypingLoops
 from mnemo.adapters.telegram_format import TelegramChunk, render_chunks
 from mnemo.adapters.telegram_polling import UpdatePoller
+from mnemo.adapters.telegram_request import AiohttpRequest
 from mnemo.adapters.telegram_updates import UNSUPPORTED_NOTE, Accept, BotIdentity, Unsupported, classify
 from mnemo.gateway.config import TelegramSettings
 from mnemo.gateway.errors import (
@@ -236,7 +238,7 @@ class TelegramAdapter:
         web: WebServer | None = None,
         poll_timeout_s: float = 25.0,
         reconnect_backoff_s: tuple[float, float] = (1.0, 30.0),
-        typing_interval_s: float = 4.0,
+        typing_interval_s: float = 5.0,
         max_inline_wait_s: float = 3.0,
         stream_interval_s: float = 1.0,
         sleep: Sleep = asyncio.sleep,
@@ -250,7 +252,6 @@ class TelegramAdapter:
         self.menu: list[CommandInfo] = []  # the gateway's commands, given to start()
         self.poll_timeout_s = poll_timeout_s
         self.reconnect_backoff_s = reconnect_backoff_s
-        self.typing_interval_s = typing_interval_s
         self.max_inline_wait_s = max_inline_wait_s
         self._sleep = sleep
         self._app: TelegramApp | None = None
@@ -259,7 +260,7 @@ class TelegramAdapter:
         self._poller: UpdatePoller[Update] | None = None
         self._leadership: Leadership | None = None
         self._leading: asyncio.Task[None] | None = None
-        self._typing: set[asyncio.Task[None]] = set()
+        self._typing = TypingLoops(self._send_typing, interval_s=typing_interval_s, platform="telegram")
         self._progress: OrderedDict[int, list[str]] = OrderedDict()
         self._noted: OrderedDict[str, float] = OrderedDict()  # chat → when it got the media note
         self._note_hook: UnreadableHook | None = None
@@ -306,6 +307,8 @@ class TelegramAdapter:
             .token(self.settings.bot_token.get_secret_value())
             .base_url(root + "/bot")
             .base_file_url(root + "/file/bot")
+            .request(AiohttpRequest())
+            .get_updates_request(AiohttpRequest(pool_size=1))
             .updater(None)
             .build()
         )
@@ -398,9 +401,7 @@ class TelegramAdapter:
         poller, self._poller = self._poller, None
         if poller is not None:
             await poller.stop()  # confirms handled updates: needs the bot still open
-        for task in list(self._typing):
-            task.cancel()
-        await asyncio.gather(*self._typing, return_exceptions=True)
+        await self._typing.close()
         app, self._app, self._identity = self._app, None, None
         if app is not None:
             await app.shutdown()
@@ -666,27 +667,13 @@ class TelegramAdapter:
 
     # --- typing ----------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def typing(self, chat: ChatRef) -> AsyncIterator[None]:
-        """``typing…`` while the turn runs: Telegram shows it for 5 s, so it is re-sent
-        every ``typing_interval_s`` by a task owned here. Never fails the turn."""
-        task = asyncio.create_task(self._keep_typing(chat), name=f"telegram-typing-{chat.chat_id}")
-        self._typing.add(task)
-        try:
-            yield
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            self._typing.discard(task)
+    def typing(self, chat: ChatRef) -> contextlib.AbstractAsyncContextManager[None]:
+        """``typing…`` while the turn runs (``adapters.chat_typing``): Telegram shows it
+        for 5 s, so it is re-sent every ``typing_interval_s``, one loop per chat. Never
+        fails the turn."""
+        return self._typing.hold(chat)
 
-    async def _keep_typing(self, chat: ChatRef) -> None:
+    async def _send_typing(self, chat: ChatRef) -> None:
         thread = int(chat.thread_id) if chat.thread_id is not None and chat.thread_id.isdigit() else None
-        while self._app is not None:
-            try:
-                with platform_errors("showing typing"):
-                    await self._bot().send_chat_action(
-                        int(chat.chat_id), ChatAction.TYPING, message_thread_id=thread
-                    )
-            except (PlatformError, ValueError) as e:
-                log.debug("telegram_typing_failed", chat=chat.chat_id, error=str(e))
-            await asyncio.sleep(self.typing_interval_s)
+        with platform_errors("showing typing"):
+            await self._bot().send_chat_action(int(chat.chat_id), ChatAction.TYPING, message_thread_id=thread)

@@ -240,6 +240,9 @@ class StreamingSettings(Section):
 class GatewaySettings(Section):
     debounce_s: float = Field(0.6, ge=0.0, le=10.0)
     lane_idle_s: float = Field(300.0, gt=0)
+    # Turns running at once, granted in arrival order (gateway/inbound/lanes.py); None:
+    # llm.max_concurrency plus the number of CPU cores.
+    max_concurrent_turns: int | None = Field(None, ge=1, le=10_000)
     timezone: str = "UTC"
 
 

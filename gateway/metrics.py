@@ -4,7 +4,9 @@ Who records what:
 * the gateway: messages in/out per platform, turn errors, refusals;
 * the LLM client: request latency, tokens by kind (input, output, cache_read,
   cache_write), errors by type;
-* queue depths (lanes, outbox, worker) are read when ``/metrics`` is scraped.
+* the lanes: how long each turn waited for a slot (``gateway.max_concurrent_turns``);
+* queue depths (lanes, turns waiting for a slot, outbox, worker) and the turns
+  running are read when ``/metrics`` is scraped.
 """
 
 from __future__ import annotations
@@ -41,11 +43,18 @@ class Metrics:
             registry=r,
         )
         self.queue_depth = Gauge("mnemo_queue_depth", "Work waiting, by queue", ["queue"], registry=r)
+        self.turns_running = Gauge("mnemo_turns_running", "Turns holding a slot", registry=r)
+        self.turn_wait = Histogram(
+            "mnemo_turn_wait_seconds",
+            "How long a turn waited for a slot (gateway.max_concurrent_turns)",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=r,
+        )
         # Pre-create the label values so every series is scraped from the start (a whole
         # prompt read from cache would otherwise leave "input" missing, not zero).
         for kind in ("input", "output", "cache_read", "cache_write"):
             self.tokens.labels(kind)
-        for queue in ("lanes", "outbox", "jobs"):
+        for queue in ("lanes", "turns", "outbox", "jobs"):
             self.queue_depth.labels(queue)
         self._prompt_tokens = 0
         self._cache_read = 0

@@ -174,6 +174,7 @@ class Database:
         self._draining = False
         self._writer_thread: int | None = None
         self.busy_retries = 0  # total BUSY retries so far (for benchmarks and tests)
+        self.round_trips = 0  # reads and writes handed to a database thread (for benchmarks and tests)
         self.schema_version = 0
 
     # --- lifecycle ----------------------------------------------------------------
@@ -254,6 +255,7 @@ class Database:
         """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction on the writer thread."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
+        self.round_trips += 1
         self._enqueue(_Job(fn, loop, fut))
         return await fut
 
@@ -264,6 +266,7 @@ class Database:
             # queueing behind it would wait for ever.
             return fn(self._wconn)
         fut: Future[T] = Future()
+        self.round_trips += 1
         self._enqueue(_Job(fn, None, fut))
         return fut.result()
 
@@ -395,6 +398,7 @@ class Database:
     def _submit_read(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
         if self._reader_pool is None:
             raise StoreError(f"{self.path}: database is not open")
+        self.round_trips += 1
         return self._reader_pool.submit(self._run_read, fn)
 
     def _run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:

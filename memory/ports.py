@@ -59,8 +59,16 @@ class SessionRepository(Protocol):
         """The first reason wins; later calls change nothing."""
         ...
 
-    async def append_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int]:
-        """All or nothing; the new message ids in order."""
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[NewMessage],
+        *,
+        usage: Usage | None = None,
+        payer: str | None = None,
+    ) -> list[int]:
+        """All or nothing; the new message ids in order. With ``usage``, the request that
+        produced them is counted in the same transaction, as ``add_usage`` does."""
         ...
 
     async def load_messages(self, session_id: str) -> list[MessageRow]:

@@ -203,6 +203,41 @@ def message_from_row(
     )
 
 
+def message_tokens(m: NewMessage, calls: list[dict[str, Any]]) -> int:
+    """The ``token_count`` stored for ``m`` (``calls``: its tool calls as JSON)."""
+    if m.token_count is not None:
+        return m.token_count
+    # Same figure as estimate_tokens; the ASCII shortcut avoids a per-char loop.
+    text_tokens = (len(m.content) + 3) // 4 if m.content.isascii() else estimate_tokens(m.content)
+    return text_tokens + (estimate_json_tokens(calls) if calls else 0)
+
+
+def stored_row(session_id: str, row_id: int, m: NewMessage, now: datetime) -> MessageRow:
+    """The row ``append_messages`` stored for ``m`` under ``row_id``, as ``load_messages``
+    reads it back (same token count, JSON-normalised calls and meta), without the read: a
+    turn appends to the history it loaded. ``created_at`` is ``m``'s or ``now`` — the
+    caller's clock, within moments of the store's."""
+    as_json = [c.to_json() for c in m.tool_calls]
+    calls = json.loads(json.dumps(as_json, ensure_ascii=False)) if as_json else []
+    return MessageRow(
+        id=row_id,
+        session_id=session_id,
+        role=m.role,
+        content=m.content,
+        tool_calls=tuple(ToolCall(c["id"], c["name"], c["input"]) for c in calls),
+        tool_call_id=m.tool_call_id,
+        tool_name=m.tool_name,
+        is_error=m.is_error,
+        author_id=m.author_id,
+        author_name=m.author_name,
+        platform_message_id=m.platform_message_id,
+        created_at=m.created_at or now,
+        token_count=message_tokens(m, as_json),
+        finish_reason=m.finish_reason,
+        meta=json.loads(json.dumps(dict(m.meta), ensure_ascii=False)) if m.meta else {},
+    )
+
+
 def new_session_id(started: datetime) -> str:
     # Time-ordered and readable in logs; 32 random bits make same-second ids unique.
     return f"{started.astimezone(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
@@ -382,44 +417,53 @@ class SessionStore:
     async def add_usage(self, session_id: str, usage: Usage, *, payer: str | None = None) -> None:
         """Add one request's usage to its session and, in the same transaction, to the
         ledger bound with ``record_usage_in`` (billed to ``payer``)."""
-        recorder = self._usage_recorder
+        await self._db.write(lambda conn: self._add_usage(conn, session_id, usage, payer))
 
-        def tx(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-                " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
-                " estimated_cost_usd = estimated_cost_usd + ? WHERE id = ?",
-                (
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    usage.cache_read_tokens,
-                    usage.cache_write_tokens,
-                    usage.cost_usd,
-                    session_id,
-                ),
-            )
-            if recorder is not None:
-                recorder(conn, payer, usage)
-
-        await self._db.write(tx)
+    def _add_usage(self, conn: sqlite3.Connection, session_id: str, usage: Usage, payer: str | None) -> None:
+        conn.execute(
+            "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+            " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
+            " estimated_cost_usd = estimated_cost_usd + ? WHERE id = ?",
+            (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+                usage.cost_usd,
+                session_id,
+            ),
+        )
+        if self._usage_recorder is not None:
+            self._usage_recorder(conn, payer, usage)
 
     # --- messages -----------------------------------------------------------------
-    async def append_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int]:
-        """Append ``messages`` in one transaction; return their ids in order."""
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[NewMessage],
+        *,
+        usage: Usage | None = None,
+        payer: str | None = None,
+    ) -> list[int]:
+        """Append ``messages`` in one transaction; return their ids in order. With
+        ``usage``, the request that produced them is counted in the same transaction
+        (``add_usage``): one round trip for a model's answer and its cost."""
         if not messages:
             return []
         now = self._clock()
         rows = [self._message_values(m, now) for m in messages]
-        return await self._db.write(lambda conn: insert_messages(conn, session_id, rows))
+
+        def tx(conn: sqlite3.Connection) -> list[int]:
+            if usage is not None:
+                self._add_usage(conn, session_id, usage, payer)
+            return insert_messages(conn, session_id, rows)
+
+        return await self._db.write(tx)
 
     @staticmethod
     def _message_values(m: NewMessage, now: datetime) -> tuple[Any, ...]:
         calls = [c.to_json() for c in m.tool_calls]
-        tokens = m.token_count
-        if tokens is None:
-            # Same figure as estimate_tokens; the ASCII shortcut avoids a per-char loop.
-            text_tokens = (len(m.content) + 3) // 4 if m.content.isascii() else estimate_tokens(m.content)
-            tokens = text_tokens + (estimate_json_tokens(calls) if calls else 0)
+        tokens = message_tokens(m, calls)
         return (
             m.role,
             m.content,

@@ -23,8 +23,12 @@ edits the half-written message to ``INTERRUPTED`` first and keeps using it.
 A turn can start before its adapter is connected (unfinished turns are resumed at
 start-up): the task then waits for the connection, the turn does not.
 
-``close`` ends the task; it waits for an edit already sent (bounded), so no stale edit
-can land after the final one.
+``close`` ends the task; it waits for an edit already sent (bounded by
+``close_wait_s``), so no stale edit can land after the final one. A post already sent
+is never given up: once the platform may have the message, ``close`` waits for its id
+and its record in the ledger whatever the load (the adapter's own request timeouts
+bound the wait), because a message posted but not recorded would be sent again as a
+second copy by delivery. A stream ended before its post leaves nothing to record.
 """
 
 from __future__ import annotations
@@ -86,6 +90,8 @@ class LiveReply:
         max_len: int,
         message_id: str | None = None,
         show_deltas: bool = True,
+        close_wait_s: float = CLOSE_WAIT_S,
+        on_shown: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.adapter = adapter
@@ -98,6 +104,8 @@ class LiveReply:
         self.max_len = max_len
         self.message_id = message_id
         self.show_deltas = show_deltas
+        self.close_wait_s = close_wait_s
+        self._on_shown = on_shown  # called once, when the message is first on screen
         self._clock = clock
         self._text = ""
         self._status: str | None = None
@@ -109,6 +117,7 @@ class LiveReply:
         self._changed = asyncio.Event()
         self._closing = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._posting: asyncio.Task[None] | None = None  # the post and its record, never cancelled
         self.edits = 0  # messages posted or edited (for logs and tests)
 
     # --- the sink (called from the agent; never blocks) -----------------------------
@@ -147,12 +156,27 @@ class LiveReply:
         self._closing.set()
         self._changed.set()
         try:
-            async with asyncio.timeout(CLOSE_WAIT_S):
+            async with asyncio.timeout(self.close_wait_s):
                 await asyncio.shield(task)
         except TimeoutError:
             log.warning("live_reply_close_timeout", chat=self.chat.chat_id)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            await self._finish_post()
+
+    async def _finish_post(self) -> None:
+        """Wait for a post the cancelled task left in flight: its id must be recorded
+        (or the message marked and dropped) before the reply is queued."""
+        posting = self._posting
+        if posting is None:
+            return
+        try:
+            await posting
+        except PlatformError as e:
+            log.warning("live_reply_stopped", chat=self.chat.chat_id, error=f"{type(e).__name__}: {e}")
+        except StoreError as e:
+            log.warning("live_reply_not_recorded", chat=self.chat.chat_id, error=str(e))
+            await self._abandon()
 
     def _display(self) -> str:
         if self._note:  # always shown first: the old text must not stay up meanwhile
@@ -201,9 +225,9 @@ class LiveReply:
         """Post or edit once; False when the live view ends."""
         try:
             if self.message_id is None:
-                message_id = await self.adapter.stream_open(self.chat, text, reply_to=self.reply_to)
-                self.message_id = message_id
-                await self.streams.record(self.inbox_id, self.chat, message_id)
+                self._posting = asyncio.create_task(self._post(text), name=f"live-post-{self.inbox_id}")
+                await asyncio.shield(self._posting)  # close() waits for it if it is cut short
+                self._posting = None
             else:
                 await self.adapter.stream_edit(self.chat, self.message_id, text)
         except PlatformRateLimited as e:
@@ -221,11 +245,19 @@ class LiveReply:
             return False
         self.edits += 1
         self._shown = text
+        if self._on_shown is not None:
+            on_shown, self._on_shown = self._on_shown, None
+            on_shown()
         if text == INTERRUPTED:
             self._note = False
             self._changed.set()  # the new text, if any, follows at the next slot
         self._next_at = self._clock() + self.interval_s
         return True
+
+    async def _post(self, text: str) -> None:
+        message_id = await self.adapter.stream_open(self.chat, text, reply_to=self.reply_to)
+        self.message_id = message_id
+        await self.streams.record(self.inbox_id, self.chat, message_id)
 
     async def _abandon(self) -> None:
         if self.message_id is None:
@@ -245,6 +277,7 @@ async def live_reply(
     *,
     reply_to: str | None,
     dm: bool,
+    on_shown: Callable[[], None] | None = None,
 ) -> LiveReply | None:
     """The turn's live reply, started; None when nothing is to be shown.
 
@@ -267,6 +300,7 @@ async def live_reply(
         max_len=int(getattr(adapter, "max_message_len", 4096)),
         message_id=previous.message_id if previous is not None and previous.chat == chat else None,
         show_deltas=enabled,
+        on_shown=on_shown,
     )
     live.start()
     return live
@@ -282,8 +316,16 @@ class LiveReplies:
         self.adapters = adapters
         self.streams = streams
 
-    async def open(self, chat: ChatRef, inbox_id: int, *, reply_to: str | None, dm: bool) -> LiveReply | None:
+    async def open(
+        self,
+        chat: ChatRef,
+        inbox_id: int,
+        *,
+        reply_to: str | None,
+        dm: bool,
+        on_shown: Callable[[], None] | None = None,
+    ) -> LiveReply | None:
         adapter = self.adapters.get(chat.platform)
         return await live_reply(
-            self.settings, adapter, self.streams, chat, inbox_id, reply_to=reply_to, dm=dm
+            self.settings, adapter, self.streams, chat, inbox_id, reply_to=reply_to, dm=dm, on_shown=on_shown
         )

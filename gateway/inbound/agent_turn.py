@@ -2,7 +2,11 @@
 
 ``run`` holds, in this order:
 
-1. the adapter's **typing** indicator, for as long as the model works;
+1. the adapter's **typing** indicator, for as long as the model works — but only once
+   the turn has run for ``TYPING_DELAY_S``: a reply ready sooner arrives before typing
+   would have been noticed, and every typing request costs a platform call (a queued
+   turn shows none either: it is not running yet); and no longer once the live reply is
+   on screen (``LiveReply``'s ``on_shown``);
 2. the session's **lock**, taken only when no older message of the chat waits
    (``_ordered_lock``);
 3. the chat's **session** (``SessionResolver.resolve``) and a fresh ``Agent`` built from
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,6 +42,7 @@ from mnemo.memory.policy import EffectivePolicy
 from mnemo.memory.sessions import SessionRow
 
 ORDER_RETRY_S = 0.05  # a turn waiting for an older message of its chat on another replica
+TYPING_DELAY_S = 1.0  # a reply ready within this shows no typing at all
 
 
 class GiveWay(Exception):
@@ -65,6 +70,37 @@ class TurnSessions(Protocol):
     async def policy(self, msg: InboundMessage) -> EffectivePolicy: ...
 
 
+class _DelayedTyping:
+    """The adapter's typing indicator from ``delay_s`` after now until ``stop``: a timer,
+    not a task, until then (most turns of a fast model end before it fires)."""
+
+    def __init__(self, adapter: Adapter, chat: ChatRef, delay_s: float) -> None:
+        self._adapter = adapter
+        self._chat = chat
+        self._task: asyncio.Task[None] | None = None
+        self._ended = asyncio.Event()
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.create_task(self._show(), name=f"typing:{self._chat.chat_id}")
+
+    async def _show(self) -> None:
+        async with self._adapter.typing(self._chat):
+            await self._ended.wait()  # until end() or stop()
+
+    def end(self) -> None:
+        """No more typing from now (the reply itself is on screen); ``stop`` still awaits."""
+        self._timer.cancel()
+        self._ended.set()
+
+    async def stop(self) -> None:
+        self._timer.cancel()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
 @dataclass(frozen=True, slots=True)
 class AgentRun:
     session: SessionRow
@@ -82,7 +118,10 @@ class AgentTurn:
         adapters: Mapping[str, Adapter],
         live: LiveReplies,
         memory: TurnMemory,
+        *,
+        typing_delay_s: float = TYPING_DELAY_S,
     ) -> None:
+        self.typing_delay_s = typing_delay_s
         self.chats = chats
         self.sessions = sessions
         self.agent = agent
@@ -95,7 +134,7 @@ class AgentTurn:
         self, key: str, batch: Sequence[Queued], text: str, media: list[dict[str, Any]]
     ) -> AgentRun:
         last = batch[-1].msg
-        async with self._typing(chat_of(last)), self._ordered_lock(key, batch):
+        async with self._typing(chat_of(last)) as end_typing, self._ordered_lock(key, batch):
             session = await self.sessions.resolve(last, key)
             ctx = self.chats.turn_context(last, session, key)
             ctx = replace(ctx, policy=await self.sessions.policy(last))
@@ -106,6 +145,7 @@ class AgentTurn:
                 batch[-1].inbox_id,
                 reply_to=last.message_id,
                 dm=last.is_dm and not last.private,
+                on_shown=end_typing,  # the reply itself shows the bot is at work
             )
             try:
                 result = await agent.run(
@@ -124,11 +164,18 @@ class AgentTurn:
                     await live.close()  # before the reply is queued: no edit after the final one
         return AgentRun(session, ctx, result)
 
-    def _typing(self, chat: ChatRef) -> contextlib.AbstractAsyncContextManager[None]:
+    @contextlib.asynccontextmanager
+    async def _typing(self, chat: ChatRef) -> AsyncIterator[Callable[[], None] | None]:
+        """Yields what ends the typing early (None: no typing here)."""
         adapter = self.adapters.get(chat.platform)
         if adapter is None or not adapter.supports_typing or not adapter.connected:
-            return contextlib.nullcontext()
-        return adapter.typing(chat)
+            yield None
+            return
+        typing = _DelayedTyping(adapter, chat, self.typing_delay_s)
+        try:
+            yield typing.end
+        finally:
+            await typing.stop()
 
     @contextlib.asynccontextmanager
     async def _ordered_lock(self, key: str, batch: Sequence[Queued]) -> AsyncIterator[None]:

@@ -2,7 +2,8 @@
 
 ``report`` is the body of ``/healthz`` (and of the dashboard's health panel): status
 ``ok`` when the gateway runs and every adapter is connected, else ``degraded``; queue
-depths; the external memory provider's state. ``refresh_gauges`` is registered to run
+depths; the turns running and waiting for a slot, with the oldest wait
+(``turns``); the external memory provider's state. ``refresh_gauges`` is registered to run
 right before each ``/metrics`` scrape; ``count_sent`` counts every delivered reply.
 """
 
@@ -56,6 +57,8 @@ class Health:
 
     async def refresh_gauges(self) -> None:
         self.metrics.queue_depth.labels("lanes").set(self._queued_messages())
+        self.metrics.queue_depth.labels("turns").set(self.lanes.slots.waiting)
+        self.metrics.turns_running.set(self.lanes.slots.running)
         counts = await self.outbox.counts()
         self.metrics.queue_depth.labels("outbox").set(counts.get("queued", 0) + counts.get("sending", 0))
         if self.jobs is not None:
@@ -64,11 +67,18 @@ class Health:
     async def report(self) -> dict[str, Any]:
         counts = await self.outbox.counts()
         adapters = {name: a.connected for name, a in self.adapters.items()}
+        slots = self.lanes.slots
         body: dict[str, Any] = {
             "status": "ok" if self.running() and all(adapters.values()) else "degraded",
             "adapters": adapters,
             "lanes": len(self.lanes),
             "queued_messages": self._queued_messages(),
+            "turns": {
+                "running": slots.running,
+                "waiting": slots.waiting,
+                "slots": slots.size,
+                "oldest_wait_s": round(slots.oldest_wait_s(), 3),
+            },
             "outbox_pending": counts.get("queued", 0) + counts.get("sending", 0),
             "outbox_failed": counts.get("failed", 0),
         }

@@ -33,7 +33,7 @@ from mnemo.gateway.inbound.agent_turn import AgentTurn
 from mnemo.gateway.inbound.attachments import TurnMedia
 from mnemo.gateway.inbound.chats import Chats
 from mnemo.gateway.inbound.health import Health
-from mnemo.gateway.inbound.lanes import LaneSet
+from mnemo.gateway.inbound.lanes import LaneSet, TurnSlots, default_turn_slots
 from mnemo.gateway.inbound.queued import Queued
 from mnemo.gateway.inbound.replies import Replies
 from mnemo.gateway.inbound.scheduled import ScheduledRuns
@@ -86,6 +86,10 @@ class Gateway:
             debounce_s=settings.gateway.debounce_s,
             idle_s=settings.gateway.lane_idle_s,
             debounce_for=self._debounce_for,
+            slots=TurnSlots(
+                settings.gateway.max_concurrent_turns or default_turn_slots(settings.llm.max_concurrency),
+                on_wait=metrics.turn_wait.observe,
+            ),
         )
         self.health_report = Health(
             self.adapters,

@@ -6,7 +6,9 @@ survives in process memory between turns, so a restart changes nothing about the
 reply. Counters (user turns, turns since the last memory write) are rebuilt from the
 history each time.
 
-The tool loop persists every assistant message and every tool result as soon as it
+The history is read once, when the turn starts (``Agent.load``); what the turn stores
+is appended to it as it is written (``_persist``, ``memory.sessions.stored_row``), not
+read back. The tool loop persists every assistant message and every tool result as soon as it
 exists. Whatever fails, the stored history stays a valid Messages API conversation:
 a tool_use is always answered (by its result or by an error result), and an LLM
 failure closes the turn with a short apology stored as the assistant's reply.
@@ -34,6 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from mnemo.gateway.budgets.charge import Billing, Charge, RequestKind, billed_to
@@ -50,7 +53,7 @@ from mnemo.memory.compressor import CompressionPolicy, ContextCompressor, Row, r
 from mnemo.memory.fence import strip_fences
 from mnemo.memory.ports import SessionStorage
 from mnemo.memory.scope import AgentContext
-from mnemo.memory.sessions import MessageRow, NewMessage, SessionRow, ToolCall
+from mnemo.memory.sessions import MessageRow, NewMessage, SessionRow, ToolCall, stored_row
 from mnemo.memory.tokens import estimate_json_tokens, estimate_tokens
 from mnemo.memory.usage import Usage
 
@@ -161,8 +164,15 @@ class Agent:
                 final = row
         return final
 
-    async def _persist(self, messages: Sequence[NewMessage]) -> list[int]:
-        ids = await self.deps.store.append_messages(self.session.id, messages)
+    async def _persist(self, messages: Sequence[NewMessage], usage: Usage | None = None) -> list[int]:
+        """Store ``messages`` and append them to the history this turn loaded: the turn
+        holds its session's lock, so nobody else appends meanwhile and the history is
+        never read again until the next turn."""
+        ids = await self.deps.store.append_messages(self.session.id, messages, usage=usage, payer=self._payer)
+        now = datetime.now(UTC)
+        self.history.extend(
+            stored_row(self.session.id, i, m, now) for i, m in zip(ids, messages, strict=True)
+        )
         return ids
 
     def _fitted_history(self, extra_context: str, schemas: Sequence[Any]) -> Sequence[Row]:
@@ -228,7 +238,6 @@ class Agent:
                 meta=dict(turn.meta),
             )
             await self._persist([row])
-            self.history = await self.deps.store.load_messages(self.session.id)
         else:
             done = self.reply_after(stored)
             if done is not None:
@@ -270,11 +279,9 @@ class Agent:
             usage = usage + response.usage
             cost += response.cost_usd
             last_prompt = response.usage.prompt_tokens + response.usage.output_tokens
-            await self.deps.store.add_usage(self.session.id, response.usage, payer=self._payer)
             assistant = _assistant_row(response)
-            ids = await self._persist([assistant])
+            ids = await self._persist([assistant], response.usage)  # the answer and its cost, one write
             if not response.tool_uses:
-                self.history = await self.deps.store.load_messages(self.session.id)
                 return self._result(
                     assistant.content,
                     usage,
@@ -304,7 +311,6 @@ class Agent:
                     )
                 )
             await self._persist(results)
-            self.history = await self.deps.store.load_messages(self.session.id)
         over = self.token_limit is not None and usage.prompt_tokens + usage.output_tokens >= self.token_limit
         text, reason = (OUT_OF_TOKENS, "token_limit") if over else (TOO_MANY_TOOLS, "tool_limit")
         ids = await self._persist([NewMessage(role="assistant", content=text, finish_reason=reason)])

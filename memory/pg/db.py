@@ -111,6 +111,7 @@ class PgDatabase:
         self._lock_slots: asyncio.Semaphore | None = None
         self.schema_version = 0
         self.retries = 0  # serialization/deadlock retries so far (benchmarks, tests)
+        self.round_trips = 0  # transactions run, reads and writes (benchmarks, tests)
 
     @property
     def is_open(self) -> bool:
@@ -216,6 +217,7 @@ class PgDatabase:
     async def write(self, fn: Callable[[Connection], Awaitable[T]]) -> T:
         """``await fn(conn)`` in one transaction, retried on serialization failures."""
         pool = self._require()
+        self.round_trips += 1
         for attempt in range(self._max_retries + 1):
             try:
                 async with pool.connection() as conn, conn.transaction():
@@ -232,6 +234,7 @@ class PgDatabase:
     async def read(self, fn: Callable[[Connection], Awaitable[T]]) -> T:
         """``await fn(conn)`` in one read-only snapshot."""
         pool = self._require()
+        self.round_trips += 1
         async with pool.connection() as conn, conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             return await fn(conn)

@@ -239,30 +239,40 @@ class PgSessionStore:
     async def add_usage(self, session_id: str, usage: Usage, *, payer: str | None = None) -> None:
         """Add one request's usage to its session and, in the same transaction, to the
         ledger bound with ``record_usage_in`` (billed to ``payer``)."""
-        recorder = self._usage_recorder
 
         async def tx(conn: Connection) -> None:
-            await conn.execute(
-                "UPDATE sessions SET input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
-                " cache_read_tokens = cache_read_tokens + %s, cache_write_tokens = cache_write_tokens + %s,"
-                " estimated_cost_usd = estimated_cost_usd + %s WHERE id = %s",
-                (
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    usage.cache_read_tokens,
-                    usage.cache_write_tokens,
-                    usage.cost_usd,
-                    session_id,
-                ),
-            )
-            if recorder is not None:
-                await recorder(conn, payer, usage)
+            await self._add_usage(conn, session_id, usage, payer)
 
         await self._db.write(tx)
 
+    async def _add_usage(self, conn: Connection, session_id: str, usage: Usage, payer: str | None) -> None:
+        await conn.execute(
+            "UPDATE sessions SET input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
+            " cache_read_tokens = cache_read_tokens + %s, cache_write_tokens = cache_write_tokens + %s,"
+            " estimated_cost_usd = estimated_cost_usd + %s WHERE id = %s",
+            (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+                usage.cost_usd,
+                session_id,
+            ),
+        )
+        if self._usage_recorder is not None:
+            await self._usage_recorder(conn, payer, usage)
+
     # --- messages -----------------------------------------------------------------
-    async def append_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int]:
-        """All or nothing; the new message ids in order."""
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[NewMessage],
+        *,
+        usage: Usage | None = None,
+        payer: str | None = None,
+    ) -> list[int]:
+        """All or nothing; the new message ids in order. With ``usage``, counted in the
+        same transaction (``add_usage``)."""
         if not messages:
             return []
         now = self._clock()
@@ -271,6 +281,8 @@ class PgSessionStore:
         calls = sum(len(m.tool_calls) for m in messages)
 
         async def tx(conn: Connection) -> list[int]:
+            if usage is not None:
+                await self._add_usage(conn, session_id, usage, payer)
             session = await _one(conn, "SELECT chat_no FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
             if session is None:
                 raise StoreError(f"session {session_id!r} does not exist")

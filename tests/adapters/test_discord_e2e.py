@@ -16,7 +16,7 @@ import pytest
 from mnemo.adapters.discord import NONCE_MAX, DiscordAdapter
 from mnemo.adapters.discord_routing import restore_discord_defaults
 from mnemo.gateway.config import load_settings
-from mnemo.gateway.emulator import Emulator, Reply, ToolUse
+from mnemo.gateway.emulator import Emulator, RecordedRequest, Reply, ToolUse
 from mnemo.gateway.errors import StartupError
 from mnemo.gateway.events import ChatRef, InboundMessage, OutboundMessage
 from mnemo.gateway.ports import CommandInfo
@@ -61,13 +61,24 @@ async def test_server_message_without_mention_gets_no_reply_and_no_llm_request(b
 
 
 async def test_dm_is_answered_in_the_dm_without_a_quote_and_with_typing(bot: Bot) -> None:
-    bot.emulator.script(Reply(text="Hello back, in private."))
+    release = asyncio.Event()
+
+    async def thinking(_: RecordedRequest) -> Reply:
+        await release.wait()  # long enough for typing to show
+        return Reply(text="Hello back, in private.")
+
+    bot.emulator.script(thinking)
     await bot.say(bot.alice_dm, bot.alice, "hello in private")
+    for _ in range(500):
+        if bot.fake.typing:
+            break
+        await asyncio.sleep(0.01)
+    release.set()
     (reply,) = await bot.sent(1)
     assert reply.channel_id == bot.alice_dm.id
     assert reply.content == "Hello back, in private."
     assert reply.message_reference is None
-    assert bot.alice_dm.id in bot.fake.typing
+    assert bot.fake.typing == [bot.alice_dm.id], "one typing request for a turn shorter than the refresh"
     assert last_user_text(bot.emulator.requests[0]) == "hello in private"
     assert await bot.app.store.active_session(f"discord:dm:{bot.alice_dm.id}") is not None
 

@@ -39,12 +39,19 @@ async def delivered(app: Any, chat_id: str, count: int) -> bool:
 async def test_a_websocket_conversation_goes_through_the_gateway(
     home: Path, emulator: Emulator, http
 ) -> None:
-    emulator.script(Reply(text="Hello **Alice**!"))
+    release = asyncio.Event()
+
+    async def thinking(_: RecordedRequest) -> Reply:
+        await release.wait()  # long enough for typing to show (after a second)
+        return Reply(text="Hello **Alice**!")
+
+    emulator.script(thinking)
     async with open_web_app(web_settings(home), emulator.base_url) as app:
         chat = await ChatClient.connect(http, app.web.url, ALICE)
         message_id = await chat.say("hi there")
         assert (await chat.next("ack"))["id"] == message_id
         assert (await chat.next("typing"))["active"] is True
+        release.set()
         assert (await chat.next("typing"))["active"] is False
         reply = await chat.next("reply")
         assert reply["text"] == "Hello **Alice**!"

@@ -177,6 +177,7 @@ class FakeTelegram:
         self._commands: dict[tuple[str, str], list[dict[str, str]]] = {}
         self._webhook_error: tuple[int, str] | None = None
         self._faults: list[_Fault] = []
+        self._holds: dict[str, asyncio.Event] = {}  # method → the release of its next answer
         self._poller: asyncio.Future[str] | None = None
         self._poller_transport: asyncio.BaseTransport | None = None  # the waiting poll's
         self._request_transport: asyncio.BaseTransport | None = None  # the call being handled
@@ -441,6 +442,14 @@ class FakeTelegram:
             )
         self._faults.append(_Fault(method.lower(), status, description, retry_after, drop, processed, times))
 
+    def hold_next(self, method: str) -> asyncio.Event:
+        """Carry out the next call of ``method`` at once (a sent message is stored) but
+        answer it only once the returned event is set: Telegram accepted the request and
+        the bot has not heard so yet."""
+        release = asyncio.Event()
+        self._holds[method.lower()] = release
+        return release
+
     def _take_fault(self, method: str) -> _Fault | None:
         for fault in self._faults:
             if fault.method in ("*", method.lower()):
@@ -476,6 +485,10 @@ class FakeTelegram:
                 parameters = {"retry_after": fault.retry_after} if fault.retry_after is not None else None
                 raise ApiError(fault.status, fault.description, parameters)
             result = await handler(params)
+            held = self._holds.pop(method.lower(), None)
+            if held is not None:
+                self._notify()
+                await held.wait()
             return web.json_response({"ok": True, "result": result})
         except ApiError as error:
             status = error.status

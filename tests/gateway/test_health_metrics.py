@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mnemo.gateway.emulator import Emulator, Fault, RecordedRequest, Reply
 from mnemo.gateway.emulator.cache import Usage
+from mnemo.gateway.inbound.lanes import default_turn_slots
 from tests.support.loopback import LoopbackAdapter
 from tests.support.webchat import ChatClient, open_web_app, web_settings
 
@@ -56,6 +57,8 @@ async def test_healthz_reports_adapters_and_queues_and_503_when_an_adapter_is_do
         base = app.web.url
         status, body = await healthz(http, base)
         assert status == 200
+        slots = default_turn_slots(settings.llm.max_concurrency)
+        assert body.pop("turns") == {"running": 0, "waiting": 0, "slots": slots, "oldest_wait_s": 0.0}
         assert body == {
             "status": "ok",
             "adapters": {"web": True, "loop": True},
@@ -151,3 +154,53 @@ async def test_metrics_count_a_real_conversation(home: Path, emulator: Emulator,
         assert m[("mnemo_queue_depth", (("queue", "lanes"),))] == 0
         assert ("mnemo_queue_depth", (("queue", "jobs"),)) in m, "background work waiting is exported too"
         assert m[("mnemo_messages_refused_total", ())] == 0
+
+
+async def test_turns_waiting_for_a_slot_show_in_healthz_and_metrics(
+    home: Path, emulator: Emulator, http
+) -> None:
+    release = asyncio.Event()
+
+    async def held(_: RecordedRequest) -> Reply:
+        await release.wait()
+        return Reply(text="first answer")
+
+    emulator.script(held, Reply(text="second answer"))
+    settings = web_settings(home, **{"gateway.max_concurrent_turns": 1})
+    async with open_web_app(settings, emulator.base_url) as app:
+        base = app.web.url
+        one = await ChatClient.connect(http, base, USER)
+        two = await ChatClient.connect(http, base, "metrics-user-0002")
+        await one.say("first")
+        await emulator.wait_for_requests(1)
+        await two.say("second")
+
+        async def waiting() -> dict:
+            while True:
+                _, b = await healthz(http, base)
+                if b["turns"]["waiting"] == 1 and b["turns"]["oldest_wait_s"] > 0:
+                    return b
+                await asyncio.sleep(0.02)
+
+        body = await asyncio.wait_for(waiting(), 10)
+        assert body["turns"]["running"] == 1 and body["turns"]["slots"] == 1
+        m = await scrape(http, base)
+        assert m[("mnemo_queue_depth", (("queue", "turns"),))] == 1
+        assert m[("mnemo_turns_running", ())] == 1
+        assert len(emulator.requests) == 1, "the second chat's turn waits for the slot"
+        release.set()
+        assert (await one.next("reply"))["text"] == "first answer"
+        assert (await two.next("reply"))["text"] == "second answer"
+        m = await scrape(http, base)
+        assert m[("mnemo_turn_wait_seconds_count", ())] == 2
+        assert m[("mnemo_turn_wait_seconds_bucket", (("le", "0.01"),))] == 1, "the first turn did not wait"
+
+        async def idle() -> dict:
+            while True:  # a turn ends just after its reply was delivered
+                _, b = await healthz(http, base)
+                if b["turns"]["running"] == 0:
+                    return b
+                await asyncio.sleep(0.02)
+
+        body = await asyncio.wait_for(idle(), 10)
+        assert body["turns"] == {"running": 0, "waiting": 0, "slots": 1, "oldest_wait_s": 0.0}

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from mnemo.gateway.inbound.lanes import LaneSet
+from mnemo.gateway.inbound.lanes import LaneSet, TurnSlots, default_turn_slots
 
 
 async def test_serial_within_a_key_and_concurrent_across_keys():
@@ -127,3 +127,76 @@ async def test_a_failing_turn_does_not_kill_the_lane():
     await lanes.drain(2)
     assert seen == [[2]]
     await lanes.stop()
+
+
+async def test_turn_slots_are_granted_in_arrival_order_and_a_cancelled_waiter_gives_way():
+    slots = TurnSlots(1)
+    assert await slots.acquire() == 0.0
+    granted: list[str] = []
+
+    async def wait(name: str) -> None:
+        await slots.acquire()
+        granted.append(name)
+
+    tasks = {name: asyncio.create_task(wait(name)) for name in ("a", "b", "c")}
+    await asyncio.sleep(0)
+    assert slots.waiting == 3 and slots.running == 1
+    tasks["b"].cancel()
+    await asyncio.gather(tasks["b"], return_exceptions=True)
+    assert slots.waiting == 2
+    slots.release()
+    await tasks["a"]
+    slots.release()
+    await tasks["c"]
+    assert granted == ["a", "c"]
+    slots.release()
+    assert (slots.running, slots.waiting) == (0, 0)
+
+
+async def test_a_waiter_cancelled_after_its_grant_passes_the_slot_on():
+    slots = TurnSlots(1)
+    await slots.acquire()
+    first = asyncio.create_task(slots.acquire())
+    second = asyncio.create_task(slots.acquire())
+    await asyncio.sleep(0)
+    slots.release()  # granted to ``first``, which is cancelled before it runs
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await asyncio.wait_for(second, 1)
+    assert (slots.running, slots.waiting) == (1, 0)
+
+
+async def test_lanes_run_at_most_the_slots_and_a_flooding_key_waits_behind_others():
+    started: list[tuple[str, tuple[int, ...]]] = []
+    running = 0
+    most = 0
+    gate = asyncio.Event()
+
+    async def handler(key, batch):
+        nonlocal running, most
+        started.append((key, tuple(batch)))
+        running += 1
+        most = max(most, running)
+        await gate.wait()
+        running -= 1
+
+    lanes = LaneSet(handler, debounce_s=0, idle_s=5, slots=TurnSlots(2))
+    for i in range(4):
+        lanes.submit("flood", i)
+    lanes.submit("x", 100)
+    lanes.submit("y", 200)
+    try:
+        await asyncio.sleep(0.05)
+        assert started == [("flood", (0,)), ("x", (100,))] and lanes.slots.waiting == 1
+    finally:
+        gate.set()
+        await lanes.drain(2)
+        await lanes.stop()
+    assert most == 2
+    assert [k for k, _ in started][:4] == ["flood", "x", "y", "flood"]
+    assert [b for k, b in started if k == "flood"] == [(0,), (1,), (2,), (3,)]
+
+
+def test_default_turn_slots_are_the_llm_slots_plus_the_cores():
+    assert default_turn_slots(8, cpus=2) == 10
+    assert default_turn_slots(1, cpus=1) == 2

@@ -24,16 +24,23 @@ async def _no_sleep(_: float) -> None:
     return None
 
 
+_opened: list[LLMClient] = []  # closed after each test: the aiohttp transport's session
+
+
 @pytest.fixture
 async def emu():
     async with Emulator() as e:
         yield e
+        while _opened:
+            await _opened.pop().aclose()
 
 
 def client(emu, **kw) -> LLMClient:
-    return LLMClient(
+    llm = LLMClient(
         LLMSettings(max_retries=2, **kw), gate=UNMETERED, base_url=emu.base_url, api_key="k", sleep=_no_sleep
     )
+    _opened.append(llm)
+    return llm
 
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -66,6 +73,7 @@ async def test_retry_after_is_capped(emu):
         api_key="k",
         sleep=sleep,
     )
+    _opened.append(llm)
     await llm.create(charge=TURN, system="s", messages=MSG)
     assert waits == [2.5]
 

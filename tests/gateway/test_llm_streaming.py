@@ -24,16 +24,23 @@ async def _no_sleep(_: float) -> None:
     return None
 
 
+_opened: list[LLMClient] = []  # closed after each test: the aiohttp transport's session
+
+
 @pytest.fixture
 async def emu():
     async with Emulator() as e:
         yield e
+        while _opened:
+            await _opened.pop().aclose()
 
 
 def client(emu: Emulator) -> LLMClient:
-    return LLMClient(
+    llm = LLMClient(
         LLMSettings(max_retries=2), gate=UNMETERED, base_url=emu.base_url, api_key="k", sleep=_no_sleep
     )
+    _opened.append(llm)
+    return llm
 
 
 async def test_deltas_reach_the_callback_and_the_response_matches_the_unstreamed_one(emu: Emulator) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from mnemo.gateway.emulator import Reply, ToolUse
+from mnemo.gateway.emulator import RecordedRequest, Reply, ToolUse
 from tests.support.loopback import LoopbackAdapter
 
 
@@ -19,9 +19,30 @@ async def test_a_dm_gets_a_reply_and_is_stored(app_factory, emulator):
         session = await app.store.active_session("loop:dm:u1")
         rows = await app.store.load_messages(session.id)
         assert [(r.role, r.content) for r in rows] == [("user", "hi"), ("assistant", "Hello there!")]
-        assert adapter.typing_calls, "typing is shown while the agent works"
+        assert adapter.typing_calls == [], "a reply ready at once shows no typing"
         req = emulator.requests[-1]
         assert req.body["messages"][-1]["content"][-1]["text"] == "hi"
+
+
+async def test_typing_shows_once_the_model_takes_its_time(app_factory, emulator):
+    release = asyncio.Event()
+
+    async def slow(_: RecordedRequest) -> Reply:
+        await release.wait()
+        return Reply(text="Thought about it.")
+
+    emulator.script(slow)
+    adapter = LoopbackAdapter()
+    async with app_factory(adapter):
+        await adapter.say("a hard question", user="u1")
+        await emulator.wait_for_requests(1)
+        for _ in range(500):  # AgentTurn's TYPING_DELAY_S after the turn started
+            if adapter.typing_calls:
+                break
+            await asyncio.sleep(0.01)
+        assert [c.chat_id for c in adapter.typing_calls] == ["u1"]
+        release.set()
+        assert (await adapter.wait_sent(1))[0].text == "Thought about it."
 
 
 async def test_memory_write_reaches_the_next_session_prompt_not_the_current_one(app_factory, emulator):
