@@ -193,7 +193,9 @@ async def test_turns_waiting_for_a_slot_show_in_healthz_and_metrics(
         assert (await two.next("reply"))["text"] == "second answer"
         m = await scrape(http, base)
         assert m[("mnemo_turn_wait_seconds_count", ())] == 2
-        assert m[("mnemo_turn_wait_seconds_bucket", (("le", "0.01"),))] == 1, "the first turn did not wait"
+        # The second turn's wait, as /healthz saw it growing, is in the histogram (no
+        # wall-clock bound on the first turn's own, near-zero wait: shared machines).
+        assert m[("mnemo_turn_wait_seconds_sum", ())] >= body["turns"]["oldest_wait_s"]
 
         async def idle() -> dict:
             while True:  # a turn ends just after its reply was delivered
