@@ -75,6 +75,19 @@ class Retriever(Protocol):
 
     def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, scope: Scope, pool: int) -> Ranked: ...
 
+    def vectors_pending(self, conn: sqlite3.Connection, cap: int) -> int | None:
+        """Messages without a vector yet, counted up to ``cap``; None: no vectors used."""
+        ...
+
+
+class Lexical:
+    """What every word-only retriever answers about vectors: it uses none."""
+
+    __slots__ = ()
+
+    def vectors_pending(self, conn: sqlite3.Connection, cap: int) -> int | None:
+        return None
+
 
 def fts_scores(conn: sqlite3.Connection, table: str, expr: str | None, scope: Scope, pool: int) -> Ranked:
     """Top ``pool`` rows of one FTS view by bm25 (column weights: text 1, scope 0)."""
@@ -101,10 +114,19 @@ def create_baseline_index(conn: sqlite3.Connection) -> None:
         "content, scope, content='messages_fts_docs', content_rowid='id')"
     )
     conn.execute(f"INSERT INTO {BASELINE_TABLE}({BASELINE_TABLE}) VALUES ('rebuild')")
+    _keep_current(conn, BASELINE_TABLE)
+
+
+def _keep_current(conn: sqlite3.Connection, table: str) -> None:
+    """Index rows added later too (the benchmark stores sessions between questions)."""
+    conn.execute(
+        f"CREATE TRIGGER IF NOT EXISTS {table}_bench_ai AFTER INSERT ON messages BEGIN"
+        f" INSERT INTO {table}(rowid, content, scope) VALUES (new.id, new.content, 'c' || new.chat_no); END"
+    )
 
 
 @dataclass(frozen=True, slots=True)
-class NaiveRetriever:
+class NaiveRetriever(Lexical):
     """Raw words OR-ed, default unicode61, bm25. Needs ``create_baseline_index`` first."""
 
     name: str = "baseline"
@@ -152,7 +174,7 @@ def proper_nouns(text: str) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class FusionRetriever:
+class FusionRetriever(Lexical):
     name: str = "shipped"
     distinct_texts: bool = True
     stem_weight: float = 1.0
@@ -253,6 +275,7 @@ def create_legacy_index(conn: sqlite3.Connection) -> None:
         " tokenize='porter unicode61 remove_diacritics 2')"
     )
     conn.execute(f"INSERT INTO {LEGACY_TABLE}({LEGACY_TABLE}) VALUES ('rebuild')")
+    _keep_current(conn, LEGACY_TABLE)
 
 
 _BEFORE_MONTH = frozenset(
@@ -291,7 +314,7 @@ def without_names(query: ParsedQuery, names: frozenset[str]) -> ParsedQuery:
 
 
 @dataclass(frozen=True, slots=True)
-class ContextRetriever:
+class ContextRetriever(Lexical):
     """Contextual index + participant-aware query + neighbours + name feedback.
 
     Each message is matched on its own text (weight 1) and on its context — speaker,

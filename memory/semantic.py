@@ -117,9 +117,17 @@ def load_embedder() -> Embedder:
 # --- vectors in state.db -------------------------------------------------------------------
 
 
+def last_embedded(conn: sqlite3.Connection, model: str) -> int:
+    """The highest message id with a vector of ``model`` (vectors are written in id
+    order; walking back from the newest row finds it at once)."""
+    row = conn.execute(
+        "SELECT id FROM message_vectors WHERE model = ? ORDER BY id DESC LIMIT 1", (model,)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def _pending_rows(conn: sqlite3.Connection, model: str, batch: int) -> list[tuple[int, int, str]]:
-    row = conn.execute("SELECT max(id) FROM message_vectors WHERE model = ?", (model,)).fetchone()
-    after = row[0] or 0
+    after = last_embedded(conn, model)
     return [
         (int(r[0]), int(r[1]), str(r[2]))
         for r in conn.execute(
@@ -198,6 +206,14 @@ class SemanticRetriever:
                 cm.mat = new if cm.mat is None else np.vstack([cm.mat, new])
                 cm.upto = int(ids[-1])
             return cm
+
+    def vectors_pending(self, conn: sqlite3.Connection, cap: int) -> int | None:
+        after = last_embedded(conn, self.embedder.name)
+        row = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM messages WHERE id > ? AND role != 'tool' LIMIT ?)",
+            (after, cap),
+        ).fetchone()
+        return int(row[0])
 
     def semantic_ranking(self, conn: sqlite3.Connection, query: ParsedQuery, scope: Scope, n: int) -> Ranked:
         names = participant_words(conn, scope)

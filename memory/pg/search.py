@@ -25,10 +25,16 @@ from mnemo.memory.pg.sessions import utc
 from mnemo.memory.search import (
     CRON_WEIGHT,
     MAX_LIMIT,
+    WINDOW_AFTER,
+    WINDOW_BEFORE,
+    ContextTurn,
+    IndexStatus,
     SearchHit,
     SearchResult,
     SessionHits,
+    context_turn,
     make_snippet,
+    with_window,
 )
 
 
@@ -86,8 +92,18 @@ class PgSessionSearch:
     def __init__(self, db: PgDatabase) -> None:
         self._db = db
 
+    async def index_status(self) -> IndexStatus:
+        """PostgreSQL indexes each row as it is written (a generated column): complete."""
+        return IndexStatus()
+
     async def search(
-        self, query: str, *, chat_keys: Sequence[str], limit: int, exclude_session_ids: Collection[str] = ()
+        self,
+        query: str,
+        *,
+        chat_keys: Sequence[str],
+        limit: int,
+        exclude_session_ids: Collection[str] = (),
+        around: tuple[int, int] = (1, 1),
     ) -> SearchResult:
         if not isinstance(query, str) or not query.strip():
             raise InvalidSearchQuery("the search query is empty: give a few words to look for")
@@ -97,7 +113,10 @@ class PgSessionSearch:
         if parsed.is_empty or not keys:
             return SearchResult(query, (), ())
         excluded = list(frozenset(exclude_session_ids))
-        return await self._db.read(lambda conn: self._search(conn, query, parsed, keys, limit, excluded))
+        window = (max(0, around[0]), max(0, around[1]))
+        return await self._db.read(
+            lambda conn: self._search(conn, query, parsed, keys, limit, excluded, window)
+        )
 
     async def _search(
         self,
@@ -107,6 +126,7 @@ class PgSessionSearch:
         keys: list[str],
         limit: int,
         excluded: list[str],
+        around: tuple[int, int],
     ) -> SearchResult:
         chats = await (
             await conn.execute("SELECT id FROM chats WHERE chat_key = ANY(%s::text[])", (keys,))
@@ -143,6 +163,7 @@ class PgSessionSearch:
                 created_at=created,
                 snippet=make_snippet(r["content"], parsed),
                 score=round(score, 6),
+                content=r["content"],
             )
             hits.append((hit, r))
         hits.sort(key=lambda hr: (-hr[0].score, hr[0].message_id))
@@ -153,8 +174,24 @@ class PgSessionSearch:
             if text not in seen:
                 seen.add(text)
                 distinct.append((hit, r))
-        top = distinct[:limit]
+        top = [(await _with_window(conn, hit, around), r) for hit, r in distinct[:limit]]
         return SearchResult(query, tuple(h for h, _ in top), _group(top))
+
+
+async def _with_window(conn: Connection, hit: SearchHit, around: tuple[int, int]) -> SearchHit:
+    """``hit`` with the turns before and after it in its session (same chat)."""
+    sides: list[list[ContextTurn]] = []
+    for sql, n in ((WINDOW_BEFORE, around[0]), (WINDOW_AFTER, around[1])):
+        rows = await (
+            await conn.execute(sql.replace("?", "%s"), (hit.session_id, hit.message_id, n + 1))
+        ).fetchall()
+        turns = []
+        for r in rows:
+            created = utc(r["created_at"])
+            assert created is not None
+            turns.append(context_turn(r, created))
+        sides.append(turns)
+    return with_window(hit, sides[0], sides[1], around)
 
 
 def _group(hits: Sequence[tuple[SearchHit, dict[str, Any]]]) -> tuple[SessionHits, ...]:
