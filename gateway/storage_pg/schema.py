@@ -222,6 +222,30 @@ CREATE INDEX jobs_dedupe ON jobs(dedupe_key) WHERE dedupe_key IS NOT NULL;
 """,
 )
 
+# search.semantic's vectors (memory/pg/semantic.py), pgvector when the server has it.
+MESSAGE_VECTORS = PgMigration(
+    "0009_message_vectors",
+    """
+CREATE TABLE message_vectors (
+    id      bigint PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+    chat_no bigint NOT NULL,
+    model   text NOT NULL,
+    vec     bytea NOT NULL
+);
+CREATE INDEX message_vectors_by_chat ON message_vectors(chat_no, model, id);
+-- pgvector when the server has it; otherwise the bytes alone (no error).
+DO $$
+BEGIN
+    CREATE EXTENSION IF NOT EXISTS vector;
+    ALTER TABLE message_vectors ADD COLUMN embedding vector(384);
+EXCEPTION WHEN OTHERS THEN
+    RAISE NOTICE 'pgvector is not available: message vectors are kept as bytes';
+END
+$$;
+""",
+)
+
+
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
     SESSIONS_AND_MESSAGES,
     INBOX,
@@ -237,4 +261,5 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     CURATED_MEMORY,  # memory/pg/curated.py: MEMORY.md and every USER.md as rows
     RATE_LIMITS,  # storage_pg/rate_limits.py: the per-user rate limit's shared window
     JOBS_DEDUPE_KEY,  # the dedupe key of provider writes in its own column
+    MESSAGE_VECTORS,  # memory/pg/semantic.py uses it: search.semantic's vectors
 )

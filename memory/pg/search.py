@@ -15,7 +15,7 @@ and ranked with ``ts_rank_cd``, so messages matching more of them come first.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mnemo.memory import cjk
 from mnemo.memory.errors import InvalidSearchQuery
@@ -25,6 +25,7 @@ from mnemo.memory.pg.sessions import utc
 from mnemo.memory.search import (
     CRON_WEIGHT,
     MAX_LIMIT,
+    VECTORS_COUNTED,
     WINDOW_AFTER,
     WINDOW_BEFORE,
     ContextTurn,
@@ -36,6 +37,9 @@ from mnemo.memory.search import (
     make_snippet,
     with_window,
 )
+
+if TYPE_CHECKING:  # numpy and the model only with search.semantic
+    from mnemo.memory.pg.semantic import PgVectors
 
 
 def tsquery(parsed: ParsedQuery) -> tuple[str | None, list[str], str | None, list[str]]:
@@ -88,13 +92,43 @@ def candidates(parsed: ParsedQuery, chat_nos: Sequence[int], pool: int) -> tuple
     return " UNION ALL ".join(branches), args
 
 
+NEIGHBOUR_WEIGHT = 0.2  # as ContextRetriever: a turn passes part of its score to the turns around it
+PREVIOUS_WEIGHT = 0.15  # and the next turn gets more (SQLite indexes the previous turn as context)
+RRF_K = 10.0  # reciprocal-rank fusion with the vector ranking, as SemanticRetriever
+
+
+def query_text(query: ParsedQuery) -> str:
+    """What the vector ranking embeds: the question's words (as ``SemanticRetriever``)."""
+    return (" ".join(query.raw_words) + " " + " ".join(query.cjk_runs)).strip()
+
+
+def _normalised(ranked: dict[int, float]) -> dict[int, float]:
+    top = max(ranked.values(), default=0.0)
+    return {i: (s / top if top > 0 else 1.0) for i, s in ranked.items()}
+
+
 class PgSessionSearch:
-    def __init__(self, db: PgDatabase) -> None:
+    """``vectors``: the semantic ranking (``memory/pg/semantic.py``) to fuse in, when
+    ``search.semantic`` is on and the extra is installed; ``vectors_model`` counts the
+    messages not embedded yet for ``index_status`` without one (``mnemo doctor``)."""
+
+    def __init__(
+        self, db: PgDatabase, *, vectors: PgVectors | None = None, vectors_model: str | None = None
+    ) -> None:
         self._db = db
+        self.vectors = vectors
+        self.vectors_model = vectors.embedder.name if vectors is not None else vectors_model
 
     async def index_status(self) -> IndexStatus:
-        """PostgreSQL indexes each row as it is written (a generated column): complete."""
-        return IndexStatus()
+        """PostgreSQL indexes each row's words as it is written (a generated column):
+        only vectors can be missing."""
+        model = self.vectors_model
+        if model is None:
+            return IndexStatus()
+        from mnemo.memory.pg.semantic import count_unembedded
+
+        pending = await self._db.read(lambda conn: count_unembedded(conn, model, VECTORS_COUNTED + 1))
+        return IndexStatus(semantic=True, vectors_pending=pending)
 
     async def search(
         self,
@@ -118,6 +152,42 @@ class PgSessionSearch:
             lambda conn: self._search(conn, query, parsed, keys, limit, excluded, window)
         )
 
+    async def _lexical(
+        self, conn: Connection, parsed: ParsedQuery, chat_nos: list[int], pool: int
+    ) -> list[int]:
+        """Ids best first: the full-text rank, each turn also credited with part of its
+        neighbours' (as ContextRetriever on SQLite)."""
+        found = candidates(parsed, chat_nos, pool)
+        if found is None:
+            return []
+        union, args = found
+        rows = await (
+            await conn.execute("SELECT id, max(rank) AS rank FROM (" + union + ") b GROUP BY id", args)
+        ).fetchall()
+        base = _normalised({int(r["id"]): float(r["rank"]) for r in rows})
+        if not base:
+            return []
+        around = await (
+            await conn.execute(
+                "SELECT m.id,"
+                " (SELECT p.id FROM messages p WHERE p.session_id = m.session_id AND p.id < m.id"
+                "  ORDER BY p.id DESC LIMIT 1) AS prev,"
+                " (SELECT n.id FROM messages n WHERE n.session_id = m.session_id AND n.id > m.id"
+                "  ORDER BY n.id LIMIT 1) AS next"
+                " FROM messages m WHERE m.id = ANY(%s::bigint[])",
+                (list(base),),
+            )
+        ).fetchall()
+        final: dict[int, float] = dict.fromkeys(base, 0.0)
+        for r in around:
+            i = int(r["id"])
+            final[i] = final.get(i, 0.0) + base[i]
+            if r["prev"] is not None:
+                final[r["prev"]] = final.get(r["prev"], 0.0) + NEIGHBOUR_WEIGHT * base[i]
+            if r["next"] is not None:
+                final[r["next"]] = final.get(r["next"], 0.0) + (NEIGHBOUR_WEIGHT + PREVIOUS_WEIGHT) * base[i]
+        return [i for i, _ in sorted(final.items(), key=lambda kv: (-kv[1], kv[0]))]
+
     async def _search(
         self,
         conn: Connection,
@@ -135,23 +205,31 @@ class PgSessionSearch:
         if not chat_nos:
             return SearchResult(query, (), ())
         pool = min(limit * 5 + 20, 500)
-        found = candidates(parsed, chat_nos, pool)
-        if found is None:
+        ranked = await self._lexical(conn, parsed, chat_nos, pool)
+        scores = {i: 1.0 / (n + 1) for n, i in enumerate(ranked)}
+        if self.vectors is not None:
+            vectors = await self.vectors.ranking(conn, query_text(parsed), chat_nos, max(pool, 100))
+            fused: dict[int, float] = {}
+            for order in (ranked, [i for i, _ in vectors]):
+                for n, i in enumerate(order):
+                    fused[i] = fused.get(i, 0.0) + 1.0 / (RRF_K + n + 1)
+            scores = fused
+        top = sorted(scores, key=lambda i: (-scores[i], i))[: pool * 2]
+        if not top:
             return SearchResult(query, (), ())
-        union, args = found
         rows = await (
             await conn.execute(
-                "WITH ranked AS (SELECT id, max(rank) AS rank FROM (" + union + ") b GROUP BY id)"
-                " SELECT m.id, m.session_id, m.role, m.author_id, m.author_name, m.created_at, m.content,"
-                " s.chat_key, s.source, s.title, s.started_at, ranked.rank"
-                " FROM ranked JOIN messages m ON m.id = ranked.id JOIN sessions s ON s.id = m.session_id"
-                " WHERE s.chat_key = ANY(%s::text[]) AND NOT (m.session_id = ANY(%s::text[]))",
-                (*args, keys, excluded),
+                "SELECT m.id, m.session_id, m.role, m.author_id, m.author_name, m.created_at, m.content,"
+                " s.chat_key, s.source, s.title, s.started_at"
+                " FROM messages m JOIN sessions s ON s.id = m.session_id"
+                " WHERE m.id = ANY(%s::bigint[]) AND s.chat_key = ANY(%s::text[])"
+                " AND NOT (m.session_id = ANY(%s::text[]))",
+                (top, keys, excluded),
             )
         ).fetchall()
         hits: list[tuple[SearchHit, dict[str, Any]]] = []
         for r in rows:
-            score = float(r["rank"]) * (CRON_WEIGHT if r["source"] == "cron" else 1.0)
+            score = scores[r["id"]] * (CRON_WEIGHT if r["source"] == "cron" else 1.0)
             created = utc(r["created_at"])
             assert created is not None
             hit = SearchHit(
@@ -174,8 +252,8 @@ class PgSessionSearch:
             if text not in seen:
                 seen.add(text)
                 distinct.append((hit, r))
-        top = [(await _with_window(conn, hit, around), r) for hit, r in distinct[:limit]]
-        return SearchResult(query, tuple(h for h, _ in top), _group(top))
+        top_hits = [(await _with_window(conn, hit, around), r) for hit, r in distinct[:limit]]
+        return SearchResult(query, tuple(h for h, _ in top_hits), _group(top_hits))
 
 
 async def _with_window(conn: Connection, hit: SearchHit, around: tuple[int, int]) -> SearchHit:
