@@ -76,8 +76,9 @@ class SqliteBackend:
 
         def lexical_search() -> SearchRepository:
             from mnemo.memory.search import SessionSearch
+            from mnemo.memory.semantic import MODEL_NAME
 
-            return SessionSearch(db)
+            return SessionSearch(db, vectors_model=MODEL_NAME if settings.search.semantic else None)
 
         mem = settings.memory
         identities = Identities()
@@ -165,6 +166,21 @@ class SqliteBackend:
             return Probe("state.db", ProbeState.FAIL, f"{path}: {e}")
         finally:
             await db.close()
+
+    async def probe_search(self) -> Probe:
+        from mnemo.memory.search import SessionSearch
+        from mnemo.memory.semantic import MODEL_NAME
+
+        db = state_database(self.settings.state_db)
+        try:
+            await db.open()
+            search = SessionSearch(db, vectors_model=MODEL_NAME if self.settings.search.semantic else None)
+            status = await search.index_status()
+        except (StoreError, sqlite3.Error, OSError) as e:
+            return Probe("search index", ProbeState.FAIL, f"{self.settings.state_db}: {e}")
+        finally:
+            await db.close()
+        return Probe("search index", ProbeState.PASS, status.describe())
 
     def probe_memories(self) -> Probe:
         root = self.settings.memories_dir

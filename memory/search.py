@@ -182,9 +182,16 @@ def make_snippet(content: str, query: ParsedQuery, width: int = SNIPPET_CHARS) -
 
 
 class SessionSearch:
-    def __init__(self, db: Database, *, retriever: Retriever | None = None) -> None:
+    """``vectors_model``: the embedding model whose vectors ``index_status`` counts when
+    the retriever itself uses none (``mnemo doctor`` with ``search.semantic`` on, which
+    must not load the model)."""
+
+    def __init__(
+        self, db: Database, *, retriever: Retriever | None = None, vectors_model: str | None = None
+    ) -> None:
         self._db = db
         self.retriever: Retriever = retriever or ContextRetriever()
+        self.vectors_model = vectors_model
 
     async def search(
         self,
@@ -222,6 +229,10 @@ class SessionSearch:
 
         text = progress(conn)
         pending = self.retriever.vectors_pending(conn, VECTORS_COUNTED + 1)
+        if pending is None and self.vectors_model is not None:
+            from mnemo.memory.semantic import count_unembedded  # numpy: only when asked for
+
+            pending = count_unembedded(conn, self.vectors_model, VECTORS_COUNTED + 1)
         return IndexStatus(
             text_done=text.done,
             text_total=0 if text.finished else text.total,

@@ -316,6 +316,7 @@ async def open_app(
             jobs=jobs,
             metrics=metrics,
             budget=budgets,
+            search_index=search.index_status,
         )
         register_provider_tools(tools, providers, settings.home)
         housekeeping = Housekeeping(

@@ -19,7 +19,7 @@ inbox rows left unfinished by a crash are fed back into their lanes (``recover``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from mnemo.gateway.config import Settings
@@ -47,6 +47,7 @@ from mnemo.gateway.ports import Adapter, NotesUnreadable, ReportsReachability
 from mnemo.gateway.turns.agent import AgentDeps, TurnResult
 from mnemo.gateway.turns.sessions import JobSink, SessionResolver
 from mnemo.memory.manager import MemoryManager
+from mnemo.memory.search import IndexStatus
 
 log = get_logger(__name__)
 
@@ -70,6 +71,7 @@ class Gateway:
         jobs: JobSink | None = None,
         metrics: Metrics | None = None,
         budget: TurnBudget | None = None,
+        search_index: Callable[[], Awaitable[IndexStatus]] | None = None,
     ) -> None:
         metrics = metrics or Metrics()
         self.inbox = ledgers.inbox
@@ -92,6 +94,7 @@ class Gateway:
             jobs=jobs,
             providers=providers,
             running=lambda: self._started,
+            search_index=search_index,
         )
         metrics.on_scrape(self.health_report.refresh_gauges)
         self.delivery = DeliveryLoop(
