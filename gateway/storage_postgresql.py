@@ -71,7 +71,7 @@ class PgBackend:
         from mnemo.memory.pg.curated import PgCuratedFiles
         from mnemo.memory.pg.search import PgSessionSearch
         from mnemo.memory.pg.sessions import PgSessionStore
-        from mnemo.memory.semantic import MODEL_NAME
+        from mnemo.memory.search import VECTORS_MODEL
 
         settings, cfg = self.settings, self.settings.database
         db = await self._database()
@@ -97,7 +97,7 @@ class PgBackend:
         sessions = PgSessionStore(db)
         sessions.record_usage_in(budgets.record_within)  # in the same transaction as the usage
         outbox = PgOutbox(db, owner=owner)
-        vectors_model = MODEL_NAME if settings.search.semantic else None
+        vectors_model = VECTORS_MODEL if settings.search.semantic else None
         built: list[PgSessionSearch] = []  # the configured search, once built
 
         def search() -> PgSessionSearch:
@@ -233,15 +233,14 @@ class PgBackend:
         """Read-only, like ``probe``: the vectors waiting to be embedded are counted on a
         plain connection, without migrating."""
         from mnemo.memory.pg.semantic import pending_vectors_readonly
-        from mnemo.memory.search import IndexStatus
-        from mnemo.memory.semantic import MODEL_NAME
+        from mnemo.memory.search import VECTORS_MODEL, IndexStatus
 
         try:
             async with asyncio.timeout(10):
                 conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
                 try:
                     pending = (
-                        await pending_vectors_readonly(conn, MODEL_NAME)
+                        await pending_vectors_readonly(conn, VECTORS_MODEL)
                         if self.settings.search.semantic
                         else None
                     )

@@ -68,17 +68,19 @@ class SqliteBackend:
 
         def search() -> SearchRepository:
             from mnemo.memory.search import SessionSearch
-            from mnemo.memory.semantic import configured_retriever
 
-            if not built:
-                built.append(SessionSearch(db, retriever=configured_retriever(settings.search.semantic)))
+            if not built and settings.search.semantic:
+                from mnemo.memory.semantic import configured_retriever  # numpy: only when on
+
+                built.append(SessionSearch(db, retriever=configured_retriever(True)))
+            elif not built:
+                built.append(SessionSearch(db))
             return built[0]
 
         def lexical_search() -> SearchRepository:
-            from mnemo.memory.search import SessionSearch
-            from mnemo.memory.semantic import MODEL_NAME
+            from mnemo.memory.search import VECTORS_MODEL, SessionSearch
 
-            return SessionSearch(db, vectors_model=MODEL_NAME if settings.search.semantic else None)
+            return SessionSearch(db, vectors_model=VECTORS_MODEL if settings.search.semantic else None)
 
         mem = settings.memory
         identities = Identities()
@@ -168,13 +170,12 @@ class SqliteBackend:
             await db.close()
 
     async def probe_search(self) -> Probe:
-        from mnemo.memory.search import SessionSearch
-        from mnemo.memory.semantic import MODEL_NAME
+        from mnemo.memory.search import VECTORS_MODEL, SessionSearch
 
         db = state_database(self.settings.state_db)
         try:
             await db.open()
-            search = SessionSearch(db, vectors_model=MODEL_NAME if self.settings.search.semantic else None)
+            search = SessionSearch(db, vectors_model=VECTORS_MODEL if self.settings.search.semantic else None)
             status = await search.index_status()
         except (StoreError, sqlite3.Error, OSError) as e:
             return Probe("search index", ProbeState.FAIL, f"{self.settings.state_db}: {e}")

@@ -150,6 +150,8 @@ class IndexStatus:
 
 
 VECTORS_COUNTED = 10_000
+# The semantic extra's model (memory/semantic.py); here so that naming it imports no numpy.
+VECTORS_MODEL = "all-MiniLM-L6-v2"
 
 
 class SearchDigest(Protocol):

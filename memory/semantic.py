@@ -39,9 +39,10 @@ import numpy as np
 from mnemo.memory.db import Database
 from mnemo.memory.fts_query import WORD, ParsedQuery, Scope
 from mnemo.memory.ranking import ContextRetriever, Ranked, participant_words
+from mnemo.memory.search import VECTORS_MODEL
 
 INSTALL_HINT = "pip install 'mnemo[semantic]'"
-MODEL_NAME = "all-MiniLM-L6-v2"
+MODEL_NAME = VECTORS_MODEL
 TOKENIZER = Path(__file__).with_name("minilm_tokenizer.json")
 MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
 
