@@ -335,16 +335,75 @@ class ContextRetriever(Lexical):
     drop_names: bool = True
     speaker_boost: float = 1.0
     date_boost: float = 1.0
+    # Large chats: a word in more than ``common_docs`` messages of the scope is not
+    # scored when rarer ones are there, and only the newest ``scored_docs`` messages
+    # matching the query are scored (``_base``); 0 turns both off.
+    common_docs: int = 5000
+    scored_docs: int = 1000
 
     def _scores(self, conn: sqlite3.Connection, expr: str | None, scope: Scope, n: int) -> Ranked:
         if expr is None or not scope.chat_nos:
             return []
+        match, after = scope.match(expr), 0
+        if self.scored_docs:
+            # bm25 costs a few microseconds a row: score the newest ``scored_docs`` only
+            # (finding where they start walks the ids alone, far cheaper).
+            row = conn.execute(
+                f"SELECT rowid FROM {CTX_TABLE} WHERE {CTX_TABLE} MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (match, self.scored_docs),
+            ).fetchone()
+            after = int(row[0]) if row else 0
         rows = conn.execute(
             f"SELECT rowid, -bm25({CTX_TABLE}, 1.0, ?, 0.0) AS s FROM {CTX_TABLE} WHERE {CTX_TABLE} MATCH ?"
-            " ORDER BY s DESC LIMIT ?",
-            (self.context_weight, scope.match(expr), n),
+            " AND rowid > ? ORDER BY s DESC LIMIT ?",
+            (self.context_weight, match, after, n),
         ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
+
+    def _split(
+        self, conn: sqlite3.Connection, cols: str, alts: Sequence[str], scope: Scope
+    ) -> tuple[list[str], list[str]]:
+        """``alts`` as (found in 1..``common_docs`` messages of the scope, in more); the
+        words found nowhere are left out. A capped count: FTS5 stops reading there."""
+        rare, common = [], []
+        for w in alts:
+            row = conn.execute(
+                f"SELECT count(*) FROM (SELECT rowid FROM {CTX_TABLE} WHERE {CTX_TABLE} MATCH ? LIMIT ?)",
+                (scope.match(any_of(cols, [w]) or ""), self.common_docs + 1),
+            ).fetchone()
+            if row[0] > self.common_docs:
+                common.append(w)
+            elif row[0]:
+                rare.append(w)
+        return rare, common
+
+    def _base(
+        self,
+        conn: sqlite3.Connection,
+        alts: Sequence[str],
+        scope: Scope,
+        n: int,
+        cols: str = "{content context}",
+    ) -> dict[int, float]:
+        """bm25 over the words ``alts``, normalised. FTS5's bm25 reads the whole list of
+        every word it scores (to count the messages holding it), so in a large chat the
+        words found in more than ``common_docs`` messages of the scope are left out
+        when rarer ones are there (bm25 gives such words little weight anyway; checking
+        them on the candidates cost as much as scoring them). When every word is that
+        common, the newest ``n`` messages holding any of them are the candidates, the
+        newest first."""
+        if not self.common_docs:
+            return _normalised(self._scores(conn, any_of(cols, alts), scope, n))
+        rare, common = self._split(conn, cols, alts, scope)
+        if not rare:
+            if not common:
+                return {}
+            rows = conn.execute(
+                f"SELECT rowid FROM {CTX_TABLE} WHERE {CTX_TABLE} MATCH ? ORDER BY rowid DESC LIMIT ?",
+                (scope.match(any_of(cols, common) or ""), n),
+            ).fetchall()
+            return {int(r[0]): 1.0 - k / (2 * len(rows)) for k, r in enumerate(rows)}  # newest first
+        return _normalised(self._scores(conn, any_of(cols, rare), scope, n))
 
     def _with_neighbours(self, conn: sqlite3.Connection, base: Mapping[int, float]) -> dict[int, float]:
         if self.neighbour_weight <= 0:
@@ -365,11 +424,8 @@ class ContextRetriever(Lexical):
         n = max(pool, self.candidates)
         names = participant_words(conn, scope) if self.drop_names else frozenset()
         q = without_names(query, names)
-        cols = "{content context}"
-        base: dict[int, float] = defaultdict(float)
         alts = [w for family in q.terms for w in family] + [" ".join(p) for p in q.phrases]
-        for i, s in _normalised(self._scores(conn, any_of(cols, alts), scope, n)).items():
-            base[i] += s
+        base: dict[int, float] = defaultdict(float, self._base(conn, alts, scope, n))
         if self.cjk_weight > 0:
             for i, s in _normalised(fts_scores(conn, "messages_cjk", cjk_expression(q), scope, n)).items():
                 base[i] += self.cjk_weight * s
@@ -385,8 +441,7 @@ class ContextRetriever(Lexical):
                 extra += [w for w in proper_nouns(content) if w not in asked]
             extra = list(dict.fromkeys(extra))[:MAX_FEEDBACK_TERMS]
             if extra:
-                found = self._scores(conn, any_of("content", extra), scope, n)
-                for i, s in _normalised(found).items():
+                for i, s in self._base(conn, extra, scope, n, cols="content").items():
                     base[i] = base.get(i, 0.0) + self.feedback_weight * s
                 final = self._with_neighbours(conn, base)
         named = {w for w in query.raw_words if w in names} if self.speaker_boost > 0 else set()
