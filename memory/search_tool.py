@@ -116,7 +116,7 @@ async def run_session_search_tool(
     result = await search.search(
         query,
         chat_keys=keys,
-        limit=min(view.max_hits, max_limit) if limit is None else limit,
+        limit=view.max_hits if limit is None else limit,
         exclude_session_ids=excluded,
         around=(view.before, view.after),
     )

@@ -27,11 +27,13 @@ from mnemo.memory.fts_query import parse
 from mnemo.memory.search import SearchHit, SearchResult, SessionHits, make_snippet
 from mnemo.memory.tokens import estimate_tokens
 
+BUDGET_HITS = 40  # matches a budgeted result is filled from (20 filled a third of 2,000 tokens)
+
 
 @dataclass(frozen=True, slots=True)
 class ViewSettings:
     max_tokens: int = 2000  # 0: no budget, show ``max_hits`` hits
-    max_hits: int = 20
+    max_hits: int = BUDGET_HITS  # with the budget on, as many as fit of these
     before: int = 2  # turns shown before each hit
     after: int = 2  # and after it
     hit_chars: int = 360  # a hit's text is cut around the words searched for

@@ -19,7 +19,7 @@ from mnemo.memory.ports import CuratedRepository, SearchRepository
 from mnemo.memory.scope import UserRef
 from mnemo.memory.search import SearchDigest
 from mnemo.memory.search_tool import SESSION_SEARCH_TOOL_SCHEMA, run_session_search_tool
-from mnemo.memory.search_view import ViewSettings
+from mnemo.memory.search_view import BUDGET_HITS, ViewSettings
 
 OnWrite = Callable[[MemoryWrite, TurnContext], Awaitable[None]]
 # The DM chats of the speaker's other linked accounts (``IdentityLinks.linked_dm_keys``).
@@ -50,11 +50,13 @@ def memory_tool(files: CuratedRepository, settings: Settings, on_write: OnWrite 
 
 def search_view_settings(settings: Settings) -> ViewSettings:
     """What the tool shows, from ``search.*``: within ``max_result_tokens`` as many
-    matches as fit (at most ``max_limit``); with the budget off, ``default_limit``."""
+    of the best 40 matches as fit (``max_limit`` caps only a ``limit`` the model asks
+    for: 20 matches with their windows filled a third of the budget); with the budget
+    off, ``default_limit``."""
     cfg = settings.search
     return ViewSettings(
         max_tokens=cfg.max_result_tokens,
-        max_hits=cfg.max_limit if cfg.max_result_tokens else min(cfg.default_limit, cfg.max_limit),
+        max_hits=BUDGET_HITS if cfg.max_result_tokens else min(cfg.default_limit, cfg.max_limit),
         before=cfg.context_before,
         after=cfg.context_after,
     )

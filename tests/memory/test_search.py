@@ -250,6 +250,18 @@ async def test_tool_errors_are_results_not_exceptions(search: SessionSearch) -> 
         assert out.is_error and "limit" in out.text
 
 
+async def test_without_a_limit_the_budget_is_filled_past_max_limit(
+    store: SessionStore, search: SessionSearch
+) -> None:
+    # max_limit caps what the model asks for; the budget alone decides how many of the
+    # best 40 matches fit (20 short matches used to leave most of 2,000 tokens unused).
+    for day in range(30):
+        await session(store, "web:dm:1", [f"kayak trip number {day}"], day=day)
+    out = await tool(search, {"query": "kayak"})
+    assert out.view is not None and out.view.shown == 30 > 10  # max_limit=10
+    assert out.view.tokens <= ViewSettings().max_tokens
+
+
 async def test_tool_scopes_to_the_chat_clamps_the_limit_and_skips_the_current_session(
     store: SessionStore, search: SessionSearch
 ) -> None:
