@@ -94,7 +94,8 @@ def candidates(parsed: ParsedQuery, chat_nos: Sequence[int], pool: int) -> tuple
 
 NEIGHBOUR_WEIGHT = 0.2  # as ContextRetriever: a turn passes part of its score to the turns around it
 PREVIOUS_WEIGHT = 0.15  # and the next turn gets more (SQLite indexes the previous turn as context)
-RRF_K = 10.0  # reciprocal-rank fusion with the vector ranking, as SemanticRetriever
+RRF_K = 2.0  # reciprocal-rank fusion with the vector ranking, as SemanticRetriever
+SEMANTIC_WEIGHT = 0.5  # and the vector ranking's weight in it
 
 
 def query_text(query: ParsedQuery) -> str:
@@ -210,9 +211,9 @@ class PgSessionSearch:
         if self.vectors is not None:
             vectors = await self.vectors.ranking(conn, query_text(parsed), chat_nos, max(pool, 100))
             fused: dict[int, float] = {}
-            for order in (ranked, [i for i, _ in vectors]):
+            for weight, order in ((1.0, ranked), (SEMANTIC_WEIGHT, [i for i, _ in vectors])):
                 for n, i in enumerate(order):
-                    fused[i] = fused.get(i, 0.0) + 1.0 / (RRF_K + n + 1)
+                    fused[i] = fused.get(i, 0.0) + weight / (RRF_K + n + 1)
             scores = fused
         top = sorted(scores, key=lambda i: (-scores[i], i))[: pool * 2]
         if not top:
