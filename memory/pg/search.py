@@ -60,6 +60,7 @@ def tsquery(parsed: ParsedQuery) -> tuple[str | None, list[str], str | None, lis
 
 
 PER_CHAT_BRANCHES = 16  # up to this many chats, one index-scoped branch each
+SCORED_ROWS = 1000  # ts_rank_cd ranks the newest this many matches of each branch's scope
 
 
 def candidates(parsed: ParsedQuery, chat_nos: Sequence[int], pool: int) -> tuple[str, list[Any]] | None:
@@ -75,18 +76,23 @@ def candidates(parsed: ParsedQuery, chat_nos: Sequence[int], pool: int) -> tuple
     for column, sql, params in (("tsv", text_sql, text_args), ("cjk_tsv", cjk_sql, cjk_args)):
         if sql is None:
             continue
-        head = f"SELECT id, ts_rank_cd({column}, q) AS rank FROM messages, (SELECT {sql} AS q) query"
+        # The newest SCORED_ROWS matches are ranked, as ContextRetriever.scored_docs.
+        newest = (
+            f"SELECT id, {column} AS v FROM messages, (SELECT {sql} AS q) query WHERE {{scope}}"
+            f" AND {column} @@ q ORDER BY id DESC LIMIT {SCORED_ROWS}"
+        )
+        head = f"SELECT id, ts_rank_cd(v, q) AS rank FROM ({newest}) w, (SELECT {sql} AS q) query"
         if len(chat_nos) <= PER_CHAT_BRANCHES:
             for chat_no in chat_nos:
                 branches.append(
-                    f"({head} WHERE chat_no = %s::bigint AND {column} @@ q ORDER BY rank DESC, id LIMIT %s)"
+                    f"({head.format(scope='chat_no = %s::bigint')} ORDER BY rank DESC, id LIMIT %s)"
                 )
-                args += [*params, chat_no, pool]
+                args += [*params, chat_no, *params, pool]
         else:
             branches.append(
-                f"({head} WHERE chat_no = ANY(%s::bigint[]) AND {column} @@ q ORDER BY rank DESC, id LIMIT %s)"
+                f"({head.format(scope='chat_no = ANY(%s::bigint[])')} ORDER BY rank DESC, id LIMIT %s)"
             )
-            args += [*params, list(chat_nos), pool]
+            args += [*params, list(chat_nos), *params, pool]
     if not branches:
         return None
     return " UNION ALL ".join(branches), args

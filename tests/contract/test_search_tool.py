@@ -197,3 +197,15 @@ async def test_the_real_model_finds_what_shares_no_word_with_the_question(store:
     assert fused.message_ids[0] in (ids[0], ids[2]) and set(fused.message_ids) <= set(ids)
     out = await ask(store.semantic, "pet animal", ALICE, ViewSettings())
     assert "Pepper" in out.text and "sofa" not in out.text and "not in the meaning" not in out.text
+
+
+async def test_past_a_thousand_matches_the_newest_are_ranked_and_the_chat_kept(store: Store) -> None:
+    # A chat far larger than the cap of scored matches (1,000 on both backends: SQLite's
+    # ContextRetriever.scored_docs, PostgreSQL's SCORED_ROWS): the matches ranked are the
+    # chat's newest, never another chat's even when that one is newer.
+    ids = await talk(store, ALICE, [f"kayak trip number {i:04d}" for i in range(1100)], "Alice")
+    bob = await talk(store, BOB, [f"kayak trip number {i:04d}" for i in range(20)], "Bob")
+    result = await store.search.search("kayak trip", chat_keys=[ALICE], limit=10)
+    assert len(result.message_ids) == 10
+    assert set(result.message_ids) <= set(ids[99:])  # a hit or the turn before one
+    assert not set(result.message_ids) & set(bob)
