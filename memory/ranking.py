@@ -52,6 +52,7 @@ from mnemo.memory.fts_query import (
     any_of,
     cjk_expression,
     naive_expression,
+    scope_filter,
     term_expression,
 )
 from mnemo.memory.lexicon import STOPWORDS
@@ -335,17 +336,20 @@ class ContextRetriever(Lexical):
     drop_names: bool = True
     speaker_boost: float = 1.0
     date_boost: float = 1.0
-    # Large chats: a word in more than ``common_docs`` messages of the scope is not
-    # scored when rarer ones are there, and only the newest ``scored_docs`` messages
-    # matching the query are scored (``_base``); 0 turns both off.
+    # Large scopes: only the newest ``scored_docs`` messages matching the query are
+    # scored (as PostgreSQL's SCORED_ROWS), and in a scope of more than ``common_docs``
+    # messages a word found in more than that many is not scored when rarer ones are
+    # there (``_base``); 0 turns each off.
     common_docs: int = 5000
     scored_docs: int = 1000
 
-    def _scores(self, conn: sqlite3.Connection, expr: str | None, scope: Scope, n: int) -> Ranked:
+    def _scores(
+        self, conn: sqlite3.Connection, expr: str | None, scope: Scope, n: int, capped: bool = False
+    ) -> Ranked:
         if expr is None or not scope.chat_nos:
             return []
         match, after = scope.match(expr), 0
-        if self.scored_docs:
+        if capped and self.scored_docs:
             # bm25 costs a few microseconds a row: score the newest ``scored_docs`` only
             # (finding where they start walks the ids alone, far cheaper).
             row = conn.execute(
@@ -377,6 +381,19 @@ class ContextRetriever(Lexical):
                 rare.append(w)
         return rare, common
 
+    def _scope_rows(self, conn: sqlite3.Connection, scope: Scope) -> int:
+        """Messages in the scope, counted up to the larger cap + 1 (a bounded read of
+        the scope's own list in the index)."""
+        cap = max(self.common_docs, self.scored_docs) + 1
+        if scope.whole_store:
+            row = conn.execute("SELECT count(*) FROM (SELECT 1 FROM messages LIMIT ?)", (cap,)).fetchone()
+        else:
+            row = conn.execute(
+                f"SELECT count(*) FROM (SELECT rowid FROM {CTX_TABLE} WHERE {CTX_TABLE} MATCH ? LIMIT ?)",
+                (scope_filter(scope.chat_nos), cap),
+            ).fetchone()
+        return int(row[0])
+
     def _base(
         self,
         conn: sqlite3.Connection,
@@ -384,6 +401,7 @@ class ContextRetriever(Lexical):
         scope: Scope,
         n: int,
         cols: str = "{content context}",
+        rows: int = 0,
     ) -> dict[int, float]:
         """bm25 over the words ``alts``, normalised. FTS5's bm25 reads the whole list of
         every word it scores (to count the messages holding it), so in a large chat the
@@ -392,8 +410,9 @@ class ContextRetriever(Lexical):
         them on the candidates cost as much as scoring them). When every word is that
         common, the newest ``n`` messages holding any of them are the candidates, the
         newest first."""
-        if not self.common_docs:
-            return _normalised(self._scores(conn, any_of(cols, alts), scope, n))
+        capped = rows > self.scored_docs
+        if not self.common_docs or rows <= self.common_docs:
+            return _normalised(self._scores(conn, any_of(cols, alts), scope, n, capped))
         rare, common = self._split(conn, cols, alts, scope)
         if not rare:
             if not common:
@@ -403,7 +422,7 @@ class ContextRetriever(Lexical):
                 (scope.match(any_of(cols, common) or ""), n),
             ).fetchall()
             return {int(r[0]): 1.0 - k / (2 * len(rows)) for k, r in enumerate(rows)}  # newest first
-        return _normalised(self._scores(conn, any_of(cols, rare), scope, n))
+        return _normalised(self._scores(conn, any_of(cols, rare), scope, n, capped))
 
     def _with_neighbours(self, conn: sqlite3.Connection, base: Mapping[int, float]) -> dict[int, float]:
         if self.neighbour_weight <= 0:
@@ -425,7 +444,8 @@ class ContextRetriever(Lexical):
         names = participant_words(conn, scope) if self.drop_names else frozenset()
         q = without_names(query, names)
         alts = [w for family in q.terms for w in family] + [" ".join(p) for p in q.phrases]
-        base: dict[int, float] = defaultdict(float, self._base(conn, alts, scope, n))
+        rows = self._scope_rows(conn, scope) if self.common_docs or self.scored_docs else 0
+        base: dict[int, float] = defaultdict(float, self._base(conn, alts, scope, n, rows=rows))
         if self.cjk_weight > 0:
             for i, s in _normalised(fts_scores(conn, "messages_cjk", cjk_expression(q), scope, n)).items():
                 base[i] += self.cjk_weight * s
@@ -441,7 +461,7 @@ class ContextRetriever(Lexical):
                 extra += [w for w in proper_nouns(content) if w not in asked]
             extra = list(dict.fromkeys(extra))[:MAX_FEEDBACK_TERMS]
             if extra:
-                for i, s in self._base(conn, extra, scope, n, cols="content").items():
+                for i, s in self._base(conn, extra, scope, n, cols="content", rows=rows).items():
                     base[i] = base.get(i, 0.0) + self.feedback_weight * s
                 final = self._with_neighbours(conn, base)
         named = {w for w in query.raw_words if w in names} if self.speaker_boost > 0 else set()
