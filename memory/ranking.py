@@ -408,21 +408,14 @@ class ContextRetriever(Lexical):
         words found in more than ``common_docs`` messages of the scope are left out
         when rarer ones are there (bm25 gives such words little weight anyway; checking
         them on the candidates cost as much as scoring them). When every word is that
-        common, the newest ``n`` messages holding any of them are the candidates, the
-        newest first."""
+        common, they are scored on the newest ``scored_docs`` messages holding them."""
         capped = rows > self.scored_docs
         if not self.common_docs or rows <= self.common_docs:
             return _normalised(self._scores(conn, any_of(cols, alts), scope, n, capped))
         rare, common = self._split(conn, cols, alts, scope)
-        if not rare:
-            if not common:
-                return {}
-            rows = conn.execute(
-                f"SELECT rowid FROM {CTX_TABLE} WHERE {CTX_TABLE} MATCH ? ORDER BY rowid DESC LIMIT ?",
-                (scope.match(any_of(cols, common) or ""), n),
-            ).fetchall()
-            return {int(r[0]): 1.0 - k / (2 * len(rows)) for k, r in enumerate(rows)}  # newest first
-        return _normalised(self._scores(conn, any_of(cols, rare), scope, n, capped))
+        # Every word common: bm25 over the newest ``scored_docs`` messages holding them
+        # (their lists are read once for the weights: a few milliseconds).
+        return _normalised(self._scores(conn, any_of(cols, rare or common), scope, n, capped))
 
     def _with_neighbours(self, conn: sqlite3.Connection, base: Mapping[int, float]) -> dict[int, float]:
         if self.neighbour_weight <= 0:
