@@ -437,8 +437,8 @@ class ContextRetriever(Lexical):
         names = participant_words(conn, scope) if self.drop_names else frozenset()
         q = without_names(query, names)
         alts = [w for family in q.terms for w in family] + [" ".join(p) for p in q.phrases]
-        rows = self._scope_rows(conn, scope) if self.common_docs or self.scored_docs else 0
-        base: dict[int, float] = defaultdict(float, self._base(conn, alts, scope, n, rows=rows))
+        size = self._scope_rows(conn, scope) if self.common_docs or self.scored_docs else 0
+        base: dict[int, float] = defaultdict(float, self._base(conn, alts, scope, n, rows=size))
         if self.cjk_weight > 0:
             for i, s in _normalised(fts_scores(conn, "messages_cjk", cjk_expression(q), scope, n)).items():
                 base[i] += self.cjk_weight * s
@@ -454,7 +454,7 @@ class ContextRetriever(Lexical):
                 extra += [w for w in proper_nouns(content) if w not in asked]
             extra = list(dict.fromkeys(extra))[:MAX_FEEDBACK_TERMS]
             if extra:
-                for i, s in self._base(conn, extra, scope, n, cols="content", rows=rows).items():
+                for i, s in self._base(conn, extra, scope, n, cols="content", rows=size).items():
                     base[i] = base.get(i, 0.0) + self.feedback_weight * s
                 final = self._with_neighbours(conn, base)
         named = {w for w in query.raw_words if w in names} if self.speaker_boost > 0 else set()
