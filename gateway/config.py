@@ -165,6 +165,12 @@ class SkillsSettings(Section):
 
 
 class SearchSettings(Section):
+    # The session_search result is filled with matches (each with the turns around it)
+    # up to about this many tokens; 0 turns the budget off (then default_limit matches).
+    max_result_tokens: int = Field(2000, ge=0, le=20_000)
+    # Turns of the conversation shown before and after each match.
+    context_before: int = Field(2, ge=0, le=10)
+    context_after: int = Field(2, ge=0, le=10)
     default_limit: int = Field(5, ge=1, le=50)
     max_limit: int = Field(20, ge=1, le=100)
     digest: bool = False  # summarise hits with the auxiliary model

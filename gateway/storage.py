@@ -260,6 +260,11 @@ class Backend(Protocol):
         """``mnemo doctor``'s line on the curated memory as this backend keeps it."""
         ...
 
+    async def probe_search(self) -> Probe:
+        """``mnemo doctor``'s line on how complete session_search's index is (re-indexing
+        of older rows, messages not embedded yet); writes nothing a probe would not."""
+        ...
+
     async def serving(self, lock_holder: Callable[[], int | None]) -> Serving:
         """Who serves the bot now; ``lock_holder`` is the PID holding the profile lock
         (``mnemo/profile_lock.py``), which is who serves a store one process owns."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -18,6 +19,26 @@ from mnemo.gateway.errors import StartupError
 from mnemo.gateway.storage import Probe, ProbeState, Serving, StorageBackend
 from mnemo.memory.errors import StoreError
 from mnemo.memory.pg.db import MIN_SERVER_VERSION, PgDatabase, redact
+
+if TYPE_CHECKING:
+    from mnemo.memory.pg.semantic import PgVectors
+
+
+def semantic_vectors(wanted: bool) -> PgVectors | None:
+    """The vector ranking for ``search.semantic`` when the extra loads; None otherwise
+    (with the same log line as on SQLite)."""
+    if not wanted:
+        return None
+    from mnemo.memory.pg.semantic import PgVectors
+    from mnemo.memory.semantic import SemanticUnavailable, load_embedder
+
+    try:
+        return PgVectors(load_embedder())
+    except SemanticUnavailable as e:
+        import structlog
+
+        structlog.get_logger(__name__).warning("search.semantic_unavailable", error=str(e), using="lexical")
+        return None
 
 
 def _line(e: BaseException) -> str:
@@ -55,6 +76,7 @@ class PgBackend:
         from mnemo.memory.pg.policy import PgPolicies
         from mnemo.memory.pg.search import PgSessionSearch
         from mnemo.memory.pg.sessions import PgSessionStore
+        from mnemo.memory.search import VECTORS_MODEL
 
         settings, cfg = self.settings, self.settings.database
         db = await self._database()
@@ -83,12 +105,20 @@ class PgBackend:
         sessions = PgSessionStore(db)
         sessions.record_usage_in(budgets.record_within)  # in the same transaction as the usage
         outbox = PgOutbox(db, owner=owner)
+        vectors_model = VECTORS_MODEL if settings.search.semantic else None
+        built: list[PgSessionSearch] = []  # the configured search, once built
+
+        def search() -> PgSessionSearch:
+            if not built:
+                built.append(PgSessionSearch(db, vectors=semantic_vectors(settings.search.semantic)))
+            return built[0]
+
         backend = StorageBackend(
             name=self.name,
             db=db,
             sessions=sessions,
-            make_search=lambda: PgSessionSearch(db),
-            make_lexical_search=lambda: PgSessionSearch(db),
+            make_search=search,
+            make_lexical_search=lambda: PgSessionSearch(db, vectors_model=vectors_model),
             inbox=PgInbox(db, owner=owner),
             outbox=outbox,
             jobs=PgJobStore(db, owner=owner),
@@ -115,6 +145,14 @@ class PgBackend:
         try:
             await journal.settle()
             await backend.links.refresh()
+            vectors = search().vectors if serve else None  # a CLI command loads no model
+            if vectors is not None:
+                # Embedding new messages in the background (one replica at a time).
+                from mnemo.memory.pg.semantic import PgSearchMaintenance
+
+                maintenance = PgSearchMaintenance(db, vectors.embedder)
+                maintenance.start()
+                backend.background.append(maintenance)
         except BaseException:
             await backend.close()
             raise
@@ -205,6 +243,28 @@ class PgBackend:
             ProbeState.PASS,
             f"{where} reachable, {shown}, schema step {at} of {known} ({name}){pending}",
         )
+
+    async def probe_search(self) -> Probe:
+        """Read-only, like ``probe``: the vectors waiting to be embedded are counted on a
+        plain connection, without migrating."""
+        from mnemo.memory.pg.semantic import pending_vectors_readonly
+        from mnemo.memory.search import VECTORS_MODEL, IndexStatus
+
+        try:
+            async with asyncio.timeout(10):
+                conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+                try:
+                    pending = (
+                        await pending_vectors_readonly(conn, VECTORS_MODEL)
+                        if self.settings.search.semantic
+                        else None
+                    )
+                finally:
+                    await conn.close()
+        except (TimeoutError, psycopg.Error, OSError) as e:
+            return Probe("search index", ProbeState.FAIL, f"{redact(self.url)}: {_line(e)}")
+        status = IndexStatus(semantic=pending is not None, vectors_pending=pending or 0)
+        return Probe("search index", ProbeState.PASS, status.describe())
 
     def probe_memories(self) -> Probe:
         return Probe(

@@ -73,16 +73,19 @@ class SqliteBackend:
 
         def search() -> SearchRepository:
             from mnemo.memory.search import SessionSearch
-            from mnemo.memory.semantic import configured_retriever
 
-            if not built:
-                built.append(SessionSearch(db, retriever=configured_retriever(settings.search.semantic)))
+            if not built and settings.search.semantic:
+                from mnemo.memory.semantic import configured_retriever  # numpy: only when on
+
+                built.append(SessionSearch(db, retriever=configured_retriever(True)))
+            elif not built:
+                built.append(SessionSearch(db))
             return built[0]
 
         def lexical_search() -> SearchRepository:
-            from mnemo.memory.search import SessionSearch
+            from mnemo.memory.search import VECTORS_MODEL, SessionSearch
 
-            return SessionSearch(db)
+            return SessionSearch(db, vectors_model=VECTORS_MODEL if settings.search.semantic else None)
 
         mem = settings.memory
         identities = Identities()
@@ -182,6 +185,20 @@ class SqliteBackend:
             return Probe("state.db", ProbeState.FAIL, f"{path}: {e}")
         finally:
             await db.close()
+
+    async def probe_search(self) -> Probe:
+        from mnemo.memory.search import VECTORS_MODEL, SessionSearch
+
+        db = state_database(self.settings.state_db)
+        try:
+            await db.open()
+            search = SessionSearch(db, vectors_model=VECTORS_MODEL if self.settings.search.semantic else None)
+            status = await search.index_status()
+        except (StoreError, sqlite3.Error, OSError) as e:
+            return Probe("search index", ProbeState.FAIL, f"{self.settings.state_db}: {e}")
+        finally:
+            await db.close()
+        return Probe("search index", ProbeState.PASS, status.describe())
 
     def probe_memories(self) -> Probe:
         root = self.settings.memories_dir

@@ -18,7 +18,7 @@ from mnemo.memory.curated import MemoryBlocks, Snapshot, Target, WriteResult
 from mnemo.memory.identity import Identities
 from mnemo.memory.journal import Provenance
 from mnemo.memory.scope import UserRef
-from mnemo.memory.search import SearchResult
+from mnemo.memory.search import IndexStatus, SearchResult
 from mnemo.memory.sessions import MessageRow, NewMessage, SessionRow
 from mnemo.memory.usage import Usage
 
@@ -115,8 +115,20 @@ class SearchRepository(Protocol):
     ``InvalidSearchQuery`` for an empty query."""
 
     async def search(
-        self, query: str, *, chat_keys: Sequence[str], limit: int, exclude_session_ids: Collection[str] = ()
-    ) -> SearchResult: ...
+        self,
+        query: str,
+        *,
+        chat_keys: Sequence[str],
+        limit: int,
+        exclude_session_ids: Collection[str] = (),
+        around: tuple[int, int] = (1, 1),
+    ) -> SearchResult:
+        """``around``: (before, after) turns of each hit's own session to attach."""
+        ...
+
+    async def index_status(self) -> IndexStatus:
+        """How complete the indexes are (the tool result, ``mnemo doctor``, ``/healthz``)."""
+        ...
 
 
 class CuratedDocument(Protocol):

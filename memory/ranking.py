@@ -52,6 +52,7 @@ from mnemo.memory.fts_query import (
     any_of,
     cjk_expression,
     naive_expression,
+    scope_filter,
     term_expression,
 )
 from mnemo.memory.lexicon import STOPWORDS
@@ -74,6 +75,19 @@ class Retriever(Protocol):
     def distinct_texts(self) -> bool: ...
 
     def retrieve(self, conn: sqlite3.Connection, query: ParsedQuery, scope: Scope, pool: int) -> Ranked: ...
+
+    def vectors_pending(self, conn: sqlite3.Connection, cap: int) -> int | None:
+        """Messages without a vector yet, counted up to ``cap``; None: no vectors used."""
+        ...
+
+
+class Lexical:
+    """What every word-only retriever answers about vectors: it uses none."""
+
+    __slots__ = ()
+
+    def vectors_pending(self, conn: sqlite3.Connection, cap: int) -> int | None:
+        return None
 
 
 def fts_scores(conn: sqlite3.Connection, table: str, expr: str | None, scope: Scope, pool: int) -> Ranked:
@@ -101,10 +115,19 @@ def create_baseline_index(conn: sqlite3.Connection) -> None:
         "content, scope, content='messages_fts_docs', content_rowid='id')"
     )
     conn.execute(f"INSERT INTO {BASELINE_TABLE}({BASELINE_TABLE}) VALUES ('rebuild')")
+    _keep_current(conn, BASELINE_TABLE)
+
+
+def _keep_current(conn: sqlite3.Connection, table: str) -> None:
+    """Index rows added later too (the benchmark stores sessions between questions)."""
+    conn.execute(
+        f"CREATE TRIGGER IF NOT EXISTS {table}_bench_ai AFTER INSERT ON messages BEGIN"
+        f" INSERT INTO {table}(rowid, content, scope) VALUES (new.id, new.content, 'c' || new.chat_no); END"
+    )
 
 
 @dataclass(frozen=True, slots=True)
-class NaiveRetriever:
+class NaiveRetriever(Lexical):
     """Raw words OR-ed, default unicode61, bm25. Needs ``create_baseline_index`` first."""
 
     name: str = "baseline"
@@ -152,7 +175,7 @@ def proper_nouns(text: str) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class FusionRetriever:
+class FusionRetriever(Lexical):
     name: str = "shipped"
     distinct_texts: bool = True
     stem_weight: float = 1.0
@@ -253,6 +276,7 @@ def create_legacy_index(conn: sqlite3.Connection) -> None:
         " tokenize='porter unicode61 remove_diacritics 2')"
     )
     conn.execute(f"INSERT INTO {LEGACY_TABLE}({LEGACY_TABLE}) VALUES ('rebuild')")
+    _keep_current(conn, LEGACY_TABLE)
 
 
 _BEFORE_MONTH = frozenset(
@@ -291,7 +315,7 @@ def without_names(query: ParsedQuery, names: frozenset[str]) -> ParsedQuery:
 
 
 @dataclass(frozen=True, slots=True)
-class ContextRetriever:
+class ContextRetriever(Lexical):
     """Contextual index + participant-aware query + neighbours + name feedback.
 
     Each message is matched on its own text (weight 1) and on its context — speaker,
@@ -312,16 +336,86 @@ class ContextRetriever:
     drop_names: bool = True
     speaker_boost: float = 1.0
     date_boost: float = 1.0
+    # Large scopes: only the newest ``scored_docs`` messages matching the query are
+    # scored (as PostgreSQL's SCORED_ROWS), and in a scope of more than ``common_docs``
+    # messages a word found in more than that many is not scored when rarer ones are
+    # there (``_base``); 0 turns each off.
+    common_docs: int = 5000
+    scored_docs: int = 1000
 
-    def _scores(self, conn: sqlite3.Connection, expr: str | None, scope: Scope, n: int) -> Ranked:
+    def _scores(
+        self, conn: sqlite3.Connection, expr: str | None, scope: Scope, n: int, capped: bool = False
+    ) -> Ranked:
         if expr is None or not scope.chat_nos:
             return []
+        match, after = scope.match(expr), 0
+        if capped and self.scored_docs:
+            # bm25 costs a few microseconds a row: score the newest ``scored_docs`` only
+            # (finding where they start walks the ids alone, far cheaper).
+            row = conn.execute(
+                f"SELECT rowid FROM {CTX_TABLE} WHERE {CTX_TABLE} MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (match, self.scored_docs),
+            ).fetchone()
+            after = int(row[0]) if row else 0
         rows = conn.execute(
             f"SELECT rowid, -bm25({CTX_TABLE}, 1.0, ?, 0.0) AS s FROM {CTX_TABLE} WHERE {CTX_TABLE} MATCH ?"
-            " ORDER BY s DESC LIMIT ?",
-            (self.context_weight, scope.match(expr), n),
+            " AND rowid > ? ORDER BY s DESC LIMIT ?",
+            (self.context_weight, match, after, n),
         ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
+
+    def _split(
+        self, conn: sqlite3.Connection, cols: str, alts: Sequence[str], scope: Scope
+    ) -> tuple[list[str], list[str]]:
+        """``alts`` as (found in 1..``common_docs`` messages of the scope, in more); the
+        words found nowhere are left out. A capped count: FTS5 stops reading there."""
+        rare, common = [], []
+        for w in alts:
+            row = conn.execute(
+                f"SELECT count(*) FROM (SELECT rowid FROM {CTX_TABLE} WHERE {CTX_TABLE} MATCH ? LIMIT ?)",
+                (scope.match(any_of(cols, [w]) or ""), self.common_docs + 1),
+            ).fetchone()
+            if row[0] > self.common_docs:
+                common.append(w)
+            elif row[0]:
+                rare.append(w)
+        return rare, common
+
+    def _scope_rows(self, conn: sqlite3.Connection, scope: Scope) -> int:
+        """Messages in the scope, counted up to the larger cap + 1 (a bounded read of
+        the scope's own list in the index)."""
+        cap = max(self.common_docs, self.scored_docs) + 1
+        if scope.whole_store:
+            row = conn.execute("SELECT count(*) FROM (SELECT 1 FROM messages LIMIT ?)", (cap,)).fetchone()
+        else:
+            row = conn.execute(
+                f"SELECT count(*) FROM (SELECT rowid FROM {CTX_TABLE} WHERE {CTX_TABLE} MATCH ? LIMIT ?)",
+                (scope_filter(scope.chat_nos), cap),
+            ).fetchone()
+        return int(row[0])
+
+    def _base(
+        self,
+        conn: sqlite3.Connection,
+        alts: Sequence[str],
+        scope: Scope,
+        n: int,
+        cols: str = "{content context}",
+        rows: int = 0,
+    ) -> dict[int, float]:
+        """bm25 over the words ``alts``, normalised. FTS5's bm25 reads the whole list of
+        every word it scores (to count the messages holding it), so in a large chat the
+        words found in more than ``common_docs`` messages of the scope are left out
+        when rarer ones are there (bm25 gives such words little weight anyway; checking
+        them on the candidates cost as much as scoring them). When every word is that
+        common, they are scored on the newest ``scored_docs`` messages holding them."""
+        capped = rows > self.scored_docs
+        if not self.common_docs or rows <= self.common_docs:
+            return _normalised(self._scores(conn, any_of(cols, alts), scope, n, capped))
+        rare, common = self._split(conn, cols, alts, scope)
+        # Every word common: bm25 over the newest ``scored_docs`` messages holding them
+        # (their lists are read once for the weights: a few milliseconds).
+        return _normalised(self._scores(conn, any_of(cols, rare or common), scope, n, capped))
 
     def _with_neighbours(self, conn: sqlite3.Connection, base: Mapping[int, float]) -> dict[int, float]:
         if self.neighbour_weight <= 0:
@@ -342,11 +436,9 @@ class ContextRetriever:
         n = max(pool, self.candidates)
         names = participant_words(conn, scope) if self.drop_names else frozenset()
         q = without_names(query, names)
-        cols = "{content context}"
-        base: dict[int, float] = defaultdict(float)
         alts = [w for family in q.terms for w in family] + [" ".join(p) for p in q.phrases]
-        for i, s in _normalised(self._scores(conn, any_of(cols, alts), scope, n)).items():
-            base[i] += s
+        size = self._scope_rows(conn, scope) if self.common_docs or self.scored_docs else 0
+        base: dict[int, float] = defaultdict(float, self._base(conn, alts, scope, n, rows=size))
         if self.cjk_weight > 0:
             for i, s in _normalised(fts_scores(conn, "messages_cjk", cjk_expression(q), scope, n)).items():
                 base[i] += self.cjk_weight * s
@@ -362,8 +454,7 @@ class ContextRetriever:
                 extra += [w for w in proper_nouns(content) if w not in asked]
             extra = list(dict.fromkeys(extra))[:MAX_FEEDBACK_TERMS]
             if extra:
-                found = self._scores(conn, any_of("content", extra), scope, n)
-                for i, s in _normalised(found).items():
+                for i, s in self._base(conn, extra, scope, n, cols="content", rows=size).items():
                     base[i] = base.get(i, 0.0) + self.feedback_weight * s
                 final = self._with_neighbours(conn, base)
         named = {w for w in query.raw_words if w in names} if self.speaker_boost > 0 else set()

@@ -45,6 +45,19 @@ def pending(conn: sqlite3.Connection) -> bool:
         return False
 
 
+def progress(conn: sqlite3.Connection) -> ReindexProgress:
+    """How far the re-indexing is, from its row (no scan)."""
+    try:
+        row = conn.execute("SELECT next_id, last_id FROM search_reindex WHERE name = ?", (NAME,)).fetchone()
+    except sqlite3.OperationalError:  # a database before the migration
+        return ReindexProgress(0, 0, True)
+    if row is None:
+        return ReindexProgress(0, 0, True)
+    first = conn.execute("SELECT min(id) FROM messages").fetchone()[0] or row[0]
+    total = max(1, int(row[1]) - int(first) + 1)
+    return ReindexProgress(max(0, int(row[0]) - int(first)), total, False)
+
+
 def reindex_step(conn: sqlite3.Connection, batch: int = BATCH) -> ReindexProgress:
     """Index the next ``batch`` old rows (inside a write transaction)."""
     row = conn.execute("SELECT next_id, last_id FROM search_reindex WHERE name = ?", (NAME,)).fetchone()

@@ -11,8 +11,9 @@ the same for every retriever: the scope check, excluding the caller's current se
 chain are searched, since their detail was summarised away), demoting ``cron``
 sessions (a job that runs daily would otherwise crowd out real conversations),
 keeping one copy of repeated texts when the retriever asks for it, snippets, and
-grouping the hits by session for the tool result. An optional ``SearchDigest`` (an auxiliary
-LLM) may summarise the hits for the model; when it fails, the plain hits are returned.
+grouping the hits by session, and the turns around each hit (``around``). What the
+model is shown is built from this result by ``memory/search_view.py``; the tool itself
+is ``memory/search_tool.py``.
 """
 
 from __future__ import annotations
@@ -22,20 +23,13 @@ import sqlite3
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
-
-import structlog
+from typing import Any, Protocol
 
 from mnemo.memory.db import Database
 from mnemo.memory.errors import InvalidSearchQuery
 from mnemo.memory.fts_query import ParsedQuery, Scope, parse
-from mnemo.memory.ranking import ContextRetriever, Retriever, neighbours
+from mnemo.memory.ranking import ContextRetriever, Retriever
 from mnemo.memory.sessions import from_db_time
-
-if TYPE_CHECKING:  # memory/ports.py imports this module
-    from mnemo.memory.ports import SearchRepository
-
-log = structlog.get_logger(__name__)
 
 MAX_LIMIT = 100
 CRON_WEIGHT = 0.5  # a cron session's hit counts half
@@ -47,7 +41,10 @@ class ContextTurn:
     message_id: int
     speaker: str
     created_at: datetime
-    text: str  # cut to SNIPPET_CHARS
+    text: str  # the whole message, spacing collapsed
+
+    def cut(self, width: int = SNIPPET_CHARS) -> str:
+        return self.text if len(self.text) <= width else self.text[:width].rstrip() + "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +57,16 @@ class SearchHit:
     created_at: datetime
     snippet: str
     score: float
-    # The turns right before and after it in its session (the ±1 window the model sees).
+    # The turns right before and after it in its session (the ±1 window people see).
     before: ContextTurn | None = None
     after: ContextTurn | None = None
+    content: str = ""  # the whole message
+    # The window asked for with ``around`` (nearest last / first), tool turns left out;
+    # ``more_before``/``more_after``: whether the session has more turns beyond it.
+    turns_before: tuple[ContextTurn, ...] = ()
+    turns_after: tuple[ContextTurn, ...] = ()
+    more_before: bool = False
+    more_after: bool = False
 
     @property
     def speaker(self) -> str:
@@ -93,10 +97,67 @@ class SearchResult:
         return tuple(h.message_id for h in self.hits)
 
 
+@dataclass(frozen=True, slots=True)
+class IndexStatus:
+    """How complete session_search's indexes are (the tool result, ``mnemo doctor`` and
+    ``/healthz`` say it): the word index while older rows are re-indexed
+    (``memory/reindex.py``), and, with the semantic retriever, the messages not embedded
+    yet (counted up to ``VECTORS_COUNTED``; more shows as "more than")."""
+
+    text_done: int = 0  # rows of the re-indexing done (by id range)
+    text_total: int = 0  # rows to re-index; 0: nothing to do
+    semantic: bool = False  # the semantic retriever is on
+    vectors_pending: int = 0
+
+    @property
+    def text_complete(self) -> bool:
+        return self.text_total == 0 or self.text_done >= self.text_total
+
+    @property
+    def text_percent(self) -> float:
+        return 100.0 if self.text_complete else 100.0 * self.text_done / self.text_total
+
+    @property
+    def vectors_pending_text(self) -> str:
+        if self.vectors_pending > VECTORS_COUNTED:
+            return f"more than {VECTORS_COUNTED:,}"
+        return f"{self.vectors_pending:,}"
+
+    @property
+    def complete(self) -> bool:
+        return self.text_complete and not self.vectors_pending
+
+    def describe(self) -> str:
+        """One line for people (``mnemo doctor``)."""
+        parts = []
+        if self.text_complete:
+            parts.append("word index complete")
+        else:
+            parts.append(f"word index being rebuilt: {self.text_percent:.0f}% done")
+        if self.semantic:
+            parts.append(
+                f"{self.vectors_pending_text} messages waiting to be embedded"
+                if self.vectors_pending
+                else "every message embedded"
+            )
+        return "; ".join(parts)
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"complete": self.complete, "text_percent": round(self.text_percent, 1)}
+        if self.semantic:
+            out["vectors_pending"] = self.vectors_pending
+        return out
+
+
+VECTORS_COUNTED = 10_000
+# The semantic extra's model (memory/semantic.py); here so that naming it imports no numpy.
+VECTORS_MODEL = "all-MiniLM-L6-v2"
+
+
 class SearchDigest(Protocol):
     """Summarises search hits for the model (an auxiliary LLM; wired in gateway/).
 
-    Called by ``run_session_search_tool`` after a search with at least one hit. May
+    Called by ``memory.search_tool.run_session_search_tool`` after a search with at least one hit. May
     raise anything: the handler logs it and returns the plain hits instead.
     """
 
@@ -123,9 +184,16 @@ def make_snippet(content: str, query: ParsedQuery, width: int = SNIPPET_CHARS) -
 
 
 class SessionSearch:
-    def __init__(self, db: Database, *, retriever: Retriever | None = None) -> None:
+    """``vectors_model``: the embedding model whose vectors ``index_status`` counts when
+    the retriever itself uses none (``mnemo doctor`` with ``search.semantic`` on, which
+    must not load the model)."""
+
+    def __init__(
+        self, db: Database, *, retriever: Retriever | None = None, vectors_model: str | None = None
+    ) -> None:
         self._db = db
         self.retriever: Retriever = retriever or ContextRetriever()
+        self.vectors_model = vectors_model
 
     async def search(
         self,
@@ -134,8 +202,10 @@ class SessionSearch:
         chat_keys: Sequence[str],
         limit: int,
         exclude_session_ids: Collection[str] = (),
+        around: tuple[int, int] = (1, 1),
     ) -> SearchResult:
-        """Up to ``limit`` messages of the chats ``chat_keys`` best matching ``query``.
+        """Up to ``limit`` messages of the chats ``chat_keys`` best matching ``query``,
+        each with ``around`` = (before, after) turns of its session.
 
         Raises ``InvalidSearchQuery`` for an empty query; any other text is valid.
         """
@@ -147,7 +217,30 @@ class SessionSearch:
         excluded = frozenset(exclude_session_ids)
         if parsed.is_empty or not keys:
             return SearchResult(query, (), ())
-        return await self._db.read(lambda conn: self._search(conn, query, parsed, keys, limit, excluded))
+        window = (max(0, around[0]), max(0, around[1]))
+        return await self._db.read(
+            lambda conn: self._search(conn, query, parsed, keys, limit, excluded, window)
+        )
+
+    async def index_status(self) -> IndexStatus:
+        """How complete the indexes are (cheap: a few rows, counts bounded)."""
+        return await self._db.read(self._index_status)
+
+    def _index_status(self, conn: sqlite3.Connection) -> IndexStatus:
+        from mnemo.memory.reindex import progress  # reindex imports migrations; keep search light
+
+        text = progress(conn)
+        pending = self.retriever.vectors_pending(conn, VECTORS_COUNTED + 1)
+        if pending is None and self.vectors_model is not None:
+            from mnemo.memory.semantic import count_unembedded  # numpy: only when asked for
+
+            pending = count_unembedded(conn, self.vectors_model, VECTORS_COUNTED + 1)
+        return IndexStatus(
+            text_done=text.done,
+            text_total=0 if text.finished else text.total,
+            semantic=pending is not None,
+            vectors_pending=pending or 0,
+        )
 
     def _search(
         self,
@@ -157,6 +250,7 @@ class SessionSearch:
         keys: tuple[str, ...],
         limit: int,
         excluded: frozenset[str],
+        around: tuple[int, int],
     ) -> SearchResult:
         marks = ",".join("?" * len(keys))
         chat_nos = tuple(
@@ -199,43 +293,66 @@ class SessionSearch:
                 created_at=created,
                 snippet=make_snippet(r["content"], parsed),
                 score=round(score, 6),
+                content=r["content"],
             )
             hits.append((hit, r))
         hits.sort(key=lambda hr: (-hr[0].score, hr[0].message_id))
         if self.retriever.distinct_texts:
             hits = _distinct(hits)
-        hits = _with_window(conn, hits[:limit])
+        hits = _with_window(conn, hits[:limit], around)
         return SearchResult(query, tuple(h for h, _ in hits), _group(hits))
 
 
+# The turns around a hit, nearest first: same session (so same chat), no tool results.
+WINDOW_BEFORE = (
+    "SELECT id, role, author_id, author_name, created_at, content FROM messages"
+    " WHERE session_id = ? AND id < ? AND role != 'tool' AND content != '' ORDER BY id DESC LIMIT ?"
+)
+WINDOW_AFTER = (
+    "SELECT id, role, author_id, author_name, created_at, content FROM messages"
+    " WHERE session_id = ? AND id > ? AND role != 'tool' AND content != '' ORDER BY id LIMIT ?"
+)
+
+
+def context_turn(row: Mapping[str, Any], created: datetime) -> ContextTurn:
+    speaker = row["author_name"] or row["author_id"] or row["role"]
+    return ContextTurn(int(row["id"]), str(speaker), created, " ".join(str(row["content"]).split()))
+
+
+def with_window(
+    hit: SearchHit, earlier: Sequence[ContextTurn], later: Sequence[ContextTurn], around: tuple[int, int]
+) -> SearchHit:
+    """``hit`` with its window: ``earlier``/``later`` are up to ``around`` + 1 turns,
+    nearest first (the extra one only tells whether the session goes on)."""
+    before, after = around
+    turns_before = tuple(reversed(earlier[:before]))
+    turns_after = tuple(later[:after])
+    return replace(
+        hit,
+        before=turns_before[-1] if turns_before else None,
+        after=turns_after[0] if turns_after else None,
+        turns_before=turns_before,
+        turns_after=turns_after,
+        more_before=len(earlier) > before,
+        more_after=len(later) > after,
+    )
+
+
 def _with_window(
-    conn: sqlite3.Connection, hits: list[tuple[SearchHit, sqlite3.Row]]
+    conn: sqlite3.Connection, hits: list[tuple[SearchHit, sqlite3.Row]], around: tuple[int, int]
 ) -> list[tuple[SearchHit, sqlite3.Row]]:
-    """Attach the previous and next turn of each hit's session (same session, so same chat)."""
-    if not hits:
-        return hits
-    around = neighbours(conn, [h.message_id for h, _ in hits])
-    want = {j for pair in around.values() for j in pair if j is not None}
-    turns: dict[int, ContextTurn] = {}
-    if want:
-        marks = ",".join("?" * len(want))
-        for r in conn.execute(
-            f"SELECT id, role, author_id, author_name, created_at, content FROM messages WHERE id IN ({marks})",
-            tuple(want),
-        ):
-            created = from_db_time(r["created_at"])
-            assert created is not None
-            text = " ".join(r["content"].split())
-            if len(text) > SNIPPET_CHARS:
-                text = text[:SNIPPET_CHARS].rstrip() + "…"
-            turns[r["id"]] = ContextTurn(
-                r["id"], r["author_name"] or r["author_id"] or r["role"], created, text
-            )
+    """Attach the turns before and after each hit in its session."""
     out = []
     for hit, row in hits:
-        prev, nxt = around.get(hit.message_id, (None, None))
-        hit = replace(hit, before=turns.get(prev) if prev else None, after=turns.get(nxt) if nxt else None)
-        out.append((hit, row))
+        sides = []
+        for sql, n in ((WINDOW_BEFORE, around[0]), (WINDOW_AFTER, around[1])):
+            turns = []
+            for r in conn.execute(sql, (hit.session_id, hit.message_id, n + 1)):
+                created = from_db_time(r["created_at"])
+                assert created is not None
+                turns.append(context_turn(r, created))
+            sides.append(turns)
+        out.append((with_window(hit, sides[0], sides[1], around), row))
     return out
 
 
@@ -273,32 +390,6 @@ def _group(hits: Sequence[tuple[SearchHit, sqlite3.Row]]) -> tuple[SessionHits, 
     return tuple(out)
 
 
-# --- the model's tool ----------------------------------------------------------------------
-
-SESSION_SEARCH_TOOL_SCHEMA: dict[str, Any] = {
-    "name": "session_search",
-    "description": (
-        "Search the earlier conversations of this chat (previous sessions, including ones "
-        "that were compressed or reset). Use it when the user refers to something said before "
-        "that is not in the current context, or asks what they told you in the past. Give a few "
-        "distinctive words (names, places, things), not a whole sentence; quotes search an exact "
-        "phrase. Returns matching messages grouped by session, with dates and who said them."
-    ),
-    "input_schema": {
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "Words to look for, e.g. 'dog vet appointment'."},
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "Maximum number of messages to return.",
-            },
-        },
-        "required": ["query"],
-    },
-}
-
-
 def result_to_json(result: SearchResult, *, with_snippets: bool = True) -> list[dict[str, Any]]:
     out = []
     for s in result.sessions:
@@ -317,7 +408,7 @@ def result_to_json(result: SearchResult, *, with_snippets: bool = True) -> list[
                         m[key] = {
                             "who": turn.speaker,
                             "date": turn.created_at.isoformat(timespec="seconds"),
-                            "text": turn.text,
+                            "text": turn.cut(),
                         }
             matches.append(m)
         item: dict[str, Any] = {
@@ -332,52 +423,3 @@ def result_to_json(result: SearchResult, *, with_snippets: bool = True) -> list[
             item["source"] = "cron"
         out.append(item)
     return out
-
-
-async def run_session_search_tool(
-    search: SearchRepository,
-    args: Mapping[str, Any],
-    *,
-    chat_key: str,
-    current_session_id: str | None,
-    default_limit: int,
-    max_limit: int,
-    digest: SearchDigest | None = None,
-    also_chat_keys: Sequence[str] = (),
-) -> dict[str, Any]:
-    """Handle one ``session_search`` tool call; the result is JSON-serialisable.
-    ``also_chat_keys``: other chats the caller may see (their DMs on linked accounts).
-
-    Never raises for bad input: an empty or missing query, or a malformed limit, comes
-    back as ``{"error": ...}`` the model can read and correct.
-    """
-    query = args.get("query") if isinstance(args, Mapping) else None
-    if not isinstance(query, str) or not query.strip():
-        return {"error": "session_search needs a non-empty 'query': a few words to look for."}
-    raw_limit = args.get("limit", default_limit)
-    if isinstance(raw_limit, bool) or not isinstance(raw_limit, int | float | str):
-        return {"error": f"'limit' must be a whole number between 1 and {max_limit}."}
-    try:
-        limit = int(raw_limit)
-    except ValueError:
-        return {"error": f"'limit' must be a whole number between 1 and {max_limit}."}
-    limit = max(1, min(limit, max_limit))
-    excluded = (current_session_id,) if current_session_id else ()
-    keys = (chat_key, *also_chat_keys)
-    result = await search.search(query, chat_keys=keys, limit=limit, exclude_session_ids=excluded)
-    payload: dict[str, Any] = {"query": query, "count": len(result.hits)}
-    if not result.hits:
-        payload["results"] = []
-        payload["note"] = "No earlier messages matched. Try other or fewer words."
-        return payload
-    if digest is not None:
-        try:
-            summary = await digest.summarize(query, result)
-        except Exception as e:
-            log.warning("session_search.digest_failed", error=repr(e))
-        else:
-            payload["summary"] = summary
-            payload["results"] = result_to_json(result, with_snippets=False)
-            return payload
-    payload["results"] = result_to_json(result)
-    return payload

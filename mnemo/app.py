@@ -221,6 +221,7 @@ async def open_app(
             budget=budgets,
             proposals=backend.proposals,
             forget_session=backend.personal_data.forget_session,
+            search_index=backend.search.index_status,
         )
         # delegate, then the MCP servers' tools, after the registered ones (wiring/tools.py)
         mcp = await open_tool_sources(

@@ -8,11 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # --- Python packages -------------------------------------------------------------------
-# The extras whose code the suite tests: the PostgreSQL backend and the external memory
-# providers' SDKs and the MCP SDK (the semantic extra pulls torch and is tested through its
-# interface), and MkDocs, with which a test builds the manual (docs/).
+# The extras whose code the suite tests: the PostgreSQL backend, the external memory
+# providers' SDKs, the MCP SDK, the semantic retriever (the real int8 ONNX model, ~140 MB,
+# no torch), and MkDocs, with which a test builds the manual (docs/).
 # constraints.txt pins every version the suite was last run with (.ci/refresh-constraints).
-EXTRAS=test,mem0,hindsight,honcho,postgres,supermemory,openviking,mcp,docs
+EXTRAS=test,mem0,hindsight,honcho,postgres,supermemory,openviking,mcp,docs,semantic
 PY=${PYTHON:-python3}
 STAMP=.venv/.mnemo-installed # what was installed: skip the installer when it still holds
 want="$EXTRAS $(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"

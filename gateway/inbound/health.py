@@ -3,13 +3,14 @@
 ``report`` is the body of ``/healthz`` (and of the dashboard's health panel): status
 ``ok`` when the gateway runs and every adapter is connected, else ``degraded``; queue
 depths; the turns running and waiting for a slot, with the oldest wait
-(``turns``); the external memory provider's state. ``refresh_gauges`` is registered to run
+(``turns``); the external memory provider's state; how complete session_search's index
+is (``search_index``: re-indexing older rows, messages not embedded yet). ``refresh_gauges`` is registered to run
 right before each ``/metrics`` scrape; ``count_sent`` counts every delivered reply.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from mnemo.gateway.delivery.outbox import OutboxRow
@@ -18,6 +19,7 @@ from mnemo.gateway.inbound.queued import Queued
 from mnemo.gateway.metrics import Metrics
 from mnemo.gateway.ports import Adapter
 from mnemo.gateway.turns.sessions import JobSink
+from mnemo.memory.search import IndexStatus
 
 
 class OutboxCounts(Protocol):
@@ -43,6 +45,7 @@ class Health:
         jobs: JobSink | None,
         providers: ProviderHealth | None,
         running: Callable[[], bool],
+        search_index: Callable[[], Awaitable[IndexStatus]] | None = None,
     ) -> None:
         self.adapters = adapters
         self.lanes = lanes
@@ -51,6 +54,7 @@ class Health:
         self.jobs = jobs
         self.providers = providers
         self.running = running
+        self.search_index = search_index
 
     def count_sent(self, row: OutboxRow) -> None:
         self.metrics.messages_out.labels(row.chat.platform).inc()
@@ -87,6 +91,9 @@ class Health:
         provider = self.providers.health() if self.providers is not None else None
         if provider is not None:
             body["provider"] = provider  # ok | degraded (external memory provider)
+        if self.search_index is not None:
+            # Incomplete is not degraded: searches answer meanwhile, and say so.
+            body["search_index"] = (await self.search_index()).as_json()
         return body
 
     def _queued_messages(self) -> int:

@@ -48,6 +48,7 @@ from mnemo.gateway.turns.agent import AgentDeps, TurnResult
 from mnemo.gateway.turns.sessions import JobSink, SessionResolver
 from mnemo.memory.journal import ProposalRepository
 from mnemo.memory.manager import MemoryManager
+from mnemo.memory.search import IndexStatus
 
 log = get_logger(__name__)
 
@@ -73,6 +74,7 @@ class Gateway:
         budget: TurnBudget | None = None,
         proposals: ProposalRepository | None = None,
         forget_session: Callable[[str], Awaitable[int]] | None = None,
+        search_index: Callable[[], Awaitable[IndexStatus]] | None = None,
     ) -> None:
         metrics = metrics or Metrics()
         self.inbox = ledgers.inbox
@@ -99,6 +101,7 @@ class Gateway:
             jobs=jobs,
             providers=providers,
             running=lambda: self._started,
+            search_index=search_index,
         )
         metrics.on_scrape(self.health_report.refresh_gauges)
         self.delivery = DeliveryLoop(

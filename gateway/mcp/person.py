@@ -32,7 +32,8 @@ from mnemo.memory.memory_tool import MemoryCallContext, MemoryWrite, WriteAttemp
 from mnemo.memory.ports import CuratedRepository, SearchRepository
 from mnemo.memory.provider import ProviderContext, Recall
 from mnemo.memory.scope import AgentContext, UserRef
-from mnemo.memory.search import run_session_search_tool
+from mnemo.memory.search_tool import run_session_search_tool
+from mnemo.memory.search_view import ViewSettings
 
 log = get_logger(__name__)
 
@@ -103,6 +104,7 @@ class ProviderMemory(Protocol):
 class SearchLimits:
     default: int = 5
     most: int = 20
+    view: ViewSettings = ViewSettings()  # what a result shows (search.* as the tool's)
 
 
 class PersonMemory:
@@ -197,15 +199,20 @@ class PersonMemory:
                 "results": [],
                 "note": "No conversations with this person yet.",
             }
-        return await run_session_search_tool(
+        out = await run_session_search_tool(
             self.search_store,
             args,
             chat_key=keys[0],
             also_chat_keys=keys[1:],
             current_session_id=None,
-            default_limit=self.limits.default,
+            view=self.limits.view,
             max_limit=self.limits.most,
         )
+        if out.is_error:
+            return {"success": False, "error": out.text}
+        # The same text the bot's own session_search gives its model.
+        shown = out.view.shown if out.view is not None else 0
+        return {"query": args.get("query"), "count": shown, "text": out.text}
 
     async def recall(self, grant: Grant, args: Mapping[str, Any]) -> dict[str, Any]:
         query = args.get("query")

@@ -226,6 +226,30 @@ CREATE INDEX jobs_dedupe ON jobs(dedupe_key) WHERE dedupe_key IS NOT NULL;
 """,
 )
 
+# search.semantic's vectors (memory/pg/semantic.py), pgvector when the server has it.
+MESSAGE_VECTORS = PgMigration(
+    "0009_message_vectors",
+    """
+CREATE TABLE message_vectors (
+    id      bigint PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+    chat_no bigint NOT NULL,
+    model   text NOT NULL,
+    vec     bytea NOT NULL
+);
+CREATE INDEX message_vectors_by_chat ON message_vectors(chat_no, model, id);
+-- pgvector when the server has it; otherwise the bytes alone (no error).
+DO $$
+BEGIN
+    CREATE EXTENSION IF NOT EXISTS vector;
+    ALTER TABLE message_vectors ADD COLUMN embedding vector(384);
+EXCEPTION WHEN OTHERS THEN
+    RAISE NOTICE 'pgvector is not available: message vectors are kept as bytes';
+END
+$$;
+""",
+)
+
+
 PG_MIGRATIONS: tuple[PgMigration, ...] = (
     SESSIONS_AND_MESSAGES,
     INBOX,
@@ -246,4 +270,5 @@ PG_MIGRATIONS: tuple[PgMigration, ...] = (
     PG_MEMORY_POLICIES,  # memory/pg/policy.py: what may be remembered, per person and chat
     MCP,  # storage_pg/mcp.py: MCP client tokens, tool catalogs, reload requests
     UPKEEP,  # storage_pg/budgets.py: background memory work, for its caps and reports
+    MESSAGE_VECTORS,  # memory/pg/semantic.py uses it: search.semantic's vectors
 )

@@ -21,11 +21,9 @@ from mnemo.memory.journal import JournalRepository, ProposalRepository
 from mnemo.memory.memory_tool import MEMORY_TOOL_SCHEMA, MemoryCallContext, MemoryWrite, run_memory_tool
 from mnemo.memory.ports import CuratedRepository, SearchRepository
 from mnemo.memory.scope import UserRef
-from mnemo.memory.search import (
-    SESSION_SEARCH_TOOL_SCHEMA,
-    SearchDigest,
-    run_session_search_tool,
-)
+from mnemo.memory.search import SearchDigest
+from mnemo.memory.search_tool import SESSION_SEARCH_TOOL_SCHEMA, run_session_search_tool
+from mnemo.memory.search_view import BUDGET_HITS, ViewSettings
 
 OnWrite = Callable[[MemoryWrite, TurnContext], Awaitable[None]]
 # The DM chats of the speaker's other linked accounts (``IdentityLinks.linked_dm_keys``).
@@ -75,28 +73,45 @@ def memory_tool(
     return Tool("memory", MEMORY_TOOL_SCHEMA, handler)
 
 
+def search_view_settings(settings: Settings) -> ViewSettings:
+    """What the tool shows, from ``search.*``: within ``max_result_tokens`` as many
+    of the best 40 matches as fit (``max_limit`` caps only a ``limit`` the model asks
+    for: 20 matches with their windows filled a third of the budget); with the budget
+    off, ``default_limit``."""
+    cfg = settings.search
+    return ViewSettings(
+        max_tokens=cfg.max_result_tokens,
+        max_hits=BUDGET_HITS if cfg.max_result_tokens else min(cfg.default_limit, cfg.max_limit),
+        before=cfg.context_before,
+        after=cfg.context_after,
+    )
+
+
 def session_search_tool(
     search: SearchRepository,
     settings: Settings,
     digest: SearchDigest | None = None,
     linked_dms: LinkedDms | None = None,
 ) -> Tool:
-    async def handler(args: Mapping[str, Any], ctx: TurnContext) -> dict[str, Any]:
+    view = search_view_settings(settings)
+
+    async def handler(args: Mapping[str, Any], ctx: TurnContext) -> ToolResult:
         # ``search.linked_dms``: in a DM, the person's own DMs on their linked accounts
         # too; never from a group, whose members must not reach anyone's DMs.
         also: Sequence[str] = ()
         if settings.search.linked_dms and linked_dms is not None and ctx.is_dm and ctx.speaker is not None:
             also = await linked_dms(ctx.speaker)
-        return await run_session_search_tool(
+        out = await run_session_search_tool(
             search,
             args,
             chat_key=ctx.chat_key,
             also_chat_keys=also,
             current_session_id=ctx.session_id,
-            default_limit=settings.search.default_limit,
+            view=view,
             max_limit=settings.search.max_limit,
             digest=digest if settings.search.digest else None,
         )
+        return ToolResult(out.text, is_error=out.is_error)
 
     return Tool("session_search", SESSION_SEARCH_TOOL_SCHEMA, handler)
 

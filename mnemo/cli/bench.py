@@ -1,12 +1,22 @@
 """``mnemo bench recall``: how often session_search finds the evidence of a question.
 
 Every dataset file (``memory/dataset.py`` format; a folder means its ``*.json``) is
-imported as its own chat into a fresh temporary profile, through the real write path.
-Each question with evidence is asked in its own chat's scope through
-``SessionSearch``, once with the naive baseline (raw words OR-ed, unicode61, bm25)
-and once with the shipped retriever, in the same run on the same database. The table
-shows recall@k and any-hit@k per file, per category and overall; with ``--json`` the
-last line is ``{"baseline": {"recall@K": …, "any_hit@K": …}, "shipped": {…}}``.
+imported as its own chat into a fresh temporary profile, through the real write path,
+in timeline order: a question placed on the timeline (``asked_in``) is asked when
+exactly the sessions before it are stored. Each question with evidence is asked in its
+own chat's scope through ``SessionSearch``, once with the naive baseline (raw words
+OR-ed, unicode61, bm25) and once with the shipped retriever, in the same run on the
+same database. The table shows recall@k per file, per category and overall, then
+any-hit@k and the session-level recall (a session counts as found when one of its
+messages is in the top k).
+
+``--as-tool`` also asks each question through the ``session_search`` tool itself, with
+this profile's ``search`` settings (the defaults in a fresh profile), and reports
+``seen``: the share of evidence messages present anywhere in the text the model
+receives (matches and the turns shown around them), and the size of that text in
+tokens (median and 95th percentile). With ``--json`` the last line is
+``{"baseline": {"recall@K": …, "any_hit@K": …, "session_recall@K": …[, "seen": …,
+"tokens_median": …, "tokens_p95": …]}, "shipped": {…}}``.
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ import asyncio
 import json
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +35,15 @@ from mnemo.cli.main import EXIT_OK, EXIT_USAGE, CommandError
 from mnemo.gateway.config import Settings
 from mnemo.gateway.storage import state_database
 from mnemo.memory.dataset import (
+    AskTool,
+    DatasetImport,
     QuestionOutcome,
+    ToolAnswer,
     ask_questions,
     dataset_files,
-    import_dataset,
     load_dataset,
     summarize,
+    timeline,
 )
 from mnemo.memory.errors import InvalidDataset
 from mnemo.memory.ranking import (
@@ -61,6 +74,11 @@ def register(subparsers: Any) -> None:
     )
     recall.add_argument("--k", default="1,5,10,20", metavar="K,K,...", help="cut-offs (default 1,5,10,20)")
     recall.add_argument("--json", action="store_true", help="end with one JSON line of the overall scores")
+    recall.add_argument(
+        "--as-tool",
+        action="store_true",
+        help="also measure what the session_search tool shows the model: seen (evidence present) and tokens",
+    )
     recall.add_argument(
         "--retriever",
         metavar="NAME",
@@ -122,13 +140,39 @@ def shipped_name(settings: Settings | None) -> str:
     return "contextual"
 
 
+def tool_asker(search: SessionSearch, settings: Settings) -> AskTool:
+    """Ask a question the way the model does: through the ``session_search`` tool with
+    this profile's settings; what it showed and how large it was."""
+    from mnemo.gateway.turns.builtin_tools import search_view_settings
+    from mnemo.memory.search_tool import run_session_search_tool
+    from mnemo.memory.tokens import estimate_tokens
+
+    view = search_view_settings(settings)
+
+    async def ask(query: str, chat_key: str) -> ToolAnswer:
+        out = await run_session_search_tool(
+            search,
+            {"query": query},
+            chat_key=chat_key,
+            current_session_id=None,
+            view=view,
+            max_limit=settings.search.max_limit,
+        )
+        shown = out.view.message_ids if out.view is not None else frozenset()
+        return ToolAnswer(shown, estimate_tokens(out.text))
+
+    return ask
+
+
 async def run_recall(
     paths: Sequence[Path],
     ks: Sequence[int],
     home: Path,
     names: Sequence[str] = (),
     shipped: str = "contextual",
+    tool_settings: Settings | None = None,
 ) -> RecallRun:
+    """``tool_settings``: also ask through the tool with these settings (``--as-tool``)."""
     from mnemo.memory.semantic import SemanticRetriever, embed_pending
 
     files = dataset_files(paths)
@@ -137,25 +181,36 @@ async def run_recall(
     await db.open()
     try:
         store = SessionStore(db)
-        reports = []
-        for i, ds in enumerate(datasets):
-            reports.append(await import_dataset(store, ds, f"bench:{i}:{ds.name}"))
-        await db.write(create_baseline_index)
         order = ["baseline", "shipped"] + [n for n in dict.fromkeys(names) if n not in ("baseline",)]
         retrievers: dict[str, Retriever] = {}
         for label in order:
             retrievers[label] = make_retriever(shipped if label == "shipped" else label)
+        # The benchmark's extra indexes exist before the first row and follow every insert.
+        await db.write(create_baseline_index)
         if any(isinstance(r, FusionRetriever) for r in retrievers.values()):
             await db.write(create_legacy_index)
-        for r in retrievers.values():
-            if isinstance(r, SemanticRetriever):
-                await embed_pending(db, r.embedder)
-        outcomes: dict[str, dict[str, list[QuestionOutcome]]] = {}
-        for label, retriever in retrievers.items():
-            search = SessionSearch(db, retriever=retriever)
-            per_file = outcomes.setdefault(label, {})
-            for ds, report in zip(datasets, reports, strict=True):
-                per_file[ds.name] = await ask_questions(search, ds, report, max(ks))
+        searches = {label: SessionSearch(db, retriever=r) for label, r in retrievers.items()}
+        askers = {
+            label: tool_asker(search, tool_settings) if tool_settings is not None else None
+            for label, search in searches.items()
+        }
+        outcomes: dict[str, dict[str, list[QuestionOutcome]]] = {label: {} for label in retrievers}
+        for i, ds in enumerate(datasets):
+            stretch = DatasetImport(store, ds, f"bench:{i}:{ds.name}")
+            for label in retrievers:
+                outcomes[label][ds.name] = []
+            for sessions, questions in timeline(ds):
+                await stretch.add(sessions)
+                if not questions:
+                    continue
+                for r in retrievers.values():
+                    if isinstance(r, SemanticRetriever):
+                        await embed_pending(db, r.embedder)
+                report = stretch.report()
+                for label, search in searches.items():
+                    outcomes[label][ds.name] += await ask_questions(
+                        search, ds, report, max(ks), questions=questions, as_tool=askers[label]
+                    )
         return RecallRun(tuple(ds.name for ds in datasets), outcomes)
     finally:
         await db.close()
@@ -166,27 +221,70 @@ def _row(label: str, n: int, scores: Sequence[dict[str, float]], ks: Sequence[in
     return f"{label:<24} {n:>5}  " + "  ".join(cells)
 
 
+def _block(
+    run: RecallRun,
+    ks: Sequence[int],
+    title: str,
+    cells: Callable[[dict[str, float]], str],
+    width: int,
+) -> list[str]:
+    """One table: a row per file, per category and overall; ``cells`` formats one
+    retriever's scores."""
+    labels = list(run.outcomes)
+    head = f"{'dataset / [category]':<24} {'qs':>5}  {title}"
+    lines = [head, "-" * max(len(head), 32 + width * len(labels))]
+    every = {lb: [o for name in run.files for o in run.outcomes[lb][name]] for lb in labels}
+    rows: list[tuple[str, dict[str, list[QuestionOutcome]]]] = [
+        (name, {lb: run.outcomes[lb][name] for lb in labels}) for name in run.files
+    ]
+    for cat in sorted({o.category or "-" for o in every[labels[0]]}):
+        rows.append((f"[{cat}]", {lb: [o for o in every[lb] if (o.category or "-") == cat] for lb in labels}))
+    rows.append(("ALL", every))
+    for name, per in rows:
+        scores = [summarize(per[lb], ks) for lb in labels]
+        lines.append(f"{name[:24]:<24} {len(per[labels[0]]):>5}  " + "".join(cells(sc) for sc in scores))
+    return lines
+
+
 def render(run: RecallRun, ks: Sequence[int]) -> list[str]:
     labels = list(run.outcomes)
-    width = 7 * len(labels)
     lines = ["recall@k per file and category; columns in each @k block: " + ", ".join(labels)]
-    head = f"{'dataset / [category]':<24} {'qs':>5}  " + "  ".join(f"{'@' + str(k):>{width}}" for k in ks)
-    lines += [head, "-" * len(head)]
-    for name in run.files:
-        n = len(run.outcomes[labels[0]][name])
-        lines.append(_row(name, n, [summarize(run.outcomes[lb][name], ks) for lb in labels], ks))
+    width = 7 * len(labels)
+    lines += _block(
+        run,
+        ks,
+        "  ".join(f"{'@' + str(k):>{width}}" for k in ks),
+        lambda sc: "".join(f"{sc[f'recall@{k}']:7.3f}" for k in ks) + "  ",
+        width * len(ks),
+    )
     every = {lb: [o for name in run.files for o in run.outcomes[lb][name]] for lb in labels}
-    for cat in sorted({o.category or "-" for o in every[labels[0]]}):
-        per = {lb: [o for o in every[lb] if (o.category or "-") == cat] for lb in labels}
-        lines.append(_row(f"[{cat}]", len(per[labels[0]]), [summarize(per[lb], ks) for lb in labels], ks))
     totals = {lb: summarize(every[lb], ks) for lb in labels}
-    lines.append(_row("ALL", len(every[labels[0]]), [totals[lb] for lb in labels], ks))
     for lb in labels:
         lines.append(f"any_hit@k {lb:<14}" + "  ".join(f"@{k}: {totals[lb][f'any_hit@{k}']:.3f}" for k in ks))
+    for lb in labels:
+        lines.append(
+            f"session_recall@k {lb:<7}"
+            + "  ".join(f"@{k}: {totals[lb][f'session_recall@{k}']:.3f}" for k in ks)
+        )
     sb, ss = totals["baseline"], totals["shipped"]
     for k in ks:
         if sb[f"recall@{k}"] > 0:
             lines.append(f"shipped / baseline recall@{k}: {ss[f'recall@{k}'] / sb[f'recall@{k}']:.2f}x")
+    if "seen" in totals["shipped"]:
+        lines.append("")
+        lines.append(
+            "as the tool shows it: seen (share of evidence in the output), tokens median / p95; "
+            + ", ".join(labels)
+        )
+        lines += _block(
+            run,
+            ks,
+            "".join(f"{lb[:8] + ' seen':>14} {'tok':>6} {'p95':>6}" for lb in labels),
+            lambda sc: (
+                f"{sc.get('seen', 0.0):14.3f} {sc.get('tokens_median', 0):6.0f} {sc.get('tokens_p95', 0):6.0f}"
+            ),
+            27,
+        )
     return lines
 
 
@@ -205,7 +303,11 @@ def _recall(args: argparse.Namespace, settings: Settings) -> int:
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as tmp:
         try:
             shipped = shipped_name(settings)
-            run = asyncio.run(run_recall(args.dataset, ks, Path(tmp), args.retriever, shipped))
+            run = asyncio.run(
+                run_recall(
+                    args.dataset, ks, Path(tmp), args.retriever, shipped, settings if args.as_tool else None
+                )
+            )
         except InvalidDataset as e:
             raise CommandError(str(e), EXIT_USAGE) from e
         except SemanticUnavailable as e:

@@ -147,6 +147,13 @@ async def check_database(settings: Settings, timeout_s: float = TIMEOUT_S) -> Ch
     return _check(await backend.probe(timeout_s))
 
 
+async def check_search_index(settings: Settings) -> Check:
+    """How complete session_search's index is (after the database check passed), as the
+    backend tells it without writing anything. Incomplete is not a failure: searches
+    answer meanwhile and say so."""
+    return _check(await backend_for(settings).probe_search())
+
+
 # --- network checks -----------------------------------------------------------------------
 def _error_text(body: Any) -> str:
     """The human part of an API error body (Anthropic, Telegram or Discord shape)."""
@@ -448,6 +455,8 @@ async def run_checks(settings: Settings, *, timeout_s: float = TIMEOUT_S) -> lis
             )
     finally:
         checks.append(await database)
+    if checks[-1].status is Status.PASS:
+        checks.append(await check_search_index(settings))
     if settings.memory.provider:  # after the database check, which creates and migrates it
         probes.append(await check_provider_writes(settings))
     if mcp is not None:

@@ -244,6 +244,7 @@ async def _serving(settings: Settings, token: str | None, http: tuple[str, int] 
     from mnemo.gateway.mcp.server import http_app, is_loopback, serve_http, serve_stdio
     from mnemo.gateway.mcp.tokens import Tokens
     from mnemo.gateway.storage import open_backend
+    from mnemo.gateway.turns.builtin_tools import search_view_settings
     from mnemo.gateway.turns.providers import open_providers
 
     backend = await open_backend(settings)
@@ -258,7 +259,9 @@ async def _serving(settings: Settings, token: str | None, http: tuple[str, int] 
             home=settings.home,
             providers=providers,
             accounts=backend.links.members,
-            limits=SearchLimits(settings.search.default_limit, settings.search.max_limit),
+            limits=SearchLimits(
+                settings.search.default_limit, settings.search.max_limit, search_view_settings(settings)
+            ),
         )
         tokens = Tokens(backend.mcp)
         if http is None:

@@ -53,13 +53,23 @@ async def discord() -> AsyncIterator[FakeDiscord]:
 async def test_a_fresh_profile_passes_with_the_llm_check_skipped_in_trial_mode(home: Path) -> None:
     home.chmod(0o700)
     checks = await run_checks(settings_for(home))
-    assert [c.name for c in checks] == ["config", "home", ".env", "memories", "state.db", "llm", "web"]
+    assert [c.name for c in checks] == [
+        "config",
+        "home",
+        ".env",
+        "memories",
+        "state.db",
+        "search index",
+        "llm",
+        "web",
+    ]
     got = by_name(checks)
     assert got["llm"].status is Status.SKIP and "trial mode" in got["llm"].detail
     assert got[".env"].status is Status.SKIP
     assert got["state.db"].status is Status.PASS and "schema version" in got["state.db"].detail
     assert all(c.status is not Status.FAIL for c in checks)
     assert (home / "state.db").exists(), "the database was opened and migrated"
+    assert got["search index"].status is Status.PASS and got["search index"].detail == "word index complete"
 
 
 async def test_every_configured_endpoint_is_checked_through_its_base_url(
@@ -204,7 +214,7 @@ async def test_the_command_prints_one_line_per_check_and_exits_1_on_a_failure(
     assert code == 0, out
     lines = out.splitlines()
     assert [line.split(" ")[1].rstrip(":") for line in lines[:-1]] == [
-        "config", "home", ".env", "memories", "state.db", "llm", "web",
+        "config", "home", ".env", "memories", "state.db", "search", "llm", "web",
     ]  # fmt: skip
     assert all(line[0] in "✓–" for line in lines[:-1]) and lines[-1] == "all checks passed"
 

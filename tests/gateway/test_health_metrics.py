@@ -67,6 +67,7 @@ async def test_healthz_reports_adapters_and_queues_and_503_when_an_adapter_is_do
             "outbox_pending": 0,
             "outbox_failed": 0,
             "jobs_pending": 0,
+            "search_index": {"complete": True, "text_percent": 100.0},
             "replica": f"{socket.gethostname()}:{os.getpid()}",  # SQLite: the one process
         }
         # One turn held in the LLM call, one message queued behind it in the same lane.

@@ -14,6 +14,7 @@ import pytest
 
 from mnemo.gateway.storage import state_database
 from mnemo.memory.dataset import (
+    DatasetImport,
     QuestionOutcome,
     ask_questions,
     dataset_files,
@@ -22,6 +23,7 @@ from mnemo.memory.dataset import (
     parse_dataset,
     parse_started_at,
     summarize,
+    timeline,
 )
 from mnemo.memory.errors import InvalidDataset
 from mnemo.memory.search import SessionSearch
@@ -141,7 +143,7 @@ def test_recall_and_any_hit_are_averaged_over_questions() -> None:
         QuestionOutcome("2", None, frozenset({"c"}), ("x", "y")),
     ]
     s = summarize(outcomes, (1, 2, 4))
-    assert s == {
+    assert {k: v for k, v in s.items() if not k.startswith("session_")} == {
         "recall@1": 0.0,
         "any_hit@1": 0.0,
         "recall@2": 0.25,
@@ -149,7 +151,143 @@ def test_recall_and_any_hit_are_averaged_over_questions() -> None:
         "recall@4": 0.5,
         "any_hit@4": 0.5,
     }
-    assert summarize([], (5,)) == {"recall@5": 0.0, "any_hit@5": 0.0}
+    assert summarize([], (5,)) == {"recall@5": 0.0, "any_hit@5": 0.0, "session_recall@5": 0.0}
+
+
+def test_session_recall_seen_and_token_percentiles() -> None:
+    outcomes = [
+        # Two evidence sessions, the top 2 hits are in one of them; the tool showed "a".
+        QuestionOutcome(
+            "1",
+            None,
+            frozenset({"a", "b"}),
+            ("x", "a"),
+            frozenset({"s1", "s2"}),
+            ("s9", "s1"),
+            frozenset({"a", "z"}),
+            100,
+        ),
+        # Session-level evidence only: counts for session recall, not for the message figures.
+        QuestionOutcome("2", None, frozenset(), ("y",), frozenset({"s3"}), ("s3",), frozenset(), 300),
+    ]
+    s = summarize(outcomes, (1, 2))
+    assert s["recall@2"] == 0.5 and s["any_hit@1"] == 0.0  # question 2 has no message evidence
+    assert s["session_recall@1"] == 0.5 and s["session_recall@2"] == 0.75
+    assert s["seen"] == 0.5  # of the questions with message evidence
+    assert s["tokens_median"] == 200 and s["tokens_p95"] == 290
+
+
+TIMELINE = {
+    "sessions": [
+        {
+            "id": "s1",
+            "started_at": "2024-01-01",
+            "messages": [{"id": "a", "speaker": "Ann", "content": "my cat Tom"}],
+        },
+        {
+            "id": "s2",
+            "started_at": "2024-02-01",
+            "messages": [{"id": "b", "speaker": "Ann", "content": "Tom is ill"}],
+        },
+        {
+            "id": "s3",
+            "started_at": "2024-03-01",
+            "messages": [{"id": "c", "speaker": "Ann", "content": "Tom is fine"}],
+        },
+    ],
+    "questions": [
+        {"id": "q1", "question": "how is Tom", "evidence": ["a"], "asked_in": "s2"},
+        {"id": "q2", "question": "how is Tom", "evidence": [], "evidence_sessions": ["s2"], "asked_in": "s3"},
+        {"id": "q3", "question": "how is Tom", "evidence": ["c"]},
+    ],
+}
+
+
+async def test_a_question_on_the_timeline_only_finds_what_was_said_before_it(tmp_path: Path) -> None:
+    ds = parse_dataset(TIMELINE, "t")
+    assert ds.questions[0].evidence_sessions == ("s1",)  # derived from the evidence messages
+    stretches = timeline(ds)
+    assert [([s.id for s in ss], [q.id for q in qs]) for ss, qs in stretches] == [
+        (["s1"], ["q1"]),
+        (["s2"], ["q2"]),
+        (["s3"], ["q3"]),
+    ]
+    db = state_database(tmp_path / "state.db")
+    await db.open()
+    stretch = DatasetImport(SessionStore(db), ds, "import:t")
+    found = {}
+    for sessions, questions in stretches:
+        await stretch.add(sessions)
+        for o in await ask_questions(SessionSearch(db), ds, stretch.report(), 10, questions=questions):
+            found[o.question_id] = o
+    await db.close()
+    assert found["q1"].ranked == ("a",)  # s2 and s3 did not exist yet
+    assert set(found["q2"].ranked) == {"a", "b"} and found["q2"].session_recall_at(10) == 1.0
+    assert set(found["q3"].ranked) == {"a", "b", "c"}
+    with pytest.raises(InvalidDataset, match="asked_in"):
+        parse_dataset(
+            {**TIMELINE, "questions": [{"question": "x", "evidence": ["a"], "asked_in": "nope"}]}, "t"
+        )
+
+
+def test_the_realmem_converter_places_queries_on_the_timeline() -> None:
+    sys.path.insert(0, str(REPO))
+    from bench.realmem import convert
+
+    def turn(speaker: str, content: str, **kw: object) -> dict:
+        return {"speaker": speaker, "content": content, "is_query": "False", **kw}
+
+    data = {
+        "_metadata": {"person_name": "Ada_Lovelace"},
+        "dialogues": [
+            {
+                "session_uuid": "u1",
+                "current_time": "2025-01-02 (Thursday)",
+                "dialogue_turns": [
+                    turn("User", "I want to learn the harp"),
+                    turn("Assistant", "Start with scales daily."),
+                ],
+                "extracted_memory": [
+                    {
+                        "content": "Plan: scales daily",
+                        "source_turn": 2,
+                        "source_content_snapshot": "Start with scales daily.",
+                    }
+                ],
+            },
+            {
+                "session_uuid": "u2",
+                "current_time": "2025-01-02 (Thursday)",
+                "dialogue_turns": [
+                    turn(
+                        "User", "What was my practice plan?", is_query=True, category_name="Dynamic Updating"
+                    ),
+                    turn(
+                        "Assistant",
+                        "Scales.",
+                        memory_session_uuids="['u1']",
+                        memory_used="[{'session_uuid': 'u1', 'content': 'Plan: scales daily'}]",
+                    ),
+                ],
+                "extracted_memory": [],
+            },
+        ],
+    }
+    chat, stats = convert(data, "ada")
+    ds = parse_dataset(chat, "ada")
+    assert [s.started_at for s in ds.sessions] == ["2025-01-02T09:00:00", "2025-01-02T09:30:00"]
+    assert (
+        ds.sessions[0].messages[0].speaker == "Ada Lovelace"
+        and ds.sessions[0].messages[1].speaker == "assistant"
+    )
+    (q,) = ds.questions
+    assert (q.asked_in, q.evidence, q.evidence_sessions, q.category) == (
+        "u2",
+        ("u1-t1",),
+        ("u1",),
+        "Dynamic Updating",
+    )
+    assert stats["queries"] == 1
 
 
 def test_the_development_dataset_is_valid_and_large_enough() -> None:

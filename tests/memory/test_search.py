@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,13 +11,9 @@ from mnemo.gateway.storage import state_database
 from mnemo.memory.db import Database
 from mnemo.memory.errors import InvalidSearchQuery
 from mnemo.memory.fts_query import parse
-from mnemo.memory.search import (
-    SESSION_SEARCH_TOOL_SCHEMA,
-    SearchResult,
-    SessionSearch,
-    make_snippet,
-    run_session_search_tool,
-)
+from mnemo.memory.search import SearchResult, SessionSearch, make_snippet
+from mnemo.memory.search_tool import SESSION_SEARCH_TOOL_SCHEMA, SearchToolOutput, run_session_search_tool
+from mnemo.memory.search_view import ViewSettings
 from mnemo.memory.sessions import NewMessage, SessionStore
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -231,12 +226,10 @@ class FakeDigest:
         return f"You talked about {query} {len(result.hits)} times."
 
 
-async def tool(search: SessionSearch, args: dict, **kw):
-    params = dict(chat_key="web:dm:1", current_session_id=None, default_limit=5, max_limit=10)
+async def tool(search: SessionSearch, args: dict, **kw) -> SearchToolOutput:
+    params: dict = dict(chat_key="web:dm:1", current_session_id=None, view=ViewSettings(), max_limit=10)
     params.update(kw)
-    out = await run_session_search_tool(search, args, **params)
-    json.dumps(out)  # always JSON-serialisable
-    return out
+    return await run_session_search_tool(search, args, **params)
 
 
 def test_the_tool_schema_is_an_anthropic_tool_definition() -> None:
@@ -244,35 +237,49 @@ def test_the_tool_schema_is_an_anthropic_tool_definition() -> None:
     assert schema["name"] == "session_search" and schema["description"]
     assert schema["input_schema"]["type"] == "object"
     assert schema["input_schema"]["required"] == ["query"]
+    # The guidance the model needs to search well.
+    assert "keep the names" in schema["description"] and "search again" in schema["description"]
 
 
 async def test_tool_errors_are_results_not_exceptions(search: SessionSearch) -> None:
     for args in ({}, {"query": ""}, {"query": "  "}, {"query": 5}, {"query": None}):
         out = await tool(search, args)
-        assert "error" in out and "query" in out["error"]
-    for bad in ("ten", [1], True, None):
+        assert out.is_error and "query" in out.text
+    for bad in ("ten", [1], True):
         out = await tool(search, {"query": "x", "limit": bad})
-        assert "error" in out and "limit" in out["error"]
+        assert out.is_error and "limit" in out.text
+
+
+async def test_without_a_limit_the_budget_is_filled_past_max_limit(
+    store: SessionStore, search: SessionSearch
+) -> None:
+    # max_limit caps what the model asks for; the budget alone decides how many of the
+    # best 40 matches fit (20 short matches used to leave most of 2,000 tokens unused).
+    for day in range(30):
+        await session(store, "web:dm:1", [f"kayak trip number {day}"], day=day)
+    out = await tool(search, {"query": "kayak"})
+    assert out.view is not None and out.view.shown == 30 > 10  # max_limit=10
+    assert out.view.tokens <= ViewSettings().max_tokens
 
 
 async def test_tool_scopes_to_the_chat_clamps_the_limit_and_skips_the_current_session(
     store: SessionStore, search: SessionSearch
 ) -> None:
-    old, _ = await session(store, "web:dm:1", [f"kayak trip {i}" for i in range(20)])
-    current, _ = await session(store, "web:dm:1", ["kayak again"], day=1)
-    await session(store, "web:dm:2", ["kayak elsewhere"])
+    old, old_ids = await session(store, "web:dm:1", [f"kayak trip {i}" for i in range(20)])
+    current, current_ids = await session(store, "web:dm:1", ["kayak again"], day=1)
+    _, other_ids = await session(store, "web:dm:2", ["kayak elsewhere"])
     out = await tool(search, {"query": "kayak", "limit": 500}, current_session_id=current)
-    assert out["count"] == 10  # max_limit
-    assert {r["session_id"] for r in out["results"]} == {old}
-    match = out["results"][0]["matches"][0]
-    assert {"message_id", "role", "who", "date", "text"} <= set(match)
-    default = await tool(search, {"query": "kayak"}, current_session_id=current)
-    assert default["count"] == 5
+    assert out.view is not None and out.view.shown == 10  # max_limit
+    assert out.view.message_ids <= set(old_ids)
+    assert not out.view.message_ids & {*current_ids, *other_ids}
+    assert "kayak elsewhere" not in out.text and "kayak again" not in out.text
+    asked = await tool(search, {"query": "kayak", "limit": 3}, current_session_id=current)
+    assert asked.view is not None and asked.view.shown == 3
     none = await tool(search, {"query": "zeppelin"})
-    assert none["count"] == 0 and none["results"] == [] and "note" in none
+    assert not none.is_error and none.view is None and "no earlier messages matched" in none.text
 
 
-async def test_a_digest_replaces_the_snippets_and_its_failure_falls_back(
+async def test_a_digest_replaces_the_windows_and_its_failure_falls_back(
     store: SessionStore, search: SessionSearch
 ) -> None:
     await session(store, "web:dm:1", ["the marathon in Berlin", "well done"])
@@ -280,11 +287,11 @@ async def test_a_digest_replaces_the_snippets_and_its_failure_falls_back(
     out = await tool(search, {"query": "marathon"}, digest=ok)
     query, result = ok.calls[0]
     assert query == "marathon" and result.hits
-    assert out["summary"] == f"You talked about marathon {len(result.hits)} times."
-    assert "text" not in out["results"][0]["matches"][0]
+    assert f"You talked about marathon {len(result.hits)} times." in out.text
+    assert "the marathon in Berlin" not in out.text
     failing = FakeDigest(fail=True)
     fallback = await tool(search, {"query": "marathon"}, digest=failing)
-    assert "summary" not in fallback and fallback["results"][0]["matches"][0]["text"]
+    assert "Ann: the marathon in Berlin" in fallback.text
     assert failing.calls  # it was tried
     skipped = FakeDigest()
     await tool(search, {"query": "zeppelin"}, digest=skipped)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,9 @@ from hypothesis import strategies as st
 from mnemo.gateway.storage import state_database
 from mnemo.memory.errors import InvalidSearchQuery
 from mnemo.memory.ranking import NaiveRetriever, create_baseline_index
-from mnemo.memory.search import SessionSearch, run_session_search_tool
+from mnemo.memory.search import SessionSearch
+from mnemo.memory.search_tool import run_session_search_tool
+from mnemo.memory.search_view import ViewSettings
 from mnemo.memory.sessions import NewMessage, SessionStore
 
 CHAT = "web:dm:fuzz"
@@ -165,11 +166,16 @@ def check(env: tuple[asyncio.AbstractEventLoop, SessionSearch, SessionSearch], q
             assert len(result.hits) <= 5
     out = loop.run_until_complete(
         run_session_search_tool(
-            shipped, {"query": query}, chat_key=CHAT, current_session_id=None, default_limit=5, max_limit=10
+            shipped,
+            {"query": query},
+            chat_key=CHAT,
+            current_session_id=None,
+            view=ViewSettings(),
+            max_limit=10,
         )
     )
-    json.dumps(out)
-    assert ("error" in out) == (not query.strip())
+    assert out.is_error == (not query.strip())
+    assert out.text and (out.is_error or out.text.startswith("session_search"))
 
 
 @pytest.mark.parametrize("query", SPECIMENS)

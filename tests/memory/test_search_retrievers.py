@@ -35,7 +35,9 @@ from mnemo.memory.ranking import (
     without_names,
 )
 from mnemo.memory.reindex import SearchMaintenance, pending, reindex_in_background
-from mnemo.memory.search import SessionSearch, run_session_search_tool
+from mnemo.memory.search import SessionSearch
+from mnemo.memory.search_tool import run_session_search_tool
+from mnemo.memory.search_view import ViewSettings
 from mnemo.memory.semantic import (
     HashEmbedder,
     SemanticRetriever,
@@ -330,30 +332,30 @@ async def test_the_tool_result_keeps_the_turns_around_each_hit_with_dates_and_sp
     ids_a, _ = await prepared(db)
     out = await run_session_search_tool(
         SessionSearch(db),
-        {"query": "adopted puppy"},
+        {"query": "adopted puppy", "limit": 1},
         chat_key=A,
         current_session_id=None,
-        default_limit=1,
+        view=ViewSettings(before=1, after=1),
         max_limit=5,
     )
-    match = out["results"][0]["matches"][0]
-    assert match["message_id"] == ids_a[2]
-    assert match["before"] == {
-        "who": "Carol",
-        "date": (T0 + timedelta(seconds=1)).isoformat(timespec="seconds"),
-        "text": TEXTS[1],
-    }
-    assert match["after"]["who"] == "Carol" and match["after"]["text"] == TEXTS[3]
+    assert out.view is not None and out.view.message_ids == {ids_a[1], ids_a[2], ids_a[3]}
+    lines = out.text.splitlines()
+    at = lines.index(f"» Alice: {TEXTS[2]}")
+    assert lines[at - 1] == f"Carol: {TEXTS[1]}" and lines[at + 1] == f"Carol: {TEXTS[3]}"
+    assert lines[at - 3] == f"## conversation of {T0:%Y-%m-%d (%a)}"  # the date once, then "…"
+    assert lines[at - 2] == "…" and lines[at + 2] == "…"
     first = await run_session_search_tool(
         SessionSearch(db),
-        {"query": "pottery class bowl"},
+        {"query": "pottery class bowl", "limit": 1},
         chat_key=A,
         current_session_id=None,
-        default_limit=1,
+        view=ViewSettings(before=1, after=1),
         max_limit=5,
     )
-    top = first["results"][0]["matches"][0]
-    assert top["message_id"] == ids_a[0] and "before" not in top and top["after"]["text"] == TEXTS[1]
+    lines = first.text.splitlines()
+    at = lines.index(f"» Alice: {TEXTS[0]}")
+    assert lines[at - 1].startswith("## conversation of")  # the session's first turn: nothing before
+    assert lines[at + 1] == f"Carol: {TEXTS[1]}"
 
 
 # --- the semantic extra ---------------------------------------------------------------------
@@ -390,7 +392,7 @@ async def test_semantic_fusion_finds_what_the_lexical_ranking_misses(db: Databas
 
 
 def test_without_the_extra_semantic_is_off_with_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import fails as if not installed
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
     with pytest.raises(SemanticUnavailable, match=r"pip install 'mnemo\[semantic\]'"):
         load_embedder()
     assert isinstance(configured_retriever(True), ContextRetriever)
@@ -490,11 +492,20 @@ def test_bench_recall_measures_extra_retrievers_per_category(
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
     assert list(result) == ["baseline", "shipped", "fusion", "semantic-hash"]
-    assert set(result["shipped"]) == {"recall@1", "any_hit@1", "recall@5", "any_hit@5"}
+    assert set(result["shipped"]) == {
+        f"{m}@{k}" for m in ("recall", "any_hit", "session_recall") for k in (1, 5)
+    }
     assert result["shipped"]["recall@1"] == 1.0  # the names are not what is searched
     assert any(line.startswith("[temporal]") for line in lines) and any(
         line.startswith("[single-hop]") for line in lines
     )
+    # --as-tool: what the session_search tool shows the model, next to recall@k.
+    assert main([*argv[:-4], "--as-tool"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    tool = json.loads(lines[-1])["shipped"]
+    assert {"recall@1", "seen", "tokens_median", "tokens_p95"} <= set(tool)
+    assert tool["seen"] == 1.0 and 0 < tool["tokens_median"] <= tool["tokens_p95"] <= 2000
+    assert any(line.startswith("as the tool shows it") for line in lines)
     with pytest.raises(SystemExit) as exited:
         main([*argv[:-4], "--retriever", "nonsense"])
     assert exited.value.code == 2
