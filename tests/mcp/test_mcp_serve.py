@@ -81,6 +81,18 @@ async def new_token(home: Path, database: dict[str, str], user: str, **kw: Any) 
         await backend.close()
 
 
+def without_queries(results: list[dict]) -> str:
+    """The answers as JSON, less the queries they repeat (a result echoes its query)."""
+    out = []
+    for r in results:
+        query = r.get("query") or ""
+        kept = {k: v for k, v in r.items() if k != "query"}
+        out.append(
+            {k: v.replace(f'"{query}"', '""') if isinstance(v, str) and query else v for k, v in kept.items()}
+        )
+    return json.dumps(out)
+
+
 async def test_a_token_reads_writes_and_searches_only_its_persons_memory(
     home: Path, emulator: Emulator, database: dict[str, str]
 ) -> None:
@@ -134,7 +146,7 @@ async def test_a_token_reads_writes_and_searches_only_its_persons_memory(
                 ("recall", {"query": "4711 locker Tom cat"}),
             )
         ]
-        answers = json.dumps([{k: v for k, v in r.items() if k != "query"} for r in every])
+        answers = without_queries(every)
         assert "4711" not in answers and "Tom" not in answers, "nothing of B, by any tool"
 
         # Revoked while connected: the next request is refused.
@@ -157,7 +169,7 @@ async def test_a_token_reads_writes_and_searches_only_its_persons_memory(
                 ("recall", {"query": "green tea dog chess sails"}),
             )
         ]
-    answers = json.dumps([{k: v for k, v in r.items() if k != "query"} for r in seen])
+    answers = without_queries(seen)
     assert "4711" in answers, "B sees B's own profile"
     assert "tea" not in answers and "chess" not in answers and "sails" not in answers and "A's" not in answers
 
