@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -83,17 +82,14 @@ async def _demo(settings: Settings, out: TextIO) -> int:
     print(_rule("session_search"), file=out)
     shown = 0
     for block in searches:
-        try:
-            result = json.loads(block["content"]) if isinstance(block["content"], str) else {}
-        except ValueError:
-            continue
-        print(f"query {result.get('query')!r}: {result.get('count', 0)} hit(s)", file=out)
-        for session in result.get("results", [])[:2]:
-            for match in session.get("matches", [])[:2]:
-                print(
-                    f"  {match.get('date', '')[:10]} {match.get('who')}: {match.get('text', '')[:100]}",
-                    file=out,
-                )
+        # The text the model read (memory/search_tool.py): the query, then the windows.
+        content = block["content"]
+        text = content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        for line in lines[:8]:
+            print(f"  {line[:110]}", file=out)
+        if len(lines) > 8:
+            print(f"  … ({len(lines) - 8} more lines)", file=out)
         shown += 1
     if not shown:
         print("(no search was made)", file=out)

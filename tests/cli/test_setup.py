@@ -72,7 +72,7 @@ async def test_non_interactive_setup_gives_a_profile_doctor_passes_and_run_answe
     assert report["ok"] and report["checks"]["telegram"]["detail"].startswith("@tea_bot")
     assert {c["name"]: c["status"] for c in report["doctor"]} == {
         "config": "pass", "home": "pass", ".env": "pass", "memories": "pass", "llm": "pass",
-        "telegram": "pass", "web": "pass", "state.db": "pass",
+        "telegram": "pass", "web": "pass", "state.db": "pass", "search index": "pass",
     }  # fmt: skip
     assert telegram.token not in out and "sk-ant-test" not in out, "secrets never printed"
     assert stat.S_IMODE((home / ".env").stat().st_mode) == 0o600

@@ -45,6 +45,6 @@ def test_demo_runs_offline_and_reports_memory_search_and_cache(tmp_path: Path) -
     text = out.stdout
     assert "SCRIPTED" in text
     assert "User's name is Ada" in text  # memory written
-    assert "query 'Lisbon'" in text and "Lisbon in May" in text  # search hits
+    assert 'session_search "Lisbon"' in text and "Lisbon in May" in text  # what the model read
     assert "read from cache" in text
     assert not (tmp_path / "unused").exists(), "the demo runs in a throw-away home"

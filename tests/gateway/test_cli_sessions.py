@@ -132,7 +132,9 @@ def test_bench_recall_prints_a_table_and_ends_with_one_json_line(
     result = json.loads(lines[-1])
     assert set(result) == {"baseline", "shipped"}
     for scores in result.values():
-        assert set(scores) == {"recall@1", "any_hit@1", "recall@3", "any_hit@3"}
+        assert set(scores) == {
+            "recall@1", "any_hit@1", "session_recall@1", "recall@3", "any_hit@3", "session_recall@3"
+        }  # fmt: skip
         assert all(0.0 <= v <= 1.0 for v in scores.values())
     assert not (home / "state.db").exists()  # a fresh temporary profile, not the user's
 
