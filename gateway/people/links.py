@@ -38,6 +38,7 @@ import hashlib
 import secrets
 import sqlite3
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -180,9 +181,10 @@ class LinkRepository(Protocol):
         ...
 
 
-class LinkRules:
+class LinkRules(ABC):
     """What every backend's links share: the profile merge and copies (through the
-    curated repository: files or rows) and what follows a committed change."""
+    curated repository: files or rows) and what follows a committed change. Reading
+    and writing the link table is each backend's (the abstract methods)."""
 
     def __init__(
         self, files: CuratedRepository, identities: Identities, *, clock: Callable[[], float] = time.time
@@ -192,14 +194,17 @@ class LinkRules:
         self.clock = clock
         self._refreshing = asyncio.Lock()
 
+    @abstractmethod
     async def refresh(self) -> None:
-        raise NotImplementedError  # each backend reads its own table
+        """Reload the links cache from this backend's table."""
 
+    @abstractmethod
     async def rows(self, user: UserRef) -> list[LinkRow]:
-        raise NotImplementedError  # each backend reads its own table
+        """The link rows of ``user``'s person, from this backend's table."""
 
+    @abstractmethod
     async def unlink(self, user: UserRef) -> UnlinkResult:
-        raise NotImplementedError  # each backend writes its own table
+        """Split ``user`` off in this backend's table (``LinkRepository.unlink``)."""
 
     async def undo_latest(self, user: UserRef) -> UndoResult:
         """``LinkRepository.undo_latest``: the same on every backend. A leaked code is
