@@ -75,13 +75,17 @@ CREATE INDEX memory_journal_reverts ON memory_journal(reverts) WHERE reverts IS 
 """,
 )
 
-_COLUMNS = (
-    "id, at, layer, target, op, old, new, since, until, actor, trust, speaker, session, message, chat,"
-    " tool_call, reverts, note"
-)
+# The columns an ``Entry`` is read from, in order (both backends' SELECTs).
+COLUMN_NAMES = (
+    "id", "at", "layer", "target", "op", "old", "new", "since", "until", "actor", "trust", "speaker",
+    "session", "message", "chat", "tool_call", "reverts", "note",
+)  # fmt: skip
+COLUMNS = ", ".join(COLUMN_NAMES)
 
 
 def entry_of(row: sqlite3.Row | dict[str, Any]) -> Entry:
+    """An entry from a row of ``COLUMNS`` by name (PostgreSQL's tuples go through
+    ``memory/pg/journal.py``'s ``entry_of``)."""
     return Entry(
         id=int(row["id"]),
         time=datetime.fromtimestamp(float(row["at"]), UTC),
@@ -99,7 +103,7 @@ def entry_of(row: sqlite3.Row | dict[str, Any]) -> Entry:
         message=row["message"],
         chat=row["chat"],
         tool_call=row["tool_call"],
-        reverts=row["reverts"],
+        reverts=None if row["reverts"] is None else int(row["reverts"]),
         note=row["note"],
     )
 
@@ -223,7 +227,7 @@ def history_sql(query: JournalQuery, mark: str = "?") -> tuple[str, list[Any]]:
     if query.since is not None:
         where.append(f"at >= {mark}")
         args.append(query.since.timestamp())
-    sql = f"SELECT {_COLUMNS} FROM memory_journal WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT {mark}"
+    sql = f"SELECT {COLUMNS} FROM memory_journal WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT {mark}"
     return sql, [*args, max(1, query.limit)]
 
 
@@ -271,7 +275,7 @@ class SqliteJournal:
     async def get(self, entry_id: int) -> Entry | None:
         row = await self.db.read(
             lambda c: c.execute(
-                f"SELECT {_COLUMNS} FROM memory_journal WHERE id = ? AND state = 'done'", (entry_id,)
+                f"SELECT {COLUMNS} FROM memory_journal WHERE id = ? AND state = 'done'", (entry_id,)
             ).fetchone()
         )
         return None if row is None else entry_of(row)
@@ -318,7 +322,7 @@ class SqliteJournal:
         marks = ",".join("?" * len(people))
         rows = await self.db.read(
             lambda c: c.execute(
-                f"SELECT {_COLUMNS} FROM memory_journal WHERE state = 'proposed' AND speaker IN ({marks})"
+                f"SELECT {COLUMNS} FROM memory_journal WHERE state = 'proposed' AND speaker IN ({marks})"
                 " ORDER BY id DESC",
                 list(people),
             ).fetchall()
@@ -329,7 +333,7 @@ class SqliteJournal:
         marks = ",".join("?" * len(people))
         rows = await self.db.read(
             lambda c: c.execute(
-                f"SELECT {_COLUMNS} FROM memory_journal WHERE state = 'rejected' AND speaker IN ({marks})"
+                f"SELECT {COLUMNS} FROM memory_journal WHERE state = 'rejected' AND speaker IN ({marks})"
                 " ORDER BY id DESC LIMIT 200",
                 list(people),
             ).fetchall()

@@ -14,7 +14,6 @@ import asyncio
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -29,9 +28,9 @@ from mnemo.memory.journal import (
     Trust,
     evidence_json,
     settle_all,
-    when,
 )
-from mnemo.memory.journal_sqlite import history_sql, receipt
+from mnemo.memory.journal_sqlite import COLUMN_NAMES, COLUMNS, history_sql, receipt
+from mnemo.memory.journal_sqlite import entry_of as sqlite_entry_of
 from mnemo.memory.pg.db import Connection, PgDatabase, PgMigration
 
 PG_MEMORY_JOURNAL = PgMigration(
@@ -68,10 +67,6 @@ CREATE INDEX memory_journal_reverts ON memory_journal(reverts) WHERE reverts IS 
 """,
 )
 
-_COLUMNS = (
-    "id, at, layer, target, op, old, new, since, until, actor, trust, speaker, session, message, chat,"
-    " tool_call, reverts, note"
-)
 _INSERT = (
     "INSERT INTO memory_journal(at, layer, target, op, old, new, actor, trust, speaker, session, message,"
     " chat, tool_call, reverts, note, state, dedupe)"
@@ -122,27 +117,8 @@ def _params(entry: NewEntry, now: float, state: str, dedupe: str | None) -> tupl
 
 
 def entry_of(row: Sequence[Any]) -> Entry:
-    """An entry from a row of ``_COLUMNS`` (a tuple: sync and async connections alike)."""
-    return Entry(
-        id=int(row[0]),
-        time=datetime.fromtimestamp(float(row[1]), UTC),
-        layer=row[2],
-        target=row[3],
-        op=row[4],
-        old=row[5],
-        new=row[6],
-        since=when(row[7]),
-        until=when(row[8]),
-        actor=row[9],
-        trust=row[10],
-        speaker=row[11],
-        session=row[12],
-        message=row[13],
-        chat=row[14],
-        tool_call=row[15],
-        reverts=None if row[16] is None else int(row[16]),
-        note=row[17],
-    )
+    """An entry from a row of ``COLUMNS`` (a tuple: sync and async connections alike)."""
+    return sqlite_entry_of(dict(zip(COLUMN_NAMES, row, strict=True)))
 
 
 def insert_sync(conn: psycopg.Connection[Any], entry: NewEntry, now: float, *, state: str = "done") -> int:
@@ -198,7 +174,7 @@ async def erase_within(c: Connection, account: str, now: float, *, delete: bool)
 
 
 def _tuple(row: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(row[k.strip()] for k in _COLUMNS.split(","))
+    return tuple(row[k] for k in COLUMN_NAMES)
 
 
 class PgJournal:
@@ -232,7 +208,7 @@ class PgJournal:
 
     async def get(self, entry_id: int) -> Entry | None:
         found = await self._select(
-            f"SELECT {_COLUMNS} FROM memory_journal WHERE id = %s AND state = 'done'", (entry_id,)
+            f"SELECT {COLUMNS} FROM memory_journal WHERE id = %s AND state = 'done'", (entry_id,)
         )
         return found[0] if found else None
 
@@ -278,13 +254,13 @@ class PgJournal:
 
     async def proposals(self, people: Sequence[str]) -> list[Entry]:
         return await self._select(
-            f"SELECT {_COLUMNS} FROM memory_journal WHERE state = 'proposed' AND speaker = ANY(%s) ORDER BY id DESC",
+            f"SELECT {COLUMNS} FROM memory_journal WHERE state = 'proposed' AND speaker = ANY(%s) ORDER BY id DESC",
             (list(people),),
         )
 
     async def rejected(self, people: Sequence[str]) -> list[Entry]:
         return await self._select(
-            f"SELECT {_COLUMNS} FROM memory_journal WHERE state = 'rejected' AND speaker = ANY(%s)"
+            f"SELECT {COLUMNS} FROM memory_journal WHERE state = 'rejected' AND speaker = ANY(%s)"
             " ORDER BY id DESC LIMIT 200",
             (list(people),),
         )
